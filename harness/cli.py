@@ -1,0 +1,269 @@
+"""The ``harness`` command line: ls, validate, run, status, cancel, evaluate, report, bench, data."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from harness.suite_io import SuiteError
+
+
+def _suite(path: str):
+    from harness.suite import load_suite
+
+    return load_suite(path)
+
+
+def _results_dir(args, suite) -> Path:
+    return Path(args.results or "results") / suite.name
+
+
+def check_data(suite, data_root: Path) -> list[str]:
+    """Problems with data a suite needs: each names the path looked in and the fetch command."""
+    from harness.data.base import DataMissingError
+    from harness.registries import DATASETS
+
+    problems = []
+    names = list(dict.fromkeys([*suite.grid.datasets, *suite.evaluation.ood]))
+    for name in names:
+        try:
+            DATASETS.get(name).require(data_root)
+        except DataMissingError as exc:
+            problems.append(str(exc))
+    if suite.evaluation.corruptions:
+        from harness.data.corruptions import check_corruption_source
+
+        for name in suite.grid.datasets:
+            try:
+                check_corruption_source(name, data_root)
+            except DataMissingError as exc:
+                problems.append(str(exc))
+    return problems
+
+
+def cmd_ls(args) -> int:
+    from harness.registries import BACKBONES, DATASETS, METHODS
+    from harness.schema import field_doc
+
+    print("methods:")
+    for name, spec in METHODS.items():
+        bbs = ", ".join(spec.backbones) if spec.backbones else "any backbone"
+        hps = ", ".join(f"{n}={d!r}" for n, _, d, _ in field_doc(spec.hparams)) or "-"
+        print(f"  {name:16s} {spec.reference}\n  {'':16s} backbones: {bbs}; hparams: {hps}")
+    print("backbones:")
+    for name, spec in BACKBONES.items():
+        print(f"  {name:16s} {spec.description}")
+    print("datasets:")
+    for name, spec in DATASETS.items():
+        kind = f"K={spec.num_classes}" if spec.num_classes else "OOD only"
+        print(f"  {name:16s} {kind:9s} {spec.description}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from harness.data.base import default_data_root
+
+    suite = _suite(args.suite)
+    problems = [] if args.skip_data else check_data(suite, default_data_root(args.data_root))
+    if problems:
+        for p in problems:
+            print(f"{args.suite}: {p}", file=sys.stderr)
+        return 2
+    cells = suite.cells()
+    print(f"{args.suite}: OK — suite {suite.name!r}, {len(cells)} cells "
+          f"({len(suite.grid.datasets)} datasets × {len(suite.grid.backbones)} backbones × "
+          f"{len(suite.grid.methods)} methods × M {list(suite.grid.M)} × "
+          f"{len(suite.grid.seeds)} seeds)")
+    if args.verbose:
+        for c in cells:
+            print(f"  {c.cell_id}  {c.label}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from harness.data.base import default_data_root
+    from harness.dispatch import pending, run_inprocess, run_local, write_manifest
+
+    suite = _suite(args.suite)
+    data_root = default_data_root(args.data_root)
+    problems = check_data(suite, data_root)
+    if problems:
+        for p in problems:
+            print(f"{args.suite}: {p}", file=sys.stderr)
+        return 2
+    results = _results_dir(args, suite)
+    results.mkdir(parents=True, exist_ok=True)
+    write_manifest(suite, results)
+    cells = suite.cells()
+    todo = pending(cells, results, args.force)
+    print(f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
+          f"{len(todo)} to run → {results}")
+    t0 = time.perf_counter()
+    if args.executor == "inprocess":
+        run_inprocess(todo, results, data_root, force=args.force, progress=not args.quiet)
+    elif args.executor == "local":
+        run_local(todo, results, data_root, args.workers, force=args.force,
+                  progress=not args.quiet)
+    else:
+        from slurm.submit import submit_suite
+
+        return submit_suite(suite, todo, results, data_root, args)
+    print(f"finished in {time.perf_counter() - t0:.1f} s")
+    return print_summary(results)
+
+
+def print_summary(results: Path) -> int:
+    """Print the terminal leaderboard; exit status 1 if any cell failed."""
+    from harness.records import iter_records
+    from reports.aggregate import load_frame
+    from reports.terminal import format_table
+
+    records = list(iter_records(results))
+    print(format_table(load_frame(results)))
+    failed = [r for r in records if r["status"] == "failed"]
+    for r in failed:
+        print(f"FAILED {r['cell_id']}: {r['error']['type']}: {r['error']['message']}")
+    print(f"results: {results}  (harness report {results} → leaderboard.html)")
+    return 1 if failed else 0
+
+
+def cmd_status(args) -> int:
+    from slurm.status import print_status
+
+    return print_status(Path(args.results_dir))
+
+
+def cmd_cancel(args) -> int:
+    from slurm.submit import cancel_suite
+
+    return cancel_suite(Path(args.results_dir))
+
+
+def cmd_evaluate(args) -> int:
+    from harness.reevaluate import reevaluate
+
+    return reevaluate(Path(args.results_dir), args.suite, args.data_root)
+
+
+def cmd_report(args) -> int:
+    from reports.leaderboard import write_report
+
+    out = write_report(Path(args.results_dir), Path(args.output) if args.output else None)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from harness.bench import main as bench_main
+
+    return bench_main(args)
+
+
+def cmd_data(args) -> int:
+    from harness.data.base import default_data_root
+    from harness.data.download import download
+
+    root = default_data_root(args.data_root)
+    for name in args.names:
+        download(name, root)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("ls", help="list methods, backbones and datasets").set_defaults(fn=cmd_ls)
+
+    v = sub.add_parser("validate", help="check a suite without training")
+    v.add_argument("suite")
+    v.add_argument("--data-root")
+    v.add_argument("--skip-data", action="store_true", help="do not check that data exists")
+    v.add_argument("-v", "--verbose", action="store_true", help="list the cells")
+    v.set_defaults(fn=cmd_validate)
+
+    r = sub.add_parser("run", help="run a suite's pending cells")
+    r.add_argument("suite")
+    r.add_argument("--executor", choices=["inprocess", "local", "slurm"], default="inprocess")
+    r.add_argument("--workers", type=int, default=2, help="worker processes (--executor local)")
+    r.add_argument("--profile", help="Slurm cluster profile YAML (--executor slurm)")
+    r.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile entry, e.g. --slurm partition=gpu")
+    r.add_argument("--wait", action="store_true", help="wait for Slurm jobs to finish")
+    r.add_argument("--results", help="results root (default: results/)")
+    r.add_argument("--data-root", help="where datasets live (default: $HARNESS_DATA_ROOT or "
+                                       "~/.cache/implicit-ensemble-harness/data)")
+    r.add_argument("--force", action="store_true", help="redo finished cells")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("status", help="show each cell: pending/running/done/failed")
+    s.add_argument("results_dir")
+    s.set_defaults(fn=cmd_status)
+
+    c = sub.add_parser("cancel", help="cancel a suite's running Slurm jobs")
+    c.add_argument("results_dir")
+    c.set_defaults(fn=cmd_cancel)
+
+    e = sub.add_parser("evaluate", help="re-evaluate finished cells from their saved weights")
+    e.add_argument("results_dir")
+    e.add_argument("--suite", help="suite file whose evaluation block to apply "
+                                   "(default: the one recorded in suite.json)")
+    e.add_argument("--data-root")
+    e.set_defaults(fn=cmd_evaluate)
+
+    rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
+    rep.add_argument("results_dir")
+    rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
+    rep.set_defaults(fn=cmd_report)
+
+    b = sub.add_parser("bench", help="throughput and memory side by side with the bound")
+    b.add_argument("--backbone", default="resnet18")
+    b.add_argument("--M", type=int, default=4)
+    b.add_argument("--batch", type=int, default=128)
+    b.add_argument("--image-size", type=int, default=32)
+    b.add_argument("--classes", type=int, default=100)
+    b.add_argument("--steps", type=int, default=20)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--compile", action="store_true")
+    b.add_argument("--methods", nargs="*")
+    b.add_argument("--device", default="auto")
+    b.add_argument("-o", "--output", default="bench.json")
+    b.set_defaults(fn=cmd_bench)
+
+    d = sub.add_parser("data", help="fetch datasets (needs internet)")
+    dsub = d.add_subparsers(dest="data_command", required=True)
+    dl = dsub.add_parser("download")
+    dl.add_argument("names", nargs="+")
+    dl.add_argument("--data-root")
+    dl.set_defaults(fn=cmd_data)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.registry import UnknownNameError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(message)s")
+    try:
+        return int(args.fn(args) or 0)
+    except SuiteError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    except (UnknownNameError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished cells are kept; re-run the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

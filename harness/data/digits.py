@@ -1,0 +1,143 @@
+"""The built-in offline benchmark: scikit-learn's real 8×8 handwritten digits.
+
+`digits` is in-distribution on classes 0–7 (K=8) so that the real held-out digits 8 and 9 serve as
+near-OOD (`digits_heldout`); far-OOD (`sklearn_photos`) are 8×8 grey patches of the two
+photographs scikit-learn ships (`china.jpg`, `flower.jpg`). Everything is on disk with
+scikit-learn, so the whole benchmark runs offline. The split is fixed (seed 0, stratified 65/15/20)
+and never depends on the cell's seed, so every method and seed sees the same test set.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.data.base import DatasetSpec, ImageSet, register_dataset, stratified_split
+
+ID_CLASSES = 8
+SPLIT_SEED = 0
+SPLIT_FRACTIONS = (0.65, 0.15, 0.20)
+
+
+def _to_uint8(values: np.ndarray) -> torch.Tensor:
+    """scikit-learn's digits are 0..16 grey levels; map them onto 0..255."""
+    return torch.from_numpy(np.round(values * (255.0 / 16.0))).to(torch.uint8)
+
+
+@cache
+def _all_digits() -> tuple[torch.Tensor, torch.Tensor]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = _to_uint8(bunch.images).unsqueeze(1)  # (1797, 1, 8, 8)
+    return images, torch.from_numpy(bunch.target).long()
+
+
+@cache
+def load_digits_splits(root: Path | None = None) -> dict[str, ImageSet]:
+    """Fixed stratified train/val/test split of digits 0–7.
+
+    Returns:
+        {"train", "val", "test"}: ImageSet with uint8 (N, 1, 8, 8) images.
+    """
+    images, labels = _all_digits()
+    keep = labels < ID_CLASSES
+    images, labels = images[keep], labels[keep]
+    parts = stratified_split(labels, SPLIT_FRACTIONS, SPLIT_SEED)
+    return {
+        name: ImageSet(images[idx], labels[idx])
+        for name, idx in zip(("train", "val", "test"), parts)
+    }
+
+
+@cache
+def load_heldout(root: Path | None = None) -> dict[str, ImageSet]:
+    """Near-OOD: all real images of the held-out classes 8 and 9."""
+    images, labels = _all_digits()
+    keep = labels >= ID_CLASSES
+    return {"test": ImageSet(images[keep], torch.full((int(keep.sum()),), -1))}
+
+
+@cache
+def load_photo_patches(root: Path | None = None, count: int = 600) -> dict[str, ImageSet]:
+    """Far-OOD: 8×8 grey patches of scikit-learn's sample photographs, matched to digits' scale.
+
+    Patches are cut at random (seeded) positions of the downscaled grey photographs; low-contrast
+    (nearly flat) patches are dropped since a flat patch is trivially OOD and hides differences
+    between methods.
+    """
+    from sklearn.datasets import load_sample_images
+
+    rng = np.random.default_rng(SPLIT_SEED)
+    patches = []
+    photos = load_sample_images().images  # two (427, 640, 3) uint8 photographs
+    for img in photos:
+        rgb = torch.from_numpy(np.array(img)).permute(2, 0, 1).float()  # (3, H, W)
+        grey = (rgb * torch.tensor([0.299, 0.587, 0.114]).view(3, 1, 1)).sum(0)  # (H, W)
+        # Downscale 4× so one 8×8 patch covers a 32×32 region, like a digit's whole glyph.
+        small = torch.nn.functional.avg_pool2d(grey[None, None], 4)[0, 0]  # (H/4, W/4)
+        h, w = small.shape
+        taken = 0
+        while taken < count // len(photos):
+            y, x = rng.integers(0, h - 8), rng.integers(0, w - 8)
+            p = small[y : y + 8, x : x + 8]  # (8, 8)
+            if p.std() > 20:
+                patches.append(p)
+                taken += 1
+    pt = torch.stack(patches[:count])  # (N, 8, 8)
+    lo = pt.amin((1, 2), keepdim=True)
+    hi = pt.amax((1, 2), keepdim=True)
+    pt = (pt - lo) / (hi - lo).clamp_min(1) * 255  # digits use the full 0..255 range
+    images = pt.round().to(torch.uint8).unsqueeze(1)  # (N, 1, 8, 8)
+    return {"test": ImageSet(images, torch.full((len(images),), -1))}
+
+
+def _sklearn_path(root: Path) -> Path:
+    import sklearn
+
+    return Path(sklearn.__file__).parent / "datasets" / "data"
+
+
+# Train-split statistics of the uint8-scaled images (computed once; test in tests/test_digits.py).
+DIGITS_MEAN = (0.3027,)
+DIGITS_STD = (0.3767,)
+
+register_dataset(
+    DatasetSpec(
+        name="digits",
+        in_shape=(1, 8, 8),
+        num_classes=ID_CLASSES,
+        mean=DIGITS_MEAN,
+        std=DIGITS_STD,
+        load=load_digits_splits,
+        location=_sklearn_path,
+        description="built-in: scikit-learn's 8×8 handwritten digits 0–7 (offline)",
+    )
+)
+register_dataset(
+    DatasetSpec(
+        name="digits_heldout",
+        in_shape=(1, 8, 8),
+        num_classes=None,
+        mean=DIGITS_MEAN,
+        std=DIGITS_STD,
+        load=load_heldout,
+        location=_sklearn_path,
+        description="built-in near-OOD for digits: the real held-out digits 8 and 9",
+    )
+)
+register_dataset(
+    DatasetSpec(
+        name="sklearn_photos",
+        in_shape=(1, 8, 8),
+        num_classes=None,
+        mean=DIGITS_MEAN,
+        std=DIGITS_STD,
+        load=load_photo_patches,
+        location=_sklearn_path,
+        description="built-in far-OOD for digits: 8×8 patches of scikit-learn's sample photos",
+    )
+)

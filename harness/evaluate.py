@@ -1,0 +1,117 @@
+"""Evaluation of a trained ensemble: clean test set, corruption shift, OOD detection.
+
+Predictions stream batch by batch into the metric accumulators of :mod:`harness.metrics`;
+member probabilities are (M, B, K) and the ensemble prediction is their mean (never the mean of
+logits). Corrupted copies come from :mod:`harness.data.corruptions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from harness.data.base import DatasetSpec, ImageSet, adapt_images
+from harness.data.loader import DeviceLoader
+from harness.metrics.collection import EnsembleMetrics, OODScores
+from harness.suite import Evaluation, Recipe
+from harness.train import autocast
+from methods.base import EnsembleModel
+
+
+@torch.no_grad()
+def member_probs(model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe,
+                 device: torch.device) -> Iterator[tuple[Tensor, Tensor]]:
+    """Yield (probs (M, B, K) float32 on CPU, labels (B,)) in eval mode."""
+    model.eval()
+    loader = DeviceLoader(data, recipe.eval_batch_size, device, spec.mean, spec.std,
+                          channels_last=recipe.channels_last and device.type == "cuda")
+    for x, y in loader:
+        with autocast(device, recipe):
+            logits = model(x)  # (M, B, K)
+        yield logits.float().softmax(-1).cpu(), y.cpu()
+
+
+def evaluate_split(model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe,
+                   device: torch.device) -> dict[str, Any]:
+    """All clean-set metrics (ensemble, members, diversity) of one split."""
+    acc = EnsembleMetrics()
+    for probs, y in member_probs(model, data, spec, recipe, device):
+        acc.update(probs, y)
+    return acc.compute()
+
+
+def evaluate_corruptions(model: EnsembleModel, test: ImageSet, spec: DatasetSpec,
+                         evaluation: Evaluation, recipe: Recipe, device: torch.device,
+                         data_root: Path) -> dict[str, Any] | None:
+    """Accuracy, NLL and ECE on every corruption × severity cell, with per-severity and overall
+    means (cAcc, cNLL, cECE) and the ECE slope over severity."""
+    from harness.data.corruptions import applicable_corruptions, corrupted_split
+
+    names = list(evaluation.corruptions)
+    if not names:
+        return None
+    if names == ["all"]:
+        names = applicable_corruptions(spec.in_shape)
+    cells = []
+    for name in names:
+        for sev in evaluation.severities:
+            data = corrupted_split(spec.name, data_root, test, name, sev)
+            m = evaluate_split(model, data, spec, recipe, device)
+            cells.append({"corruption": name, "severity": sev,
+                          "acc": m["acc"], "nll": m["nll"], "ece": m["ece"]})
+    per_sev = {}
+    for sev in evaluation.severities:
+        rows = [c for c in cells if c["severity"] == sev]
+        per_sev[str(sev)] = {k: sum(r[k] for r in rows) / len(rows) for k in ("acc", "nll", "ece")}
+    mean = {k: sum(c[k] for c in cells) / len(cells) for k in ("acc", "nll", "ece")}
+    sevs = torch.tensor([float(s) for s in evaluation.severities])
+    eces = torch.tensor([per_sev[str(s)]["ece"] for s in evaluation.severities])
+    slope = float(torch.linalg.lstsq(torch.stack([sevs, torch.ones_like(sevs)], 1),
+                                     eces[:, None]).solution[0]) if len(sevs) > 1 else 0.0
+    return {"cells": cells, "per_severity": per_sev, "mean": mean, "ece_slope": slope,
+            "corruptions": names}
+
+
+def evaluate_ood(model: EnsembleModel, test: ImageSet, spec: DatasetSpec, evaluation: Evaluation,
+                 recipe: Recipe, device: torch.device, data_root: Path) -> dict[str, Any] | None:
+    """OOD detection metrics of every declared OOD set against the ID test set."""
+    from harness.registries import DATASETS
+
+    if not evaluation.ood:
+        return None
+    id_probs = [p for p, _ in member_probs(model, test, spec, recipe, device)]
+    out = {}
+    for name in evaluation.ood:
+        ood_spec = DATASETS.get(name)
+        ood_spec.require(data_root)
+        raw = ood_spec.load(data_root)["test"]
+        ood = ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
+        scores = OODScores()
+        for p in id_probs:
+            scores.update_id(p)
+        for p, _ in member_probs(model, ood, spec, recipe, device):
+            scores.update_ood(p)
+        out[name] = scores.compute()
+    return out
+
+
+def evaluate_all(model: EnsembleModel, splits: dict[str, ImageSet], spec: DatasetSpec,
+                 evaluation: Evaluation, recipe: Recipe, device: torch.device,
+                 data_root: Path) -> dict[str, Any]:
+    """The ``metrics`` block of a result record."""
+    metrics: dict[str, Any] = {
+        "clean": evaluate_split(model, splits["test"], spec, recipe, device),
+        "val": evaluate_split(model, splits["val"], spec, recipe, device),
+    }
+    corr = evaluate_corruptions(model, splits["test"], spec, evaluation, recipe, device,
+                                data_root)
+    if corr is not None:
+        metrics["corruption"] = corr
+    ood = evaluate_ood(model, splits["test"], spec, evaluation, recipe, device, data_root)
+    if ood is not None:
+        metrics["ood"] = ood
+    return metrics

@@ -1,0 +1,274 @@
+"""Run one cell end to end: data → method → train (checkpointed) → evaluate → cost → record.
+
+Each cell lives in ``<results>/<cell_id>/``: ``cell.json`` (the resolved config), ``checkpoint.pt``
+(training state after the last finished epoch, written atomically), ``final.pt`` (final weights,
+for ``harness evaluate``), ``record.json`` (the result, written last and atomically). A finished
+cell is skipped; an interrupted one resumes from its checkpoint; a cell that raises or diverges
+gets a ``failed`` record with the reason, and the grid goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import random
+import shutil
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.cost import flops_per_image, parameter_counts, throughput
+from harness.data.base import DataMissingError, DatasetSpec, ImageSet, default_data_root
+from harness.data.loader import DeviceLoader
+from harness.environment import environment
+from harness.evaluate import evaluate_all, evaluate_split
+from harness.records import atomic_write_text, read_record, write_record
+from harness.registries import DATASETS, METHODS
+from harness.suite import Cell
+from harness.train import make_optimizer, make_scheduler, train_epoch
+from methods.base import BuildContext, EnsembleModel
+
+log = logging.getLogger("harness")
+
+CONVENTIONS = {
+    "ensemble": "prediction = mean of member softmax probabilities",
+    "ece": "15 equal-width confidence bins, L1 (top-label); aece: 15 equal-mass bins",
+    "brier": "sum over classes of squared error, mean over samples",
+    "nll": "natural log, of the mean probability of the true class",
+    "ood": "ID is the positive class (OpenOOD); scores: msp = max mean prob, "
+           "entropy = -H(mean prob), mi = -mutual information; FPR95 = fraction of OOD "
+           "accepted at 95% ID recall",
+    "throughput": "input images per second seen by the whole ensemble, after warm-up, "
+                  "device-synchronised",
+    "flops": "eval-mode FLOPs of the whole ensemble per input image (torch.utils.flop_counter)",
+}
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def pick_device(preference: str) -> torch.device:
+    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_model(cell: Cell, spec: DatasetSpec,
+                pretrained: dict[str, torch.Tensor] | None = None,
+                ) -> tuple[EnsembleModel, BuildContext]:
+    """Build the cell's method on its backbone (seeded: same seed → same initial weights)."""
+    seed_everything(cell.seed)
+    mspec = METHODS.get(cell.method)
+    ctx = BuildContext(cell.backbone, spec.in_shape, spec.num_classes, cell.M,
+                       dict(cell.backbone_kwargs), pretrained)
+    hp = mspec.hparams(**{k: tuple(v) if isinstance(v, list) else v
+                          for k, v in cell.hparams.items()})
+    return mspec.build(ctx, hp), ctx
+
+
+def _save_atomic(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
+
+
+def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, ImageSet]]:
+    spec = DATASETS.get(cell.dataset)
+    spec.require(data_root)
+    return spec, spec.load(data_root)
+
+
+def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """A plain backbone's state dict from a harness ``final.pt``/``checkpoint.pt`` of a `single`
+    cell (keys prefixed ``net.``) or from any state dict the backbone accepts."""
+    state = torch.load(Path(path).expanduser(), map_location="cpu", weights_only=False)
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if state and all(k.startswith("net.") for k in state):
+        state = {k[len("net."):]: v for k, v in state.items()}
+    return state
+
+
+def pretrained_state(cell: Cell, cell_dir: Path, spec: DatasetSpec,
+                     splits: dict[str, ImageSet], device: torch.device,
+                     progress: bool) -> dict[str, torch.Tensor] | None:
+    """Weights to convert for methods that start from a trained single model.
+
+    ``pretrained: PATH`` loads them; ``pretrain_epochs: N`` first trains a `single` model of the
+    same backbone for N epochs with the cell's recipe and seed (checkpointed in the cell's
+    folder under ``pretrain/``, so an interrupted pretraining resumes too).
+    """
+    if cell.hparams.get("pretrained"):
+        return load_backbone_state(cell.hparams["pretrained"])
+    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
+    if not epochs:
+        return None
+    pre_dir = cell_dir / "pretrain"
+    final = pre_dir / "final.pt"
+    if not final.exists():
+        pre_dir.mkdir(exist_ok=True)
+        pre = Cell(cell.suite, cell.dataset, cell.backbone, cell.backbone_kwargs, "single", 1,
+                   {}, cell.seed, dataclasses.replace(cell.recipe, epochs=epochs),
+                   cell.evaluation)
+        model, _ = build_model(pre, spec)
+        model.to(device)
+        train_cell(pre, pre_dir, model, spec, splits, device, progress)
+        _save_atomic(model.state_dict(), final)
+    return load_backbone_state(final)
+
+
+def train_cell(cell: Cell, cell_dir: Path, model: EnsembleModel, spec: DatasetSpec,
+               splits: dict[str, ImageSet], device: torch.device,
+               progress: bool) -> tuple[list[dict], list[dict], float]:
+    """Train with a checkpoint after every epoch; resume from it if present."""
+    from tqdm.auto import tqdm
+
+    recipe = cell.recipe
+    augment = spec.augment if recipe.augment == "default" else recipe.augment
+    loader = DeviceLoader(splits["train"], recipe.batch_size, device, spec.mean, spec.std,
+                          augment=augment, shuffle=True, seed=cell.seed,
+                          drop_last=len(splits["train"]) >= 2 * recipe.batch_size,
+                          channels_last=recipe.channels_last and device.type == "cuda")
+    opt = make_optimizer(model, recipe)
+    sched = make_scheduler(opt, recipe, len(loader))
+    history: list[dict] = []
+    diagnostics: list[dict] = []
+    start_epoch, train_s = 0, 0.0
+    ckpt_path = cell_dir / "checkpoint.pt"
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        history, diagnostics = ckpt["history"], ckpt["diagnostics"]
+        start_epoch, train_s = ckpt["epoch"] + 1, ckpt["train_s"]
+        torch.set_rng_state(ckpt["rng_cpu"])
+        log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
+    bar = tqdm(total=recipe.epochs * len(loader), initial=start_epoch * len(loader),
+               desc=f"  {cell.method} M={cell.M} s{cell.seed}", leave=False, unit="step",
+               disable=not progress)
+    for epoch in range(start_epoch, recipe.epochs):
+        model.set_progress(epoch, recipe.epochs)
+        loader.set_epoch(epoch)
+        t0 = time.perf_counter()
+        stats = train_epoch(model, loader, opt, sched, recipe, device, progress=bar)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_s = time.perf_counter() - t0
+        train_s += epoch_s
+        val = evaluate_split(model, splits["val"], spec, recipe, device)
+        history.append({"epoch": epoch + 1, **stats, "val_acc": val["acc"],
+                        "val_nll": val["nll"], "val_ece": val["ece"], "time_s": epoch_s,
+                        "lr": opt.param_groups[0]["lr"]})
+        diag = model.diagnostics()
+        if diag:
+            diagnostics.append({"epoch": epoch + 1, **diag})
+        _save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                      "scheduler": sched.state_dict(), "epoch": epoch, "history": history,
+                      "diagnostics": diagnostics, "train_s": train_s,
+                      "rng_cpu": torch.get_rng_state()}, ckpt_path)
+    bar.close()
+    return history, diagnostics, train_s
+
+
+def run_cell(cell: Cell, results_dir: Path, data_root: Path | None = None, force: bool = False,
+             progress: bool = True) -> dict[str, Any]:
+    """Train and evaluate one cell; always leaves a record unless interrupted.
+
+    Args:
+        cell: the resolved configuration.
+        results_dir: the suite's results folder (``results/<suite>``).
+        data_root: where datasets live (defaults: $HARNESS_DATA_ROOT, then the user cache).
+        force: redo a finished cell from scratch.
+        progress: show a progress bar for the epochs.
+
+    Returns:
+        The result record (also written to ``<results_dir>/<cell_id>/record.json``).
+    """
+    data_root = default_data_root(data_root)
+    cell_dir = Path(results_dir) / cell.cell_id
+    existing = read_record(cell_dir)
+    if existing and existing["status"] == "done" and not force:
+        return existing
+    if force:
+        for name in ("checkpoint.pt", "final.pt", "record.json"):
+            (cell_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(cell_dir / "pretrain", ignore_errors=True)
+    elif existing:  # a failed cell is retried from scratch
+        (cell_dir / "record.json").unlink(missing_ok=True)
+        (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
+    device = pick_device(cell.recipe.device)
+    started, t0 = now(), time.perf_counter()
+    rec: dict[str, Any] = {
+        "schema_version": 1, "suite": cell.suite, "cell_id": cell.cell_id,
+        "config": cell.config(), "evaluation": cell.to_json()["evaluation"], "metrics": {},
+        "cost": {}, "history": [], "diagnostics": {}, "timings": {},
+        "environment": environment(device), "conventions": CONVENTIONS, "error": None,
+        "started_at": started,
+    }
+    try:
+        spec, splits = load_data(cell, data_root)
+        pre = pretrained_state(cell, cell_dir, spec, splits, device, progress)
+        model, ctx = build_model(cell, spec, pre)
+        model.to(device)
+        if cell.recipe.channels_last and device.type == "cuda":
+            model.to(memory_format=torch.channels_last)
+        history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device,
+                                            progress)
+        rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
+        _save_atomic(model.state_dict(), cell_dir / "final.pt")
+        t_eval = time.perf_counter()
+        rec["metrics"] = evaluate_all(model, splits, spec, cell.evaluation, cell.recipe, device,
+                                      data_root)
+        eval_s = time.perf_counter() - t_eval
+        rec["cost"] = measure_cost(model, ctx, cell, spec, splits, device)
+        rec["cost"]["train_time_s"] = train_s
+        rec["cost"]["epoch_time_s"] = train_s / max(len(history), 1)
+        rec["timings"] = {"train_s": train_s, "eval_s": eval_s}
+        rec["status"] = "done"
+    except Exception as exc:  # recorded, not swallowed: the record carries type, message, trace
+        rec["status"] = "failed"
+        rec["error"] = {"type": type(exc).__name__, "message": str(exc),
+                        "traceback": traceback.format_exc(limit=20)[-4000:],
+                        "data_missing": isinstance(exc, DataMissingError)}
+        log.warning("cell %s failed: %s: %s", cell.label, type(exc).__name__, exc)
+    rec["timings"]["total_s"] = time.perf_counter() - t0
+    rec["finished_at"] = now()
+    write_record(cell_dir, rec)
+    if rec["status"] == "done":
+        (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
+    return rec
+
+
+def measure_cost(model: EnsembleModel, ctx: BuildContext, cell: Cell, spec: DatasetSpec,
+                 splits: dict[str, ImageSet], device: torch.device) -> dict[str, Any]:
+    """Parameters always; FLOPs, throughput and memory when the suite asks for cost."""
+    cost: dict[str, Any] = parameter_counts(model, ctx)
+    if not cell.evaluation.cost:
+        return cost
+    b = min(cell.recipe.batch_size, len(splits["train"]))
+    loader = DeviceLoader(ImageSet(splits["train"].images[:b], splits["train"].labels[:b]), b,
+                          device, spec.mean, spec.std,
+                          channels_last=cell.recipe.channels_last and device.type == "cuda")
+    x, y = next(iter(loader))
+    cost["flops_per_image"] = flops_per_image(model, x)
+    cost.update(throughput(model, x, y, cell.recipe, device, steps=cell.evaluation.cost_steps))
+    cost["device"] = environment(device)["device"]
+    return cost

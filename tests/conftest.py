@@ -1,0 +1,25 @@
+"""Shared fixtures. Tests run offline on the CPU; torch uses few threads to share the machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def write_suite(tmp_path):
+    """Write a suite YAML file into tmp_path and return its path."""
+
+    def write(text: str, name: str = "suite.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return write
