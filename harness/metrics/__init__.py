@@ -1,0 +1,105 @@
+"""Evaluation metrics of ensembles: calibration, classification, diversity and OOD detection.
+
+Inputs are member probabilities ``(M, B, K)`` and integer labels ``(B,)``; the ensemble
+prediction is the mean of member probabilities. Every metric exists as a function on full tensors
+and inside a streaming accumulator whose ``compute()`` equals the function on the concatenation
+of the batches. :class:`EnsembleMetrics` and :class:`OODScores` are what the evaluator uses.
+"""
+
+from harness.metrics.calibration import (
+    N_BINS,
+    CalibrationAccumulator,
+    adaptive_ece,
+    adaptive_ece_from_confidences,
+    aurc,
+    aurc_from_confidences,
+    calibration_bins,
+    confidence_and_correct,
+    ece,
+    ece_from_bins,
+    ece_from_confidences,
+    member_ece,
+)
+from harness.metrics.classification import (
+    NLL_EPS,
+    ClassificationAccumulator,
+    accuracy,
+    as_ensemble,
+    brier,
+    ensemble_mean,
+    member_accuracy,
+    member_brier,
+    member_nll,
+    nll,
+)
+from harness.metrics.collection import ENSEMBLE_METRIC_KEYS, MEMBER_METRIC_KEYS, EnsembleMetrics
+from harness.metrics.diversity import (
+    DiversityAccumulator,
+    disagreement,
+    disagreement_per_sample,
+    mutual_information,
+    mutual_information_per_sample,
+    pairwise_kl,
+    pairwise_kl_per_sample,
+)
+from harness.metrics.ood import (
+    OOD_CONVENTION,
+    OOD_METRICS,
+    OOD_SCORES,
+    OODScores,
+    aupr_in,
+    aupr_out,
+    auroc,
+    entropy_score,
+    fpr_at_tpr,
+    mi_score,
+    msp_score,
+    ood_metrics,
+)
+
+__all__ = [
+    "ENSEMBLE_METRIC_KEYS",
+    "MEMBER_METRIC_KEYS",
+    "NLL_EPS",
+    "N_BINS",
+    "OOD_CONVENTION",
+    "OOD_METRICS",
+    "OOD_SCORES",
+    "CalibrationAccumulator",
+    "ClassificationAccumulator",
+    "DiversityAccumulator",
+    "EnsembleMetrics",
+    "OODScores",
+    "accuracy",
+    "adaptive_ece",
+    "adaptive_ece_from_confidences",
+    "as_ensemble",
+    "aupr_in",
+    "aupr_out",
+    "aurc",
+    "aurc_from_confidences",
+    "auroc",
+    "brier",
+    "calibration_bins",
+    "confidence_and_correct",
+    "disagreement",
+    "disagreement_per_sample",
+    "ece",
+    "ece_from_bins",
+    "ece_from_confidences",
+    "ensemble_mean",
+    "entropy_score",
+    "fpr_at_tpr",
+    "member_accuracy",
+    "member_brier",
+    "member_ece",
+    "member_nll",
+    "mi_score",
+    "msp_score",
+    "mutual_information",
+    "mutual_information_per_sample",
+    "nll",
+    "ood_metrics",
+    "pairwise_kl",
+    "pairwise_kl_per_sample",
+]

@@ -1,0 +1,323 @@
+"""Out-of-distribution detection: scores, AUROC, AUPR-In, AUPR-Out and FPR@95%TPR.
+
+Convention (stored verbatim in result records as :data:`OOD_CONVENTION`): every score is
+*higher = more in-distribution*, and **in-distribution (ID) samples are the positive class**, the
+reading of OpenOOD (Yang et al., 2022) and of Hendrycks & Gimpel (2017)'s "in-distribution
+positive" AUPR-In:
+
+- ``auroc``: area under the ROC curve with ID positive = P(score_ID > score_OOD) + ½ P(tie).
+  (AUROC does not change if both the positive class and the sign of the score are flipped.)
+- ``aupr_in``: average precision (step-wise, scikit-learn's ``average_precision_score``) with ID
+  positive and the score as is.
+- ``aupr_out``: average precision with OOD positive and the score negated.
+- ``fpr95``: with ``t`` the largest threshold that keeps at least 95% of ID samples
+  (``score ≥ t``), the fraction of OOD samples that are also kept (falsely accepted as ID).
+
+Scores of an ensemble ``(M, B, K)`` with mean ``p̄``:
+
+- ``msp``: maximum softmax probability of the mean, ``max_k p̄_k`` (Hendrycks & Gimpel, 2017);
+- ``entropy``: negative predictive entropy, ``−H(p̄)`` (entropy of the mean, not the mean member
+  entropy that torch-uncertainty's ``Entropy`` returns on ``(B, M, K)``);
+- ``mi``: negative mutual information, ``−(H(p̄) − mean_m H(p_m))``.
+
+Implementations: AUROC and both AUPRs are torchmetrics' exact (``thresholds=None``)
+``binary_auroc`` / ``binary_average_precision``. torchmetrics applies a sigmoid to scores outside
+[0, 1]; to keep the ranking exact (a float sigmoid can tie distinct large scores) scores are
+first replaced by their normalised dense ranks, which changes none of these rank-based metrics.
+FPR@95 is torch-uncertainty's tie-aware ``FPRx`` with ``pos_label`` set to the ID label — its
+``FPR95`` is documented and used (in its routines) with OOD as the positive class, the opposite
+convention; OpenOOD v1.5's evaluator likewise computes FPR@95 with OOD positive, so its FPR
+values are not comparable with ours (its AUROC is). The entropy is one line of
+``torch.special.entr`` (0 log 0 = 0).
+
+References:
+    Hendrycks & Gimpel. A Baseline for Detecting Misclassified and Out-of-Distribution Examples
+    in Neural Networks. ICLR 2017.
+    Yang, Wang, Zou, Zhou, Ding, Peng, Wang, Chen, Li, Sun, Du, Zhou, Zhang, Hendrycks, Li & Liu.
+    OpenOOD: Benchmarking Generalized Out-of-Distribution Detection. NeurIPS 2022 (Datasets and
+    Benchmarks).
+    Lakshminarayanan, Pritzel & Blundell. Simple and Scalable Predictive Uncertainty Estimation
+    using Deep Ensembles. NeurIPS 2017.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_uncertainty.metrics.classification.fpr import FPRx
+from torchmetrics import Metric
+from torchmetrics.functional.classification import binary_auroc, binary_average_precision
+from torchmetrics.utilities.data import dim_zero_cat
+
+from harness.metrics.classification import as_ensemble, ensemble_mean
+from harness.metrics.diversity import _mutual_information_per_sample
+
+#: How OOD metrics are to be read; stored in every result record and shown in reports.
+OOD_CONVENTION = (
+    "ID-positive (OpenOOD, Yang et al. 2022): scores are higher for more in-distribution "
+    "samples (msp = max p̄, entropy = −H(p̄), mi = −(H(p̄) − mean_m H(p_m)), p̄ = mean of member "
+    "probabilities); auroc = P(score_ID > score_OOD) + ½P(tie); aupr_in = average precision "
+    "(step-wise, as scikit-learn) with ID positive; aupr_out = average precision with OOD "
+    "positive on negated scores; fpr95 = fraction of OOD samples with score ≥ t, t the largest "
+    "threshold keeping ≥ 95% of ID samples (lower is better)."
+)
+
+#: Keys of the dict returned by :func:`ood_metrics`, in order.
+OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
+
+
+def msp_score(probs: Tensor) -> Tensor:
+    """Maximum softmax probability of the ensemble mean, ``max_k p̄_k``.
+
+    Args:
+        probs: Member probabilities ``(M, B, K)`` or ``(B, K)``.
+
+    Returns:
+        ``(B,)`` float64; higher = more in-distribution.
+    """
+    return _msp(as_ensemble(probs))
+
+
+def entropy_score(probs: Tensor) -> Tensor:
+    """Negative predictive entropy of the ensemble mean, ``−H(p̄)`` in nats.
+
+    Args:
+        probs: Member probabilities ``(M, B, K)`` or ``(B, K)``.
+
+    Returns:
+        ``(B,)`` float64 in ``[−log K, 0]``; higher = more in-distribution.
+    """
+    return _neg_entropy(as_ensemble(probs))
+
+
+def mi_score(probs: Tensor) -> Tensor:
+    """Negative mutual information, ``−(H(p̄) − mean_m H(p_m))`` in nats (0 for M = 1).
+
+    Args:
+        probs: Member probabilities ``(M, B, K)`` or ``(B, K)``.
+
+    Returns:
+        ``(B,)`` float64 in ``[−log M, 0]``; higher = more in-distribution.
+    """
+    return _neg_mi(as_ensemble(probs))
+
+
+def _msp(probs: Tensor) -> Tensor:
+    return ensemble_mean(probs).amax(dim=-1)  # (M, B, K) -> (B,)
+
+
+def _neg_entropy(probs: Tensor) -> Tensor:
+    return -torch.special.entr(ensemble_mean(probs)).sum(dim=-1)  # (B,)
+
+
+def _neg_mi(probs: Tensor) -> Tensor:
+    return -_mutual_information_per_sample(probs)  # (B,)
+
+
+#: Score name → function of float64 ``(M, B, K)`` probabilities returning ``(B,)`` scores.
+_SCORE_FNS: dict[str, Callable[[Tensor], Tensor]] = {
+    "msp": _msp,
+    "entropy": _neg_entropy,
+    "mi": _neg_mi,
+}
+#: Score name → public score function (validates its input).
+OOD_SCORES: dict[str, Callable[[Tensor], Tensor]] = {
+    "msp": msp_score,
+    "entropy": entropy_score,
+    "mi": mi_score,
+}
+
+
+def _check_scores(id_scores: Tensor, ood_scores: Tensor) -> tuple[Tensor, Tensor]:
+    for name, s in (("id_scores", id_scores), ("ood_scores", ood_scores)):
+        if not isinstance(s, Tensor) or s.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D tensor of per-sample scores")
+        if s.numel() == 0:
+            raise ValueError(f"{name} is empty: OOD metrics need ID and OOD samples")
+        if bool(torch.isnan(s).any()):
+            raise ValueError(f"{name} contains NaN")
+    return id_scores.to(torch.float64), ood_scores.to(torch.float64)
+
+
+def _ranked(id_scores: Tensor, ood_scores: Tensor) -> tuple[Tensor, Tensor]:
+    """Concatenate ``[ID, OOD]`` scores as dense ranks in [0, 1] and ID-positive targets."""
+    scores = torch.cat([id_scores, ood_scores.to(id_scores.device)])  # (N_id + N_ood,)
+    uniq, inverse = torch.unique(scores, sorted=True, return_inverse=True)
+    ranks = inverse.to(torch.float64) / max(uniq.numel() - 1, 1)  # same order, ties kept
+    target = torch.zeros(scores.numel(), dtype=torch.long, device=scores.device)
+    target[: id_scores.numel()] = 1  # ID = positive
+    return ranks, target
+
+
+def auroc(id_scores: Tensor, ood_scores: Tensor) -> Tensor:
+    """AUROC of separating ID (positive) from OOD by ``score`` (higher = ID).
+
+    Args:
+        id_scores: Scores of ID samples ``(N_id,)``.
+        ood_scores: Scores of OOD samples ``(N_ood,)``.
+
+    Returns:
+        Scalar float64 tensor in [0, 1]; 1 = every ID sample scores above every OOD one.
+    """
+    ranks, target = _ranked(*_check_scores(id_scores, ood_scores))
+    return binary_auroc(ranks, target, thresholds=None).to(torch.float64)
+
+
+def aupr_in(id_scores: Tensor, ood_scores: Tensor) -> Tensor:
+    """Average precision with ID as the positive class (score as is).
+
+    Args:
+        id_scores: Scores of ID samples ``(N_id,)``.
+        ood_scores: Scores of OOD samples ``(N_ood,)``.
+
+    Returns:
+        Scalar float64 tensor in [0, 1].
+    """
+    ranks, target = _ranked(*_check_scores(id_scores, ood_scores))
+    return binary_average_precision(ranks, target, thresholds=None).to(torch.float64)
+
+
+def aupr_out(id_scores: Tensor, ood_scores: Tensor) -> Tensor:
+    """Average precision with OOD as the positive class (score negated).
+
+    Args:
+        id_scores: Scores of ID samples ``(N_id,)``.
+        ood_scores: Scores of OOD samples ``(N_ood,)``.
+
+    Returns:
+        Scalar float64 tensor in [0, 1].
+    """
+    id_scores, ood_scores = _check_scores(id_scores, ood_scores)
+    ranks, target = _ranked(-ood_scores, -id_scores)  # OOD first = positive
+    return binary_average_precision(ranks, target, thresholds=None).to(torch.float64)
+
+
+def fpr_at_tpr(id_scores: Tensor, ood_scores: Tensor, tpr: float = 0.95) -> Tensor:
+    """False-positive rate at a true-positive rate of ``tpr``, ID positive.
+
+    With ``t`` the largest threshold such that at least ``tpr`` of the ID samples have
+    ``score ≥ t``, returns the fraction of OOD samples with ``score ≥ t``.
+
+    Args:
+        id_scores: Scores of ID samples ``(N_id,)``.
+        ood_scores: Scores of OOD samples ``(N_ood,)``.
+        tpr: Fraction of ID samples to keep, in (0, 1].
+
+    Returns:
+        Scalar float64 tensor in [0, 1]; lower is better.
+    """
+    if not 0.0 < tpr <= 1.0:
+        raise ValueError(f"tpr must be in (0, 1], got {tpr}")
+    id_scores, ood_scores = _check_scores(id_scores, ood_scores)
+    scores = torch.cat([id_scores, ood_scores.to(id_scores.device)])
+    is_id = torch.zeros(scores.numel(), dtype=torch.long, device=scores.device)
+    is_id[: id_scores.numel()] = 1
+    with warnings.catch_warnings():  # we store the scores on purpose; silence its memory note
+        warnings.filterwarnings("ignore", message=".*will save all targets", category=UserWarning)
+        metric = FPRx(recall_level=tpr, pos_label=1).to(scores.device)
+    metric.update(scores, is_id)
+    return metric.compute().to(torch.float64)
+
+
+def ood_metrics(id_scores: Tensor, ood_scores: Tensor) -> dict[str, float]:
+    """All four OOD metrics for one score, as Python floats.
+
+    Args:
+        id_scores: Scores of ID samples ``(N_id,)`` (higher = more in-distribution).
+        ood_scores: Scores of OOD samples ``(N_ood,)``.
+
+    Returns:
+        ``{"auroc", "aupr_in", "aupr_out", "fpr95"}``; see :data:`OOD_CONVENTION`.
+    """
+    return {
+        "auroc": float(auroc(id_scores, ood_scores)),
+        "aupr_in": float(aupr_in(id_scores, ood_scores)),
+        "aupr_out": float(aupr_out(id_scores, ood_scores)),
+        "fpr95": float(fpr_at_tpr(id_scores, ood_scores, 0.95)),
+    }
+
+
+class OODScores(Metric):
+    """Accumulates per-sample OOD scores of ID and OOD batches; computes every metric per score.
+
+    Stores three float64 scores per sample (never the probabilities). For several OOD sets
+    against one ID set, call :meth:`reset_ood` between OOD sets to reuse the ID scores.
+
+    Example::
+
+        scores = OODScores()
+        for probs in id_batches:  # (M, B, K) member probabilities
+            scores.update_id(probs)
+        for probs in ood_batches:
+            scores.update_ood(probs)
+        scores.compute()["msp"]["auroc"]
+
+    Args:
+        validate: Check each batch with :func:`~harness.metrics.classification.as_ensemble`.
+        **kwargs: Passed to :class:`torchmetrics.Metric`.
+    """
+
+    is_differentiable = False
+    higher_is_better = None
+    full_state_update = False
+
+    def __init__(self, validate: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validate = validate
+        for split in ("id", "ood"):
+            for name in _SCORE_FNS:
+                self.add_state(f"{split}_{name}", default=[], dist_reduce_fx="cat")
+
+    def update(self, probs: Tensor, *, ood: bool) -> None:
+        """Add a batch of ID (``ood=False``) or OOD (``ood=True``) member probabilities.
+
+        Args:
+            probs: Member probabilities ``(M, B, K)`` or ``(B, K)``.
+            ood: Whether the batch comes from the OOD set.
+        """
+        probs = as_ensemble(probs, validate=self.validate)
+        split = "ood" if ood else "id"
+        for name, fn in _SCORE_FNS.items():
+            getattr(self, f"{split}_{name}").append(fn(probs))  # (B,)
+
+    def update_id(self, probs: Tensor) -> None:
+        """Add a batch of in-distribution member probabilities ``(M, B, K)``."""
+        self.update(probs, ood=False)
+
+    def update_ood(self, probs: Tensor) -> None:
+        """Add a batch of out-of-distribution member probabilities ``(M, B, K)``."""
+        self.update(probs, ood=True)
+
+    def reset_ood(self) -> None:
+        """Forget the OOD scores but keep the ID ones (to score another OOD set)."""
+        for name in _SCORE_FNS:
+            setattr(self, f"ood_{name}", [])
+        self._computed = None  # invalidate torchmetrics' cached compute()
+
+    def compute(self) -> dict[str, dict[str, float]]:
+        """Compute the four OOD metrics for each score.
+
+        Returns:
+            ``{"msp": {...}, "entropy": {...}, "mi": {...}}``, each inner dict with the keys
+            ``"auroc", "aupr_in", "aupr_out", "fpr95"`` as Python floats.
+
+        Raises:
+            ValueError: If no ID or no OOD sample was seen.
+        """
+        out = {}
+        for name in _SCORE_FNS:
+            id_s, ood_s = _cat(getattr(self, f"id_{name}")), _cat(getattr(self, f"ood_{name}"))
+            if id_s.numel() == 0 or ood_s.numel() == 0:
+                raise ValueError("OODScores.compute() needs at least one ID and one OOD sample")
+            out[name] = ood_metrics(id_s, ood_s)
+        return out
+
+
+def _cat(state: list[Tensor] | Tensor) -> Tensor:
+    if isinstance(state, list) and not state:
+        return torch.zeros(0, dtype=torch.float64)
+    return dim_zero_cat(state)
