@@ -1,1 +1,1 @@
-"""Datasets: the built-in digits benchmark and the real benchmark sets (loaded on users' machines)."""
+"""Datasets: the built-in digits benchmark and the real benchmark sets (users' machines)."""

@@ -40,8 +40,10 @@ class ImageSet:
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.dim() != 4:
-            raise TypeError(f"images must be uint8 (N, C, H, W), got {self.images.dtype} "
-                            f"{tuple(self.images.shape)}")
+            raise TypeError(
+                f"images must be uint8 (N, C, H, W), got {self.images.dtype} "
+                f"{tuple(self.images.shape)}"
+            )
         if len(self.images) != len(self.labels):
             raise ValueError("images and labels differ in length")
 

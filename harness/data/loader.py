@@ -32,10 +32,19 @@ class DeviceLoader:
         channels_last: produce channels_last batches (GPU speed).
     """
 
-    def __init__(self, data: ImageSet, batch_size: int, device: torch.device,
-                 mean: tuple[float, ...], std: tuple[float, ...], augment: str = "none",
-                 shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-                 channels_last: bool = False) -> None:
+    def __init__(
+        self,
+        data: ImageSet,
+        batch_size: int,
+        device: torch.device,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+        augment: str = "none",
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        channels_last: bool = False,
+    ) -> None:
         if augment not in ("none", "crop_flip"):
             raise ValueError(f"augment must be 'none' or 'crop_flip', got {augment!r}")
         self.images = data.images.to(device)  # uint8 (N, C, H, W)

@@ -1,0 +1,438 @@
+"""Corruption shift: the published CIFAR-10-C / CIFAR-100-C files, and generated copies of any
+dataset's test split in the same layout.
+
+Layout (Hendrycks & Dietterich, ICLR 2019): one ``<corruption>.npy`` per corruption, uint8
+(5·N, H, W, C) with the rows of severity s at (s−1)·N … s·N − 1 (N = 10,000 for CIFAR), plus
+``labels.npy`` (5·N,). The published sets live in ``<root>/CIFAR-10-C`` and ``<root>/CIFAR-100-C``;
+generated copies in ``<root>/generated-c/<dataset>/`` with a ``source.json`` fingerprint of the
+clean test split they were made from (a changed split regenerates them).
+
+Generation uses torch-uncertainty's corruption transforms (``torch_uncertainty.transforms.
+corruption``, PyTorch ports of the originals), seeded per (dataset, corruption, severity), so a
+cache rebuilt on another machine is the same up to library versions. Some transforms need the
+``torch-uncertainty[image]`` extras (kornia, opencv, torch-uncertainty-assets); where they are not
+installed those corruptions are left out of :func:`applicable_corruptions` and asking for one
+raises with the install command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import os
+import tempfile
+import warnings
+import zlib
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from harness.data.base import DATA_ROOT_ENV, DataMissingError, ImageSet
+
+CORRUPTIONS: tuple[str, ...] = (
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+    "snow",
+    "frost",
+    "fog",
+    "brightness",
+    "contrast",
+    "elastic_transform",
+    "pixelate",
+    "jpeg_compression",
+)
+EXTRA_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+ALL_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS + EXTRA_CORRUPTIONS
+SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
+
+CIFAR_C_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C"}
+GENERATED_DIR = "generated-c"
+
+# Class names in torch_uncertainty.transforms.corruption. "spatter" has no port there: it exists
+# only in the published files.
+_TRANSFORMS = {
+    "gaussian_noise": "GaussianNoise",
+    "shot_noise": "ShotNoise",
+    "impulse_noise": "ImpulseNoise",
+    "defocus_blur": "DefocusBlur",
+    "glass_blur": "GlassBlur",
+    "motion_blur": "MotionBlur",
+    "zoom_blur": "ZoomBlur",
+    "snow": "Snow",
+    "frost": "Frost",
+    "fog": "Fog",
+    "brightness": "Brightness",
+    "contrast": "Contrast",
+    "elastic_transform": "Elastic",
+    "pixelate": "Pixelate",
+    "jpeg_compression": "JPEGCompression",
+    "speckle_noise": "SpeckleNoise",
+    "gaussian_blur": "GaussianBlur",
+    "saturate": "Saturation",
+}
+
+# Smallest image side each transform works on, found by running every transform at every
+# severity on 1×8×8 digits and 3×32×32 images (torch-uncertainty 0.13):
+# - defocus_blur: its disk kernel is 17×17 (21×21 at severity 5) and reflect padding needs the
+#   side to exceed half the kernel: crashes below 11.
+# - gaussian_blur: kernel 25×25 at severity 5: crashes below 13.
+# - snow: motion-blurs its snow layer with a 25-pixel kernel at severity 5: crashes below 13.
+# - motion_blur: kernel 31 at severity 5: crashes below 16.
+# - glass_blur, elastic_transform: ImageNet-sized parameters. They run on 8×8 but destroy the
+#   image (a logistic-regression digits classifier at 98 % clean falls to 33 % / 22 % at
+#   severity 1, and elastic's severities 1–2 are far stronger than 3–5); they are sensible at
+#   CIFAR's 32×32, where CIFAR-10-C uses them, and are left out below that.
+# - pixelate: shrinks to 25 % of the side at severity 5 (8×8 → 2×2, already harsh).
+_MIN_SIDE = {
+    "defocus_blur": 11,
+    "gaussian_blur": 13,
+    "snow": 13,
+    "motion_blur": 16,
+    "glass_blur": 32,
+    "elastic_transform": 32,
+}
+_ANY_MIN_SIDE = 4  # fog's plasma fractal and pixelate's 25 % shrink need a few pixels
+# saturate is a no-op on grey images (identical output at every severity).
+_COLOUR_ONLY = {"saturate"}
+# These call RGB-only code (kornia's rgb_to_grayscale, the colour frost photos, cv2's warp that
+# drops a singleton channel); grey images go through a 3-channel copy and back by luma.
+_NEEDS_RGB = {"snow", "frost", "elastic_transform"}
+# Transforms that treat each image of a batch independently (so a chunk is one call). The others
+# take one (C, H, W) image per call (motion_blur would draw one angle for a whole batch).
+_BATCHABLE = {
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "brightness",
+    "contrast",
+    "speckle_noise",
+    "gaussian_blur",
+    "saturate",
+}
+_CHUNK = 500
+_INSTALL_HINT = 'pip install "torch-uncertainty[image]"'
+
+
+# --------------------------------------------------------------------------------------------
+# Published CIFAR-10-C / CIFAR-100-C
+
+
+def _check_corruption(corruption: str, severity: int) -> None:
+    if corruption not in ALL_CORRUPTIONS:
+        raise ValueError(
+            f"unknown corruption {corruption!r}; choose from {', '.join(ALL_CORRUPTIONS)}"
+        )
+    if isinstance(severity, bool) or severity not in SEVERITIES:
+        raise ValueError(f"severity must be one of 1..5, got {severity!r}")
+
+
+def cifar_c_location(root: Path, name: str) -> Path:
+    """Folder of a published corruption set: ``<root>/CIFAR-10-C`` or ``<root>/CIFAR-100-C``."""
+    if name not in CIFAR_C_FOLDERS:
+        raise ValueError(f"unknown corruption set {name!r}; choose from {sorted(CIFAR_C_FOLDERS)}")
+    return Path(root) / CIFAR_C_FOLDERS[name]
+
+
+def _missing(name: str, path: Path) -> DataMissingError:
+    return DataMissingError(
+        f"{name} not found: looked for {path}. Fetch it with `harness data download {name}` "
+        f"(or point --data-root / ${DATA_ROOT_ENV} at a folder that has it)."
+    )
+
+
+def require_cifar_c(root: Path, name: str, corruptions: tuple[str, ...] = ALL_CORRUPTIONS) -> None:
+    """Raise :class:`DataMissingError` unless labels.npy and every corruption file exist."""
+    folder = cifar_c_location(root, name)
+    for file in ("labels", *corruptions):
+        if not (folder / f"{file}.npy").is_file():
+            raise _missing(name, folder / f"{file}.npy")
+
+
+def _severity_rows(arr: np.ndarray, severity: int, path: Path) -> np.ndarray:
+    if arr.shape[0] % len(SEVERITIES):
+        raise ValueError(f"{path}: {arr.shape[0]} rows is not 5 severities × N")
+    n = arr.shape[0] // len(SEVERITIES)
+    return np.array(arr[(severity - 1) * n : severity * n])  # a copy: only these rows are read
+
+
+def read_cifar_c(root: Path, name: str, corruption: str, severity: int) -> ImageSet:
+    """One corruption at one severity of CIFAR-10-C / CIFAR-100-C.
+
+    Only the rows of that severity are read (memory-mapped file).
+
+    Args:
+        root: data root holding ``CIFAR-10-C/`` or ``CIFAR-100-C/``.
+        name: "cifar10-c" or "cifar100-c".
+        corruption: one of :data:`ALL_CORRUPTIONS`.
+        severity: 1..5.
+
+    Returns:
+        ImageSet with uint8 (N, 3, 32, 32) images and int64 labels.
+
+    Raises:
+        DataMissingError: a file is absent (the message names it and the fetch command).
+        ValueError: unknown name/corruption/severity, or a file not in the published layout.
+    """
+    _check_corruption(corruption, severity)
+    folder = cifar_c_location(root, name)
+    path, labels_path = folder / f"{corruption}.npy", folder / "labels.npy"
+    for p in (path, labels_path):
+        if not p.is_file():
+            raise _missing(name, p)
+    arr = np.load(path, mmap_mode="r")
+    if arr.ndim != 4 or arr.dtype != np.uint8:
+        raise ValueError(f"{path}: expected uint8 (5·N, H, W, C), got {arr.dtype} {arr.shape}")
+    images = _severity_rows(arr, severity, path)
+    labels = np.load(labels_path, mmap_mode="r")
+    if labels.shape[0] != arr.shape[0]:
+        raise ValueError(f"{labels_path}: {labels.shape[0]} labels for {arr.shape[0]} images")
+    labels = _severity_rows(labels, severity, labels_path)
+    return ImageSet(
+        torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(),
+        torch.from_numpy(labels.astype(np.int64)),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Which corruptions a shape admits
+
+
+def why_not_applicable(corruption: str, in_shape: tuple[int, int, int]) -> str | None:
+    """Why a corruption cannot be generated for images of ``in_shape`` (None if it can)."""
+    c, h, w = in_shape
+    side = min(h, w)
+    if corruption not in _TRANSFORMS:
+        return f"torch-uncertainty has no {corruption!r} transform (published files only)"
+    if c not in (1, 3):
+        return f"the transforms take 1- or 3-channel images, not {c}"
+    if corruption in _COLOUR_ONLY and c != 3:
+        return "a no-op on grey images"
+    need = max(_MIN_SIDE.get(corruption, 0), _ANY_MIN_SIDE)
+    if side < need:
+        return f"needs images of at least {need}×{need}, got {h}×{w}"
+    return None
+
+
+@cache
+def missing_requirement(corruption: str) -> str | None:
+    """None when the transform can be built here, else what to install."""
+    try:
+        _transform(corruption, 1, seed=0)
+    except ImportError as err:
+        return f"{corruption} needs torch-uncertainty's image extras ({err}): {_INSTALL_HINT}"
+    return None
+
+
+def applicable_corruptions(
+    in_shape: tuple[int, int, int], installed_only: bool = True
+) -> list[str]:
+    """Corruptions that can be generated for images of ``in_shape`` (C, H, W).
+
+    With 8×8 grey digits: gaussian_noise, shot_noise, impulse_noise, zoom_blur, frost, fog,
+    brightness, contrast, pixelate, jpeg_compression, speckle_noise; with 3×32×32 every corruption
+    but spatter. See ``_MIN_SIDE`` for why the blurs, snow and elastic are left out at 8×8.
+    ``installed_only`` also drops those whose optional dependencies are missing here.
+    """
+    return [
+        name
+        for name in ALL_CORRUPTIONS
+        if why_not_applicable(name, in_shape) is None
+        and (not installed_only or missing_requirement(name) is None)
+    ]
+
+
+def corruptions_for(dataset_name: str, installed_only: bool = True) -> list[str]:
+    """The corruptions evaluated for a dataset: all 19 where files are published, else those
+    :func:`applicable_corruptions` admits."""
+    from harness.registries import DATASETS
+
+    spec = DATASETS.get(dataset_name)
+    if spec.corruption_source:
+        return list(ALL_CORRUPTIONS)
+    return applicable_corruptions(spec.in_shape, installed_only)
+
+
+# --------------------------------------------------------------------------------------------
+# Generation
+
+
+def _transform(corruption: str, severity: int, seed: int):
+    from torch_uncertainty.transforms import corruption as tu
+
+    cls = getattr(tu, _TRANSFORMS[corruption])
+    if "seed" in inspect.signature(cls.__init__).parameters:
+        transform = cls(severity, seed=seed)
+    else:
+        transform = cls(severity)
+    if corruption == "frost":
+        # Frost decodes one of its five large JPEG photos on every call; decode them once (the
+        # same tensors, indexed as before).
+        frost_ds = transform.frost_ds
+        transform.frost_ds = [frost_ds[i] for i in range(len(frost_ds))]
+    return transform
+
+
+def corruption_seed(dataset_name: str, corruption: str, severity: int) -> int:
+    """Stable seed of one generated cell (independent of Python's hash randomisation)."""
+    return zlib.crc32(f"{dataset_name}/{corruption}/{severity}".encode())
+
+
+def _to_grey(x: Tensor) -> Tensor:
+    weights = torch.tensor([0.299, 0.587, 0.114], dtype=x.dtype).view(1, 3, 1, 1)
+    return (x * weights).sum(1, keepdim=True)
+
+
+def corrupt_images(images: Tensor, corruption: str, severity: int, seed: int) -> Tensor:
+    """Apply one torch-uncertainty corruption to uint8 (N, C, H, W) images, deterministically.
+
+    Returns:
+        uint8 (N, C, H, W).
+    """
+    _check_corruption(corruption, severity)
+    reason = why_not_applicable(corruption, tuple(images.shape[1:]))
+    if reason:
+        raise ValueError(f"corruption {corruption!r} does not apply to these images: {reason}")
+    missing = missing_requirement(corruption)
+    if missing:
+        raise ImportError(missing)
+    transform = _transform(corruption, severity, seed)
+    x = images.float().div(255)
+    grey_via_rgb = corruption in _NEEDS_RGB and x.shape[1] == 1
+    if grey_via_rgb:
+        x = x.expand(-1, 3, -1, -1)
+    # Several transforms draw from torch's global generator (noise, glass offsets, frost crops);
+    # the others take the seed. Fork so the caller's RNG stream is untouched.
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        torch.manual_seed(seed)
+        # NumPy 2 notices about how torch-uncertainty mixes tensors and arrays (fog, speckle,
+        # elastic): not ours to fix, and harmless
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="torch_uncertainty")
+        # reshape: impulse_noise drops the channel axis of a batch of grey images
+        if corruption in _BATCHABLE:
+            outs = [torch.as_tensor(transform(b)).reshape(b.shape) for b in x.split(_CHUNK)]
+        else:  # clone: glass_blur permutes pixels of its input in place
+            outs = [torch.as_tensor(transform(i.clone())).reshape(1, *i.shape) for i in x]
+    out = torch.cat(outs).float() if outs else x
+    if grey_via_rgb:
+        out = _to_grey(out)
+    return out.clamp(0, 1).mul(255).round().to(torch.uint8)
+
+
+def generated_location(root: Path, dataset_name: str) -> Path:
+    """``<root>/generated-c/<dataset>/``."""
+    return Path(root) / GENERATED_DIR / dataset_name
+
+
+def _fingerprint(test: ImageSet) -> dict:
+    digest = hashlib.sha256()
+    digest.update(test.images.contiguous().numpy().tobytes())
+    digest.update(test.labels.contiguous().numpy().astype(np.int64).tobytes())
+    try:
+        tu_version = importlib.metadata.version("torch-uncertainty")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        tu_version = "unknown"
+    return {
+        "sha256": digest.hexdigest(),
+        "n": len(test),
+        "shape": list(test.images.shape[1:]),
+        "torch_uncertainty": tu_version,
+    }
+
+
+def _atomic_write(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _prepare_folder(folder: Path, test: ImageSet) -> None:
+    """Make sure folder holds labels.npy and source.json of this test split; clear a stale one."""
+    meta = _fingerprint(test)
+    source = folder / "source.json"
+    if source.is_file():
+        try:
+            current = json.loads(source.read_text())
+        except (OSError, ValueError):
+            current = None
+        if current == meta and (folder / "labels.npy").is_file():
+            return
+        for stale in folder.glob("*.npy"):  # made from another test split or library version
+            stale.unlink(missing_ok=True)
+    labels = np.tile(test.labels.numpy().astype(np.int64), len(SEVERITIES))
+    _atomic_write(folder / "labels.npy", lambda f: np.save(f, labels))
+    _atomic_write(source, lambda f: f.write(json.dumps(meta, indent=1).encode()))
+
+
+def generated_corruption(
+    dataset_name: str, root: Path, test: ImageSet, corruption: str, severity: int
+) -> ImageSet:
+    """One corruption at one severity of a dataset's test split, generated once and cached.
+
+    The first call for a corruption generates all 5 severities into
+    ``<root>/generated-c/<dataset>/<corruption>.npy`` (uint8 (5·N, H, W, C), written atomically);
+    later calls read only the requested rows.
+    """
+    _check_corruption(corruption, severity)
+    folder = generated_location(root, dataset_name)
+    _prepare_folder(folder, test)
+    path = folder / f"{corruption}.npy"
+    n, (c, h, w) = len(test), tuple(test.images.shape[1:])
+    arr = None
+    if path.is_file():
+        arr = np.load(path, mmap_mode="r")
+        if arr.shape != (len(SEVERITIES) * n, h, w, c) or arr.dtype != np.uint8:
+            arr = None
+    if arr is None:
+        blocks = [
+            corrupt_images(test.images, corruption, s, corruption_seed(dataset_name, corruption, s))
+            for s in SEVERITIES
+        ]
+        stacked = torch.cat(blocks).permute(0, 2, 3, 1).contiguous().numpy()
+        _atomic_write(path, lambda f: np.save(f, stacked))
+        arr = np.load(path, mmap_mode="r")
+    images = _severity_rows(arr, severity, path)
+    return ImageSet(torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), test.labels.clone())
+
+
+def corrupted_split(
+    dataset_name: str, root: Path, test: ImageSet, corruption: str, severity: int
+) -> ImageSet:
+    """The test split of a dataset under one corruption at one severity.
+
+    Datasets with a ``corruption_source`` read the published files (CIFAR-10-C / CIFAR-100-C);
+    the others get generated, cached copies (:func:`generated_corruption`).
+
+    Raises:
+        DataMissingError: the published files are absent.
+        ValueError: unknown corruption/severity, a corruption that does not apply to the images,
+            or published files whose labels do not match ``test``.
+    """
+    from harness.registries import DATASETS
+
+    source = DATASETS.get(dataset_name).corruption_source
+    if source is None:
+        return generated_corruption(dataset_name, root, test, corruption, severity)
+    out = read_cifar_c(root, source, corruption, severity)
+    if len(out) != len(test) or not torch.equal(out.labels, test.labels):
+        raise ValueError(
+            f"{cifar_c_location(root, source)}: labels do not match {dataset_name}'s test split "
+            f"({len(out)} vs {len(test)} images)"
+        )
+    return out
