@@ -1,0 +1,489 @@
+"""The leaderboard's figures, each a base64 PNG (for a data URI) or None when its data is absent.
+
+Every figure function takes the per-cell frame of :func:`reports.aggregate.records_to_frame`
+(done cells are used, failed ones ignored), aggregates over seeds itself (error bars are the
+sample std over seeds), and draws its panels once per (dataset, backbone) with one legend.
+Figures are built on :class:`matplotlib.figure.Figure` objects (Agg, no pyplot state); a ``$``
+in labels taken from config values is escaped, so they are drawn literally, never as math text.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from reports.aggregate import format_number
+
+log = logging.getLogger(__name__)
+
+SIGMA_METHOD = "sigma_ens"
+MAX_SETTINGS = 8  # (dataset, backbone) settings per figure
+MAX_PANELS_PER_ROW = 4
+
+
+@contextmanager
+def _style() -> Iterator[None]:
+    with sns.axes_style("whitegrid"), mpl.rc_context({"font.size": 9}):
+        yield
+
+
+def _literal(text: pd.Series) -> pd.Series:
+    """Config strings drawn as text: a ``$`` would start matplotlib math text, so escape it."""
+    return text.astype(str).str.replace("$", r"\$", regex=False)
+
+
+def _done(cells: pd.DataFrame) -> pd.DataFrame:
+    d = cells[cells["status"] == "done"] if "status" in cells else cells
+    setting = _literal(d["dataset"].astype(str) + " / " + d["backbone"].astype(str))
+    return d.assign(label=_labels(d), setting=setting)
+
+
+def _labels(d: pd.DataFrame, with_m: bool = True) -> pd.Series:
+    """``method (hparams) M=4``: one line/bar per configuration, seeds pooled."""
+    hp = d["hparams"].fillna("").astype(str).map(lambda h: f" ({h})" if h else "")
+    label = _literal(d["method"].astype(str) + hp)
+    if with_m:
+        label = label + d["M"].map(lambda m: "" if pd.isna(m) else f" M={m:g}")
+    return label
+
+
+def _settings(d: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    groups = [(str(k), g) for k, g in d.groupby("setting", sort=True)]
+    if len(groups) > MAX_SETTINGS:
+        log.warning("figure shows the first %d of %d settings", MAX_SETTINGS, len(groups))
+    return groups[:MAX_SETTINGS]
+
+
+def _panels(n_settings: int, k: int, width: float = 4.2, height: float = 3.2):
+    """A figure with ``k`` panels per setting, settings wrapped so a row holds ≤ 4 panels.
+
+    Returns the figure and, per setting, its list of ``k`` axes; unused axes are hidden.
+    """
+    per_row = max(1, min(MAX_PANELS_PER_ROW // k, n_settings))
+    nrows = -(-n_settings // per_row)
+    fig = Figure(figsize=(width * per_row * k + 2.2, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, per_row * k, squeeze=False)
+    out = [[axes[i // per_row, (i % per_row) * k + j] for j in range(k)] for i in range(n_settings)]
+    used = {id(ax) for row in out for ax in row}
+    for ax in axes.flat:
+        if id(ax) not in used:
+            ax.set_axis_off()
+    return fig, out
+
+
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, metadata={"Software": None})
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure_legend(fig: Figure, axes: Iterable) -> None:
+    """One legend for the whole figure (right of the panels), entries merged from every panel."""
+    entries: dict[str, object] = {}
+    for ax in axes:
+        leg = ax.get_legend()
+        if leg is not None:
+            pairs = zip(leg.legend_handles, [t.get_text() for t in leg.get_texts()])
+            leg.remove()
+        else:
+            pairs = zip(*ax.get_legend_handles_labels())
+        for handle, label in pairs:
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="outside right upper",
+            fontsize=7.5,
+            frameon=False,
+        )
+
+
+def _palette(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
+    uniq = sorted(set(labels))
+    colors = sns.color_palette("tab10" if len(uniq) <= 10 else "husl", len(uniq))
+    return dict(zip(uniq, colors))
+
+
+def _finite(d: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    if any(c not in d for c in cols):
+        return d.iloc[0:0]
+    values = d[list(cols)].apply(pd.to_numeric, errors="coerce").astype(float)
+    return d[np.isfinite(values).all(axis=1)]
+
+
+def pareto_front(acc: Sequence[float], ece: Sequence[float]) -> list[int]:
+    """Positions of the points no other point beats on both accuracy (↑) and ECE (↓), by ECE."""
+    acc, ece = np.asarray(acc, dtype=float), np.asarray(ece, dtype=float)
+    front, best = [], -np.inf
+    for i in np.lexsort((-acc, ece)):  # ECE ascending, ties broken by accuracy descending
+        if np.isfinite(acc[i]) and np.isfinite(ece[i]) and acc[i] > best:
+            front.append(int(i))
+            best = acc[i]
+    return front
+
+
+def _tau(d: pd.DataFrame) -> pd.DataFrame:
+    if "hp_tau" not in d:
+        return d.iloc[0:0].assign(tau=[])
+    d = d[d["method"] == SIGMA_METHOD]
+    return d.assign(tau=pd.to_numeric(d["hp_tau"], errors="coerce"))
+
+
+def _m_text(m: float) -> str:
+    return "M=?" if pd.isna(m) else f"M={m:g}"
+
+
+def tau_frontier(cells: pd.DataFrame) -> str | None:
+    """σN-Ens accuracy vs ECE, one point per τ (mean over seeds), with the Pareto front per M."""
+    d = _finite(_tau(_done(cells)), "tau", "acc", "ece")
+    if d["tau"].nunique() < 2:
+        return None
+    pts = (
+        d.groupby(["setting", "M", "hparams"], dropna=False)
+        .agg(
+            tau=("tau", "first"),
+            acc=("acc", "mean"),
+            ece=("ece", "mean"),
+            acc_sd=("acc", "std"),
+            ece_sd=("ece", "std"),
+        )
+        .reset_index()
+    )
+    taus = pts["tau"]
+    norm = (
+        LogNorm(taus.min(), taus.max()) if (taus > 0).all() else Normalize(taus.min(), taus.max())
+    )
+    settings = _settings(pts)
+    with _style():
+        fig, panels = _panels(len(settings), 1, width=5.0, height=4.0)
+        sc = None
+        for (ax,), (title, p) in zip(panels, settings):
+            for i, (M, pm) in enumerate(p.groupby("M", dropna=False)):
+                x, y = 100 * pm["ece"], 100 * pm["acc"]
+                ax.errorbar(
+                    x,
+                    y,
+                    xerr=100 * pm["ece_sd"].fillna(0),
+                    yerr=100 * pm["acc_sd"].fillna(0),
+                    fmt="none",
+                    ecolor="0.75",
+                    elinewidth=0.8,
+                    zorder=1,
+                )
+                sc = ax.scatter(
+                    x,
+                    y,
+                    c=pm["tau"],
+                    cmap="viridis",
+                    norm=norm,
+                    s=46,
+                    zorder=3,
+                    marker="os^Dv<>p"[i % 8],
+                    edgecolors="k",
+                    linewidths=0.4,
+                    label=_m_text(M),
+                )
+                front = pm.iloc[pareto_front(pm["acc"], pm["ece"])]
+                ax.plot(
+                    100 * front["ece"],
+                    100 * front["acc"],
+                    "--",
+                    color=f"C{i % 10}",
+                    lw=1.2,
+                    zorder=2,
+                    label=f"Pareto front {_m_text(M)}",
+                )
+                for _, r in pm.iterrows():
+                    ax.annotate(
+                        f"τ={r['tau']:g}",
+                        (100 * r["ece"], 100 * r["acc"]),
+                        fontsize=6.5,
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                    )
+            ax.set(title=title, xlabel="ECE (%)  ↓ better", ylabel="Accuracy (%)  ↑ better")
+        axes = [row[0] for row in panels]
+        fig.colorbar(sc, ax=axes, label="τ", shrink=0.8)
+        _figure_legend(fig, axes)
+        return _png(fig)
+
+
+def _lines(panels, settings, x: str, ys, pal, xlabel: str) -> None:
+    for row, (title, s) in zip(panels, settings):
+        for ax, (y, name) in zip(row, ys):
+            sns.lineplot(
+                data=s,
+                x=x,
+                y=y,
+                hue="label",
+                hue_order=list(pal),
+                palette=pal,
+                marker="o",
+                errorbar="sd",
+                ax=ax,
+            )
+            ax.set(title=title, xlabel=xlabel, ylabel=name)
+
+
+def quality_vs_members(cells: pd.DataFrame) -> str | None:
+    """Accuracy and NLL vs ensemble size M, one line per method (and hparams)."""
+    d = _finite(_done(cells), "M", "acc", "nll")
+    if d.empty:
+        return None
+    d = d.assign(label=_labels(d, with_m=False), acc100=100 * d["acc"])
+    if d.groupby("label")["M"].nunique().max() < 2:
+        return None
+    settings = _settings(d)
+    ys = (("acc100", "Accuracy (%)  ↑"), ("nll", "NLL  ↓"))
+    with _style():
+        fig, panels = _panels(len(settings), 2)
+        _lines(panels, settings, "M", ys, _palette(d["label"]), "ensemble size M")
+        ms = sorted(d["M"].unique())
+        for ax in (ax for row in panels for ax in row):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ms, [f"{m:g}" for m in ms])
+            ax.minorticks_off()
+        _figure_legend(fig, (ax for row in panels for ax in row))
+        return _png(fig)
+
+
+def corruption_severity(cells: pd.DataFrame) -> str | None:
+    """Accuracy and ECE vs corruption severity (0 = clean), one line per configuration."""
+    d = _done(cells)
+    rows = []
+    for s in range(6):
+        acc, ece = ("acc", "ece") if s == 0 else (f"sev{s}_acc", f"sev{s}_ece")
+        if acc in d and ece in d:
+            part = d[["setting", "label", acc, ece]].set_axis(
+                ["setting", "label", "acc", "ece"], axis=1
+            )
+            rows.append(part.assign(severity=s))
+    if len(rows) < 2:
+        return None
+    long = _finite(pd.concat(rows, ignore_index=True), "acc", "ece")
+    if long.empty or long["severity"].max() < 1:
+        return None
+    long = long.assign(acc100=100 * long["acc"], ece100=100 * long["ece"])
+    settings = _settings(long)
+    ys = (("acc100", "Accuracy (%)  ↑"), ("ece100", "ECE (%)  ↓"))
+    with _style():
+        fig, panels = _panels(len(settings), 2)
+        _lines(panels, settings, "severity", ys, _palette(long["label"]), "corruption severity")
+        for ax in (ax for row in panels for ax in row):
+            ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
+        _figure_legend(fig, (ax for row in panels for ax in row))
+        return _png(fig)
+
+
+def ood_auroc(cells: pd.DataFrame) -> str | None:
+    """OOD AUROC (ID positive) per configuration and OOD set; a panel per score (MSP, ...)."""
+    d = _done(cells)
+    cols = [c for c in d.columns if c.startswith("ood/") and c.endswith("/auroc")]
+    if not cols:
+        return None
+    long = d.melt(id_vars=["setting", "label"], value_vars=cols, var_name="col", value_name="auroc")
+    long = _finite(long, "auroc")
+    if long.empty:
+        return None
+    parts = long["col"].str.split("/")
+    long = long.assign(
+        ood_set=_literal(parts.str[1]), score=_literal(parts.str[2]), auroc100=100 * long["auroc"]
+    )
+    order = {"msp": 0, "entropy": 1, "mi": 2}
+    scores = sorted(long["score"].unique(), key=lambda s: (order.get(s, 9), s))
+    pal = _palette(long["label"])
+    settings = _settings(long)
+    with _style():
+        fig, panels = _panels(len(settings), len(scores), width=4.0)
+        for row, (title, s) in zip(panels, settings):
+            for ax, score in zip(row, scores):
+                sc = s[s["score"] == score]
+                if sc.empty:
+                    ax.set_axis_off()
+                    continue
+                sns.barplot(
+                    data=sc,
+                    x="ood_set",
+                    y="auroc100",
+                    hue="label",
+                    palette=pal,
+                    hue_order=[h for h in pal if h in set(sc["label"])],
+                    errorbar="sd",
+                    ax=ax,
+                )
+                ax.axhline(50, ls=":", color="0.4", lw=1)
+                ax.set_ylim(max(0.0, sc["auroc100"].min() - 10), 100)
+                ax.set(title=f"{title} · {score}", xlabel="OOD set", ylabel="AUROC (%)  ↑")
+        _figure_legend(fig, (ax for row in panels for ax in row))
+        return _png(fig)
+
+
+def quality_vs_cost(cells: pd.DataFrame) -> str | None:
+    """Accuracy vs parameters and vs eval throughput, one point per configuration."""
+    d = _finite(_done(cells), "acc")
+    costs = [
+        (c, n)
+        for c, n in (("params", "parameters  ↓"), ("eval_ips", "eval images/s  ↑"))
+        if c in d and np.isfinite(d[c].astype(float)).any()
+    ]
+    if d.empty or not costs:
+        return None
+    agg = {"acc": ("acc", "mean"), **{c: (c, "mean") for c, _ in costs}}
+    pts = d.groupby(["setting", "method", "M", "hparams"], dropna=False).agg(**agg).reset_index()
+    pts = pts.assign(
+        acc100=100 * pts["acc"], size=pts["M"].map(_m_text), method=_literal(pts["method"])
+    )
+    pal = _palette(pts["method"])
+    sizes = [_m_text(m) for m in sorted(pts["M"].unique())]
+    settings = _settings(pts)
+    with _style():
+        fig, panels = _panels(len(settings), len(costs))
+        for row, (title, s) in zip(panels, settings):
+            for ax, (c, name) in zip(row, costs):
+                sc = _finite(s, c)
+                sns.scatterplot(
+                    data=sc,
+                    x=c,
+                    y="acc100",
+                    hue="method",
+                    hue_order=list(pal),
+                    palette=pal,
+                    style="size",
+                    style_order=sizes,
+                    s=60,
+                    ax=ax,
+                )
+                if len(sc) and (sc[c] > 0).all():
+                    ax.set_xscale("log")
+                    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+                    ax.xaxis.set_major_formatter(
+                        FuncFormatter(lambda v, _: format_number(v, "count"))
+                    )
+                    ax.xaxis.set_minor_formatter(NullFormatter())
+                ax.set(title=title, xlabel=name, ylabel="Accuracy (%)  ↑")
+        _figure_legend(fig, (ax for row in panels for ax in row))
+        return _png(fig)
+
+
+def keff_vs_tau(cells: pd.DataFrame) -> str | None:
+    """σN-Ens's effective members sharing a feature (k_eff, last epoch) vs τ, per M."""
+    d = _finite(_tau(_done(cells)), "tau", "k_eff")
+    if d["tau"].nunique() < 2:
+        return None
+    d = d.assign(size=d["M"].map(_m_text))
+    sizes = [_m_text(m) for m in sorted(d["M"].unique())]
+    pal = dict(zip(sizes, sns.color_palette("tab10", len(sizes))))
+    settings = _settings(d)
+    with _style():
+        fig, panels = _panels(len(settings), 1, width=4.6, height=3.4)
+        for (ax,), (title, s) in zip(panels, settings):
+            sns.lineplot(
+                data=s,
+                x="tau",
+                y="k_eff",
+                hue="size",
+                hue_order=sizes,
+                palette=pal,
+                marker="o",
+                errorbar="sd",
+                ax=ax,
+            )
+            for m in [1.0, *sorted(s["M"].dropna().unique())]:
+                ax.axhline(m, ls=":", color="0.5", lw=0.8)
+            if (s["tau"] > 0).all():
+                ax.set_xscale("log")
+            ax.set(title=title, xlabel="τ", ylabel="k_eff (1 = owned, M = shared)")
+        _figure_legend(fig, (row[0] for row in panels))
+        return _png(fig)
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    id: str
+    title: str
+    caption: str
+    needs: str
+    draw: Callable[[pd.DataFrame], str | None]
+
+
+FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec(
+        "fig-tau-frontier",
+        "Accuracy vs calibration across τ (σN-Ens)",
+        "Mean over seeds per τ (bars: std); dashed: the Pareto front (higher accuracy, "
+        "lower ECE) per M.",
+        "σN-Ens (sigma_ens) cells at two or more values of τ",
+        tau_frontier,
+    ),
+    FigureSpec(
+        "fig-quality-vs-m",
+        "Quality vs ensemble size M",
+        "Mean ± std over seeds, per method and hyper-parameters.",
+        "a method run at two or more values of M",
+        quality_vs_members,
+    ),
+    FigureSpec(
+        "fig-corruption",
+        "Accuracy and ECE vs corruption severity",
+        "Severity 0 is the clean test set; mean over corruptions, ± std over seeds.",
+        "corruption results (metrics.corruption.per_severity)",
+        corruption_severity,
+    ),
+    FigureSpec(
+        "fig-ood",
+        "OOD detection AUROC per method and OOD set",
+        "ID is the positive class; dotted line: chance (50%). Bars: mean ± std over seeds.",
+        "OOD results (metrics.ood)",
+        ood_auroc,
+    ),
+    FigureSpec(
+        "fig-cost",
+        "Quality vs cost",
+        "One point per configuration (mean over seeds).",
+        "accuracy with parameter counts or eval throughput",
+        quality_vs_cost,
+    ),
+    FigureSpec(
+        "fig-keff",
+        "σN-Ens k_eff vs τ",
+        "k_eff = 1/Σ q_m² of the last epoch, mean over layers; dotted: 1 and M.",
+        "σN-Ens diagnostics (k_eff) at two or more values of τ",
+        keff_vs_tau,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class RenderedFigure:
+    id: str
+    title: str
+    caption: str
+    png: str | None  # base64 PNG, or None when skipped
+    note: str = ""  # why it was skipped
+
+
+def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
+    """Every figure of :data:`FIGURES`; a skipped or failed one carries the reason in ``note``."""
+    out = []
+    for spec in FIGURES:
+        try:
+            png = spec.draw(cells) if len(cells) else None
+            note = "" if png else f"skipped: needs {spec.needs}"
+        except Exception as e:  # one broken plot must not cost the whole report; it is shown
+            log.exception("figure %s failed", spec.id)
+            png, note = None, f"failed: {type(e).__name__}: {e}"
+        out.append(RenderedFigure(spec.id, spec.title, spec.caption, png, note))
+    return out

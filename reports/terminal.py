@@ -1,0 +1,80 @@
+"""A compact fixed-width leaderboard for the terminal (printed at the end of ``harness run``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from reports.aggregate import (
+    Column,
+    aggregate,
+    format_cell,
+    leaderboard_columns,
+    load_results,
+)
+
+TERMINAL_COLUMNS = ("acc", "nll", "ece", "cAcc", "cECE", "params", "eval_ips")
+MAX_TEXT = 28
+
+
+def _clip(text: str, width: int = MAX_TEXT) -> str:
+    text = " ".join(str(text).split())  # no newlines or tabs from a config value
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)  # nor escape sequences
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _m(value) -> str:
+    return "" if pd.isna(value) else f"{float(value):g}"
+
+
+def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) -> str:
+    """A fixed-width table of mean±std per configuration.
+
+    ``df`` is either the per-cell frame (:func:`reports.aggregate.records_to_frame`, aggregated
+    here) or the summary of :func:`reports.aggregate.aggregate`. Columns without data are left out;
+    the first OOD set's MSP AUROC is added when present. Failed cells are counted in a footer.
+    """
+    per_cell = "seed" in df.columns and "n" not in df.columns
+    summary = aggregate(df) if per_cell else df
+    n_failed = int((df["status"] == "failed").sum()) if per_cell and len(df) else 0
+    if not len(summary):
+        return "no done cells" + (f"; {n_failed} failed" if n_failed else "")
+    available = {c.key: c for c in leaderboard_columns(summary)}
+    cols: list[Column] = [available[k] for k in columns if k in available]
+    cols += [c for k, c in available.items() if k.endswith("/msp/auroc")][:1]
+    ident = ["dataset", "backbone", "method", "M", "hparams", "n"]
+    if summary["variant"].astype(bool).any():
+        ident.insert(5, "variant")
+    header = ident + [c.label.replace(" (%)", "%").replace("AUROC ", "MSP-AUROC ") for c in cols]
+    rows = []
+    for _, r in summary.iterrows():
+        cells = [
+            _m(r[k]) if k == "M" else str(int(r[k])) if k == "n" else _clip(r[k]) for k in ident
+        ]
+        for c in cols:
+            text = format_cell(r[f"{c.key}_mean"], r[f"{c.key}_std"], None, c.kind, show_n=False)
+            cells.append(text.replace(" ± ", "±"))
+        rows.append(cells)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    numeric = [h in ("M", "n") for h in ident] + [True] * len(cols)
+
+    def line(cells: list[str]) -> str:
+        out = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)]
+        return "  ".join(out).rstrip()
+
+    text = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+    footer = "mean±std over seeds; % columns are ×100"
+    if n_failed:
+        footer += f"; {n_failed} failed cell{'s' if n_failed != 1 else ''} not shown"
+    return "\n".join([*text, footer])
+
+
+def format_results(results_dir: Path | str) -> str:
+    """:func:`format_table` of a results folder, with failed/invalid/missing cells counted."""
+    results = load_results(results_dir)
+    table = format_table(results.summary) if len(results.summary) else "no done cells"
+    if results.problems:
+        kinds = pd.Series([p.status for p in results.problems]).value_counts()
+        table += "\n" + ", ".join(f"{n} {k}" for k, n in kinds.items()) + " (see harness report)"
+    return table

@@ -1,0 +1,259 @@
+"""The generated leaderboard in a real browser: headless Chromium driven by selenium.
+
+Uses Debian's ``chromium`` and ``chromium-driver`` (``/usr/bin/chromium``,
+``/usr/bin/chromedriver``; override with HARNESS_CHROMIUM / HARNESS_CHROMEDRIVER) and never
+downloads a browser or driver.
+Skips with a one-line reason when either (or selenium) is missing, unless HARNESS_REQUIRE_BROWSER=1
+(set by CI), in which case it fails. The screenshot goes to ``artifacts/leaderboard.png``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from record_factory import make_record, write_records
+
+from reports.leaderboard import write_report
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / "artifacts"
+CHROMIUM = os.environ.get("HARNESS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = (
+    os.environ.get("HARNESS_CHROMEDRIVER")
+    or shutil.which("chromedriver")
+    or "/usr/bin/chromedriver"
+)
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1600,1000",
+)
+
+
+def _unavailable() -> str | None:
+    if not Path(CHROMIUM).is_file():
+        return f"chromium not found at {CHROMIUM} (apt-get install chromium chromium-driver)"
+    if not Path(CHROMEDRIVER).is_file():
+        return f"chromedriver not found at {CHROMEDRIVER} (apt-get install chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install selenium)"
+    return None
+
+
+def _require_browser() -> None:
+    """Skip with a one-line reason when no browser is usable; fail instead when CI requires one."""
+    reason = _unavailable()
+    if reason:
+        if os.environ.get("HARNESS_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"HARNESS_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+
+
+def test_missing_browser_skips_or_fails_when_required(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.delenv("HARNESS_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="chromium not found at /nonexistent/chromium"):
+        _require_browser()
+    monkeypatch.setenv("HARNESS_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="HARNESS_REQUIRE_BROWSER=1 but chromium not"):
+        _require_browser()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    _require_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    drv = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> str:
+    """A report over 2 datasets × 2 backbones × methods × M, 2 seeds each; its file:// URL."""
+    results = tmp_path_factory.mktemp("results")
+    recs = []
+    for d, dataset in enumerate(("cifar10", "digits")):
+        for b, backbone in enumerate(("resnet18", "wrn28")):
+            for seed in (0, 1):
+                common = {
+                    "dataset": dataset,
+                    "backbone": backbone,
+                    "seed": seed,
+                    "ood_sets": ("svhn", "textures"),
+                }
+                for M in (1, 4):
+                    recs.append(
+                        make_record(
+                            method="deep_ensemble",
+                            M=M,
+                            params=2_000_000 * M,
+                            acc=0.70 + 0.03 * M + 0.01 * b - 0.05 * d + 0.004 * seed,
+                            nll=1.2 - 0.08 * M - 0.02 * b + 0.01 * seed,
+                            **common,
+                        )
+                    )
+                for tau in (0.1, 1.0):
+                    recs.append(
+                        make_record(
+                            method="sigma_ens",
+                            M=4,
+                            hparams={"tau": tau},
+                            params=2_100_000,
+                            k_eff=1 + tau,
+                            eval_ips=2500,
+                            acc=0.80 + 0.02 * tau - 0.05 * d + 0.004 * seed,
+                            nll=0.85 - 0.05 * tau + 0.01 * seed,
+                            ece=0.04 - 0.01 * tau,
+                            **common,
+                        )
+                    )
+    recs.append(make_record(method="packed_ensemble", M=4, status="failed"))
+    write_records(results, recs)
+    html = write_report(results, tmp_path_factory.mktemp("report"), expected=["not-run-yet"])
+    return html.as_uri()
+
+
+ROWS_JS = """
+return Array.from(document.querySelectorAll('#leaderboard tbody tr.lb-row'))
+  .filter(r => !r.hidden)
+  .map(r => ({dataset: r.dataset.dataset, backbone: r.dataset.backbone, m: r.dataset.m,
+              acc: r.querySelector('td[data-col="acc"]').dataset.value,
+              nll: r.querySelector('td[data-col="nll"]').dataset.value,
+              method: r.querySelector('td[data-col="method"]').dataset.value,
+              best: Array.from(r.querySelectorAll('td.best')).map(td => td.dataset.col)}));
+"""
+
+
+def visible_rows(drv) -> list[dict]:
+    return drv.execute_script(ROWS_JS)
+
+
+def console_problems(drv) -> list[str]:
+    """Console errors/warnings, and any request that left the page (network must stay unused)."""
+    bad = [
+        f"console {e['level']}: {e['message']}"
+        for e in drv.get_log("browser")
+        if e["level"] in ("SEVERE", "WARNING")
+    ]
+    for entry in drv.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent":
+            url = msg["params"]["request"]["url"]
+            if url.startswith(("http:", "https:", "ws:", "wss:", "ftp:")):  # not chrome://
+                bad.append(f"network request: {url}")
+    return bad
+
+
+def header(drv, col: str):
+    from selenium.webdriver.common.by import By
+
+    return drv.find_element(By.CSS_SELECTOR, f'#leaderboard th.sortable[data-col="{col}"]')
+
+
+def test_click_header_sorts_rows(driver, page):
+    driver.get(page)
+    before = visible_rows(driver)
+    assert len(before) == 16  # 2 datasets × 2 backbones × (2 M + 2 τ)
+    header(driver, "acc").click()  # accuracy: higher is better → best first (descending)
+    accs = [float(r["acc"]) for r in visible_rows(driver)]
+    assert accs == sorted(accs, reverse=True)
+    assert accs != [float(r["acc"]) for r in before]  # the order really changed
+    assert header(driver, "acc").get_attribute("aria-sort") == "descending"
+    header(driver, "acc").click()  # toggles
+    accs = [float(r["acc"]) for r in visible_rows(driver)]
+    assert accs == sorted(accs)
+    assert header(driver, "acc").get_attribute("aria-sort") == "ascending"
+    header(driver, "nll").click()  # NLL: lower is better → ascending first
+    nlls = [float(r["nll"]) for r in visible_rows(driver)]
+    assert nlls == sorted(nlls)
+    assert header(driver, "acc").get_attribute("aria-sort") == "none"
+    header(driver, "method").click()
+    methods = [r["method"] for r in visible_rows(driver)]
+    assert methods == sorted(methods)
+    assert console_problems(driver) == []
+
+
+def test_filters_select_rows_and_rehighlight(driver, page):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver.get(page)
+    Select(driver.find_element(By.ID, "filter-dataset")).select_by_value("digits")
+    rows = visible_rows(driver)
+    assert len(rows) == 8 and {r["dataset"] for r in rows} == {"digits"}
+    Select(driver.find_element(By.ID, "filter-backbone")).select_by_value("wrn28")
+    Select(driver.find_element(By.ID, "filter-M")).select_by_value("4")
+    rows = visible_rows(driver)
+    assert [(r["dataset"], r["backbone"], r["m"]) for r in rows] == [("digits", "wrn28", "4")] * 3
+    assert driver.find_element(By.ID, "row-count").text == "3 of 16 rows"
+    best_acc = max(rows, key=lambda r: float(r["acc"]))
+    assert [r for r in rows if "acc" in r["best"]] == [best_acc]  # among the rows shown
+    best_nll = min(rows, key=lambda r: float(r["nll"]))
+    assert [r for r in rows if "nll" in r["best"]] == [best_nll]
+    header(driver, "acc").click()  # sorting keeps the filter
+    accs = [float(r["acc"]) for r in visible_rows(driver)]
+    assert len(accs) == 3 and accs == sorted(accs, reverse=True)
+    Select(driver.find_element(By.ID, "filter-M")).select_by_value("1")
+    assert [r["method"] for r in visible_rows(driver)] == ["deep_ensemble"]
+    driver.find_element(By.ID, "filter-reset").click()
+    assert len(visible_rows(driver)) == 16
+    assert console_problems(driver) == []
+
+
+def test_page_renders_and_screenshot(driver, page):
+    from selenium.webdriver.common.by import By
+
+    driver.get(page)
+    figures = driver.find_elements(By.CSS_SELECTOR, "#figures figure img")
+    assert len(figures) == 6
+    assert all(
+        driver.execute_script("return arguments[0].naturalWidth", img) > 100 for img in figures
+    )  # every data-URI image decoded
+    problems = driver.find_elements(By.CSS_SELECTOR, "#problems tr.problem")
+    assert {p.get_attribute("data-status") for p in problems} == {"failed", "missing"}
+    assert "ID as the positive class" in driver.find_element(By.ID, "conventions").text
+    assert "torch" in driver.find_element(By.ID, "provenance").text
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {
+        "x": 0,
+        "y": 0,
+        "width": size["width"],
+        "height": min(size["height"], 16000),
+        "scale": 1,
+    }
+    png = driver.execute_cdp_cmd(  # the whole page, not just the viewport
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )["data"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "leaderboard.png"
+    shot.write_bytes(base64.b64decode(png))
+    print(f"screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+    assert console_problems(driver) == []

@@ -1,0 +1,424 @@
+"""Reports: aggregation numbers, escaping, failed/missing cells, best-value direction, figures."""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+from record_factory import DELETE, make_record, write_records
+
+from harness.records import validate_record
+from reports.aggregate import (
+    DIRECTIONS,
+    aggregate,
+    direction,
+    format_cell,
+    format_hparams,
+    from_records,
+    load_frame,
+    load_results,
+    missing_cells,
+    records_to_frame,
+)
+from reports.figures import FIGURES, pareto_front, render_figures
+from reports.leaderboard import render_html, render_markdown, write_report
+from reports.terminal import format_results, format_table
+
+HOSTILE = "<script>alert(1)</script>"
+HOSTILE_ATTR = '"><img src=x onerror=alert(2)>'
+MATH = r"$\undefinedmacro{$"  # would break matplotlib's math text if not escaped
+
+
+class _Table(HTMLParser):
+    """Rows of ``table#leaderboard`` and ``table#problems``: attrs and per-column td attrs/text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict] = []
+        self.problems: list[dict] = []
+        self._td: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "lb-row" in (a.get("class") or ""):
+            self.rows.append({"attrs": a, "cells": {}})
+        elif tag == "tr" and a.get("class") == "problem":
+            self.problems.append(a)
+        elif tag == "td" and self.rows and "data-col" in a:
+            self._td = {
+                "classes": (a.get("class") or "").split(),
+                "value": a["data-value"],
+                "text": "",
+            }
+            self.rows[-1]["cells"][a["data-col"]] = self._td
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self._td = None
+
+    def handle_data(self, data):
+        if self._td is not None:
+            self._td["text"] += data
+
+
+def parse(html: str) -> _Table:
+    t = _Table()
+    t.feed(html)
+    return t
+
+
+def _seeds(acc, nll, **kw):
+    return [make_record(seed=s, acc=a, nll=n, **kw) for s, (a, n) in enumerate(zip(acc, nll))]
+
+
+@pytest.fixture
+def records():
+    """Group A: 3 seeds with known acc/nll + 1 failed seed; group B: one seed; C: a NaN seed."""
+    recs = _seeds(
+        [0.80, 0.85, 0.90], [1.0, 1.2, 1.7], method="deep_ensemble", M=4, params=4_000_000
+    )
+    recs.append(make_record(method="deep_ensemble", M=4, seed=3, status="failed"))
+    recs.append(make_record(method="single", M=1, seed=0, acc=0.70, nll=1.5, params=1_000_000))
+    recs += _seeds(
+        [0.86, 0.88, 0.87],
+        [0.5, 0.6, float("nan")],
+        method="sigma_ens",
+        M=4,
+        hparams={"tau": 0.5, "lam": 0.1},
+        k_eff=1.8,
+        params=1_100_000,
+    )
+    return recs
+
+
+def _row(summary: pd.DataFrame, method: str) -> pd.Series:
+    rows = summary[summary["method"] == method]
+    assert len(rows) == 1, rows
+    return rows.iloc[0]
+
+
+def test_factory_records_are_valid(records):
+    for rec in records:
+        validate_record(rec)
+    assert math.isnan(records[-1]["metrics"]["clean"]["nll"])
+
+
+def test_aggregate_matches_hand_computed_mean_std_n(records):
+    summary = aggregate(records_to_frame(records))
+    assert len(summary) == 3
+    a = _row(summary, "deep_ensemble")
+    assert (a["n"], a["n_failed"], a["n_nonfinite"], a["seeds"]) == (3, 1, 0, "0, 1, 2")
+    assert a["acc_mean"] == pytest.approx(0.85)
+    assert a["acc_std"] == pytest.approx(0.05)  # sqrt(((-.05)² + 0 + .05²) / (3 - 1))
+    assert a["acc_n"] == 3
+    assert a["nll_mean"] == pytest.approx(1.3)
+    assert a["nll_std"] == pytest.approx(math.sqrt((0.09 + 0.01 + 0.16) / 2))
+    assert a["cAcc_mean"] == pytest.approx(0.85 - 0.24)  # mean over severities of acc - 0.08·s
+    assert a["params_mean"] == 4_000_000 and a["params_std"] == 0
+    b = _row(summary, "single")
+    assert b["n"] == 1 and b["acc_mean"] == pytest.approx(0.70) and math.isnan(b["acc_std"])
+    c = _row(summary, "sigma_ens")
+    assert c["hparams"] == "lam=0.1, tau=0.5" and c["hp_tau"] == 0.5
+    assert (c["n"], c["nll_n"], c["n_nonfinite"]) == (3, 2, 1)  # the NaN seed is left out of NLL
+    assert c["nll_mean"] == pytest.approx(0.55)
+    assert c["nll_std"] == pytest.approx(math.sqrt(0.005))
+    assert c["acc_n"] == 3 and c["acc_mean"] == pytest.approx(0.87)
+    assert c["k_eff_mean"] == pytest.approx(1.8)  # the last epoch's k_eff_mean
+
+
+def test_flattened_columns():
+    rec = make_record(
+        method="sigma_ens",
+        hparams={"tau": 0.1},
+        ood_sets=("svhn", "mnist"),
+        auroc=0.9,
+        fpr95=0.3,
+        k_eff=2.0,
+    )
+    row = records_to_frame([rec]).iloc[0]
+    assert row["ood/svhn/msp/auroc"] == pytest.approx(0.9)
+    assert row["ood/mnist/entropy/fpr95"] == pytest.approx(0.31)
+    assert row["sev5_ece"] == pytest.approx(0.03 + 0.05)
+    assert row["member_acc"] == pytest.approx(0.9 - 0.025)  # mean of 0.89, 0.88, 0.87, 0.86
+    assert row["eval_ips"] == 5000 and math.isnan(row["eval_mem_mib"])  # null on CPU
+    assert row["k_eff"] == pytest.approx(2.0) and row["hparams"] == "tau=0.1"
+
+
+def test_format_helpers():
+    assert format_hparams({"tau": 0.5, "lam": 1e-3, "name": "x"}) == "lam=0.001, name=x, tau=0.5"
+    assert format_cell(0.85, 0.05, 3, "pct") == "85.00 ± 5.00 (3)"
+    assert format_cell(0.7, float("nan"), 1, "pct") == "70.00 (1)"
+    assert format_cell(4_000_000.0, 0.0, 3, "count") == "4.00M (3)"
+    assert format_cell(float("nan"), float("nan"), 0, "f3") == "–"
+
+
+def test_directions_table():
+    assert {DIRECTIONS[k] for k in ("acc", "cAcc", "auroc", "eval_ips", "train_ips")} == {"higher"}
+    lower = ("nll", "ece", "brier", "fpr95", "params", "flops", "eval_mem_mib", "cECE")
+    assert {DIRECTIONS[k] for k in lower} == {"lower"}
+    assert direction("ood/svhn/msp/auroc") == "higher"
+    assert direction("ood/svhn/entropy/fpr95") == "lower"
+    assert direction("sev3_acc") == "higher"
+    assert direction("disagreement") is None and direction("k_eff") is None
+
+
+def test_variant_keeps_different_recipes_apart():
+    recs = [
+        make_record(seed=s, overrides={"config": {"recipe": {"epochs": e}}})
+        for s in (0, 1)
+        for e in (2, 50)
+    ]
+    summary = aggregate(records_to_frame(recs))
+    assert sorted(summary["variant"]) == ["recipe.epochs=2", "recipe.epochs=50"]
+    assert list(summary["n"]) == [2, 2]
+
+
+def test_hostile_config_values_are_escaped_everywhere(tmp_path):
+    recs = [
+        make_record(
+            method=HOSTILE,
+            hparams={"note": HOSTILE_ATTR, "m": MATH},
+            dataset=HOSTILE_ATTR,
+            seed=s,
+            backbone=MATH,
+        )
+        for s in (0, 1)
+    ]
+    recs.append(
+        make_record(
+            method="deep_ensemble",
+            backbone=HOSTILE,
+            status="failed",
+            error={"type": "ValueError", "message": HOSTILE, "traceback": HOSTILE},
+        )
+    )
+    recs.append(make_record(method="deep_ensemble", dataset=HOSTILE_ATTR, acc=0.8))
+    write_records(tmp_path / "res", recs)
+    html = write_report(tmp_path / "res", tmp_path / "out").read_text()
+    assert HOSTILE not in html and HOSTILE_ATTR not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+    assert html.count("<script") == 1  # the page's own inline script only
+    assert "<img src=x" not in html
+    rows = parse(html).rows
+    assert {r["attrs"]["data-dataset"] for r in rows} == {HOSTILE_ATTR}  # attribute round-trips
+    assert {r["cells"]["method"]["value"] for r in rows} == {HOSTILE, "deep_ensemble"}
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert HOSTILE not in md and "&lt;script&gt;" in md
+    assert "failed: " not in html  # no figure broke on the hostile labels
+    assert "data:image/png;base64," in html
+
+
+def test_failed_invalid_and_missing_cells_still_report(tmp_path, records):
+    res = tmp_path / "results" / "toy"
+    write_records(res, records)
+    (res / "pending-cell").mkdir()  # a cell whose worker has not written its record yet
+    (res / "broken").mkdir()
+    (res / "broken" / "record.json").write_text("{not json")
+    (res / "oldschema").mkdir()
+    bad = dict(records[0], schema_version=0, cell_id="oldschema")
+    (res / "oldschema" / "record.json").write_text(__import__("json").dumps(bad))
+    expected = [r["cell_id"] for r in records] + ["never-started"]
+    html_path = write_report(res, tmp_path / "report", expected=expected, figures=False)
+    html = html_path.read_text()
+    problems = {p["data-cell"]: p["data-status"] for p in parse(html).problems}
+    failed_id = next(r["cell_id"] for r in records if r["status"] == "failed")
+    assert problems == {
+        failed_id: "failed",
+        "pending-cell": "missing",
+        "broken": "invalid",
+        "oldschema": "invalid",
+        "never-started": "missing",
+    }
+    assert "RuntimeError: CUDA out of memory" in html
+    assert "schema_version 0 != 1" in html
+    assert re.search(r'id="count-failed"[^>]*>1 failed', html)
+    assert len(parse(html).rows) == 3  # all three configurations still on the board
+    csv = pd.read_csv(tmp_path / "report" / "leaderboard.csv")
+    assert sorted(csv["method"]) == ["deep_ensemble", "sigma_ens", "single"]
+    assert csv.loc[csv["method"] == "deep_ensemble", "acc_mean"].item() == pytest.approx(0.85)
+    assert len(pd.read_csv(tmp_path / "report" / "cells.csv")) == len(records)
+    md = (tmp_path / "report" / "leaderboard.md").read_text()
+    assert "| failed |" in md and "never-started" in md
+    text = format_results(res)
+    assert "1 failed" in text and "2 invalid" in text and "2 missing" not in text
+
+
+def test_report_writes_next_to_results_by_default(tmp_path, records):
+    write_records(tmp_path, records[:3])
+    path = write_report(tmp_path, figures=False)
+    assert path == tmp_path / "leaderboard.html"
+    assert {p.name for p in tmp_path.glob("leaderboard.*")} == {
+        "leaderboard.html",
+        "leaderboard.csv",
+        "leaderboard.md",
+    }
+    again = load_results(tmp_path)  # the report files are not mistaken for cells
+    assert again.problems == []
+
+
+def test_missing_results_folder_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        write_report(tmp_path / "nope")
+
+
+def test_expected_configs_match_records(records):
+    cfgs = [
+        {"config": {"method": "single", "M": 1, "seed": 0}},  # present
+        {"method": "single", "M": 1, "seed": 5},  # a config mapping, absent
+        "does-not-exist",
+    ]
+    missing = missing_cells(cfgs, records)
+    assert [(p.cell_id, p.status) for p in missing] == [
+        ("(no id)", "missing"),
+        ("does-not-exist", "missing"),
+    ]
+    assert "single" in missing[0].config and "seed=5" in missing[0].config
+    with pytest.raises(TypeError, match="give a cell id"):
+        missing_cells([3.5], records)
+
+
+def test_best_value_highlighted_in_the_better_direction():
+    # A: higher accuracy, worse NLL and more parameters; B: lower NLL and fewer parameters.
+    recs = [make_record(method="A", acc=0.9, nll=0.8, params=9_000_000, seed=s) for s in (0, 1)]
+    recs += [make_record(method="B", acc=0.8, nll=0.4, params=1_000_000, seed=s) for s in (0, 1)]
+    recs += [make_record(method="C", dataset="other", acc=0.1, nll=9.0, seed=0)]
+    res = from_records(recs)
+    rows = {r["cells"]["method"]["value"]: r["cells"] for r in parse(render_html(res, [])).rows}
+    best = {m: {k for k, c in cells.items() if "best" in c["classes"]} for m, cells in rows.items()}
+    assert {"acc", "cAcc"} <= best["A"] and "nll" not in best["A"]
+    assert {"nll", "params"} <= best["B"] and "acc" not in best["B"]
+    assert "ece" in best["A"] and "ece" in best["B"]  # a tie: both are best
+    assert best["C"] == set()  # alone in its dataset: nothing to compare against
+    assert rows["A"]["acc"]["text"].strip() == "90.00 (2)"  # std 0 → no ± part
+    assert rows["A"]["acc"]["value"] == repr(0.9)
+    md = render_markdown(res)
+    assert "**0.400 (2)**" in md and "**90.00 (2)**" in md
+
+
+def test_page_is_self_contained(records, sweep_figures):
+    html = render_html(from_records(records), sweep_figures)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "default-src 'none'" in html
+    imgs = re.findall(r'<img[^>]+src="([^"]+)"', html)
+    assert imgs and all(src.startswith("data:image/png;base64,") for src in imgs)
+    for key in (
+        'id="leaderboard"',
+        'id="filter-dataset"',
+        'id="filter-backbone"',
+        'id="filter-M"',
+        'id="provenance"',
+        'id="conventions"',
+        'id="problems"',
+    ):
+        assert key in html
+    assert "ID as the positive class" in html and "15 equal-width bins" in html
+    assert "0123456789abcdef0123456789abcdef01234567" in html and "torch_uncertainty" in html
+
+
+def _sweep():
+    recs = []
+    for s in (0, 1):
+        for M in (2, 4):
+            recs.append(make_record(method="deep_ensemble", M=M, seed=s, acc=0.8 + 0.02 * M))
+            for tau in (0.05, 0.5, 3.0):
+                recs.append(
+                    make_record(
+                        method="sigma_ens",
+                        M=M,
+                        seed=s,
+                        hparams={"tau": tau},
+                        acc=0.85 + 0.01 * tau,
+                        ece=0.05 - 0.01 * tau,
+                        k_eff=1 + tau / (1 + tau) * (M - 1),
+                    )
+                )
+    return recs
+
+
+def _is_png(b64: str | None) -> bool:
+    return b64 is not None and base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sweep_figures():
+    """Every figure of a τ × M sweep with a deep-ensemble baseline and a failed cell, once."""
+    return render_figures(records_to_frame([*_sweep(), make_record(status="failed")]))
+
+
+def test_figures_render_png_for_suitable_data(sweep_figures):
+    assert [f.id for f in sweep_figures] == [spec.id for spec in FIGURES]
+    assert {f.id: f.note for f in sweep_figures if not _is_png(f.png)} == {}
+
+
+def test_figures_skip_without_their_data():
+    recs = [
+        make_record(
+            method="deep_ensemble",
+            M=4,
+            seed=s,
+            corruption=False,
+            ood_sets=(),
+            overrides={"cost": {"params_total": None, "eval_images_per_s": None}},
+        )
+        for s in (0, 1)
+    ]
+    figures = {f.id: f for f in render_figures(records_to_frame(recs))}
+    assert all(f.png is None for f in figures.values())
+    assert figures["fig-tau-frontier"].note == (
+        "skipped: needs σN-Ens (sigma_ens) cells at two or more values of τ"
+    )
+    assert figures["fig-ood"].note.startswith("skipped: needs OOD results")
+    assert render_figures(records_to_frame([])) and all(
+        f.png is None for f in render_figures(records_to_frame([]))
+    )
+
+
+def test_pareto_front_by_hand():
+    acc = [0.90, 0.85, 0.88, 0.80, 0.91]
+    ece = [0.05, 0.02, 0.04, 0.03, 0.08]
+    # (.85, .02) has the best ECE; (.88, .04), (.90, .05), (.91, .08) each add accuracy;
+    # (.80, .03) is beaten by (.85, .02) on both.
+    assert pareto_front(acc, ece) == [1, 2, 0, 4]
+    assert pareto_front([0.9, float("nan")], [0.1, 0.0]) == [0]
+
+
+def test_terminal_table(records):
+    evil = make_record(method="evil\x1b[2J\nname", dataset="zz")  # an ANSI clear-screen
+    assert "\x1b" not in format_table(records_to_frame([evil]))
+    assert "evil?[2J name" in format_table(records_to_frame([evil]))
+    cells = records_to_frame(records)
+    text = format_table(cells)
+    lines = text.splitlines()
+    assert lines[0].split()[:6] == ["dataset", "backbone", "method", "M", "hparams", "n"]
+    assert "85.00±5.00" in text and "1.300±0.361" in text
+    assert "70.00 " in text + " " and "1 failed cell not shown" in lines[-1]
+    assert len(lines) == 2 + 3 + 1
+    widths = {len(line) for line in lines[:2]}
+    assert len(widths) == 1  # fixed width header and rule
+    assert format_table(aggregate(cells)).splitlines()[2:5] == lines[2:5]
+    assert format_table(records_to_frame([])) == "no done cells"
+
+
+def test_terminal_table_of_a_results_folder(tmp_path, records):
+    write_records(tmp_path, records)
+    text = format_table(load_frame(tmp_path))  # what `harness run` prints at the end
+    assert "85.00±5.00" in text and "1 failed cell not shown" in text
+
+
+def test_empty_results_folder_reports(tmp_path):
+    html = write_report(tmp_path, tmp_path / "out", figures=False).read_text()
+    assert 'id="no-records"' in html and 'id="count-done">0 done' in html
+
+
+def test_record_without_optional_sections():
+    rec = make_record(corruption=False, ood_sets=(), overrides={"metrics": {"val": DELETE}})
+    summary = aggregate(records_to_frame([rec, {**rec, "cell_id": "b"}]))
+    assert math.isnan(summary["cAcc_mean"].item()) and "ood" not in "".join(summary.columns)
+    html = render_html(from_records([rec]), [])
+    assert 'data-col="cAcc"' not in html and "cAcc (%)" in html  # listed as left out
+    assert 'id="dropped-columns"' in html
