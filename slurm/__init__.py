@@ -1,0 +1,1 @@
+"""Slurm execution through submitit: cluster profiles, job arrays, status and cancellation."""

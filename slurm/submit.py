@@ -1,0 +1,139 @@
+"""Submitting a suite's pending cells as one Slurm job array through submitit.
+
+Each array task runs :func:`harness.runner.run_cell` for one cell and writes its record into the
+shared results folder. Tasks are ``submitit.helpers.Checkpointable``: on a time limit or
+preemption submitit calls :meth:`CellTask.checkpoint`, which requeues the same cell; the runner
+then resumes from the cell's last per-epoch checkpoint. Job ids go to
+``<results>/_slurm/jobs.json`` for ``harness status`` and ``harness cancel``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from harness.records import atomic_write_text
+from harness.suite import Cell, Suite
+from slurm.profile import load_profile
+
+SLURM_DIR = "_slurm"  # leading "_": not a cell folder for the reporter
+JOBS_FILE = "jobs.json"
+
+
+class CellTask(submitit.helpers.Checkpointable):
+    """One array task: train and evaluate one cell, resumable after a requeue."""
+
+    def __call__(
+        self, cell_json: dict[str, Any], results_dir: str, data_root: str | None
+    ) -> dict[str, Any]:
+        from harness.runner import run_cell
+
+        cell = Cell.from_json(cell_json)
+        rec = run_cell(
+            cell, Path(results_dir), Path(data_root) if data_root else None, progress=False
+        )
+        return {"cell_id": rec["cell_id"], "status": rec["status"]}
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        # Training state is already on disk (checkpoint.pt after every epoch): requeueing the
+        # same call resumes from it.
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def read_jobs(results_dir: Path) -> dict[str, str]:
+    """cell id → Slurm job id (``ARRAY_TASK`` form) of the latest submission of each cell."""
+    path = Path(results_dir) / SLURM_DIR / JOBS_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def make_executor(results_dir: Path, profile) -> submitit.AutoExecutor:
+    folder = Path(results_dir).resolve() / SLURM_DIR / "%j"
+    ex = submitit.AutoExecutor(
+        folder=folder, cluster="slurm", slurm_max_num_timeout=profile.max_num_timeout
+    )
+    ex.update_parameters(name=f"harness-{Path(results_dir).name}", **profile.executor_parameters())
+    return ex
+
+
+def submit_cells(
+    cells: list[Cell], results_dir: Path, data_root: Path | None, profile
+) -> list[submitit.Job]:
+    """Submit one job array with one task per cell; returns submitit's jobs."""
+    if not cells:
+        return []
+    ex = make_executor(results_dir, profile)
+    root = str(data_root) if data_root else None
+    jobs = ex.map_array(
+        CellTask(),
+        [c.to_json() for c in cells],
+        [str(Path(results_dir).resolve())] * len(cells),
+        [root] * len(cells),
+    )
+    ids = read_jobs(results_dir)
+    ids.update({c.cell_id: j.job_id for c, j in zip(cells, jobs)})
+    atomic_write_text(Path(results_dir) / SLURM_DIR / JOBS_FILE, json.dumps(ids, indent=1))
+    return jobs
+
+
+def wait_jobs(jobs: list[submitit.Job], poll_s: float = 2.0) -> None:
+    """Wait until every job is done (polling sacct; submitit's wait() backs off to minutes)."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(jobs), desc="slurm tasks", unit="task") as bar:
+        pending = list(jobs)
+        while pending:
+            still = [j for j in pending if not j.done(force_check=True)]
+            bar.update(len(pending) - len(still))
+            pending = still
+            if pending:
+                time.sleep(poll_s)
+
+
+def submit_suite(
+    suite: Suite, todo: list[Cell], results_dir: Path, data_root: Path | None, args: Any
+) -> int:
+    """``harness run --executor slurm``: submit, print the job ids, optionally wait."""
+    from harness.cli import print_summary
+
+    profile = load_profile(args.profile, args.slurm)
+    jobs = submit_cells(todo, results_dir, data_root, profile)
+    if not jobs:
+        print("nothing to submit: every cell is done")
+        return print_summary(results_dir)
+    array_id = jobs[0].job_id.split("_")[0]
+    print(
+        f"submitted job array {array_id} with {len(jobs)} tasks; follow it with "
+        f"`harness status {results_dir}`, stop it with `harness cancel {results_dir}`"
+    )
+    if not getattr(args, "wait", False):
+        return 0
+    wait_jobs(jobs)
+    return print_summary(results_dir)
+
+
+def cancel_suite(results_dir: Path) -> int:
+    """``harness cancel``: scancel every unfinished job of the suite."""
+    from slurm.status import cell_states
+
+    active = sorted(
+        {
+            s.job_id
+            for s in cell_states(results_dir)
+            if s.state in ("running", "queued") and s.job_id
+        }
+    )
+    if not active:
+        print("no running or queued jobs")
+        return 0
+    out = subprocess.run(["scancel", *active], capture_output=True, text=True)
+    if out.returncode:
+        print(out.stderr.strip(), file=sys.stderr)
+        return 1
+    print(f"cancelled {len(active)} tasks: {' '.join(active)}")
+    return 0
