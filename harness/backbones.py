@@ -59,9 +59,16 @@ class DigitsCNN(nn.Module):
         channels: multiplier of the hidden channel counts seen by the norms (Packed's α).
     """
 
-    def __init__(self, in_channels: int, num_classes: int, width: int = 32,
-                 dropout_rate: float = 0.0, conv=None, linear=None,
-                 channels: float = 1.0) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        width: int = 32,
+        dropout_rate: float = 0.0,
+        conv=None,
+        linear=None,
+        channels: float = 1.0,
+    ) -> None:
         super().__init__()
         conv = conv or (lambda ci, co, first: nn.Conv2d(ci, co, 3, padding=1, bias=False))
         linear = linear or nn.Linear
@@ -101,8 +108,14 @@ def _tu_resnet(arch: int):
     def build(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any):
         from torch_uncertainty.models.classification import resnet
 
-        return resnet(in_channels=in_shape[0], num_classes=num_classes, arch=arch,
-                      dropout_rate=dropout_rate, style="cifar", **kw)
+        return resnet(
+            in_channels=in_shape[0],
+            num_classes=num_classes,
+            arch=arch,
+            dropout_rate=dropout_rate,
+            style="cifar",
+            **kw,
+        )
 
     return build
 
@@ -110,8 +123,13 @@ def _tu_resnet(arch: int):
 def _tu_wrn(in_shape, num_classes, dropout_rate: float = 0.3, **kw: Any):
     from torch_uncertainty.models.classification import wideresnet28x10
 
-    return wideresnet28x10(in_channels=in_shape[0], num_classes=num_classes,
-                           dropout_rate=dropout_rate, style="cifar", **kw)
+    return wideresnet28x10(
+        in_channels=in_shape[0],
+        num_classes=num_classes,
+        dropout_rate=dropout_rate,
+        style="cifar",
+        **kw,
+    )
 
 
 def _tv_resnet18(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any):
@@ -126,24 +144,70 @@ def _tv_resnet18(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any):
     return model
 
 
-def _vit(in_shape, num_classes, dropout_rate: float = 0.0, patch_size: int = 4,
-         embed_dim: int = 192, depth: int = 9, num_heads: int = 3, **kw: Any):
+def _vit(
+    in_shape,
+    num_classes,
+    dropout_rate: float = 0.0,
+    patch_size: int = 4,
+    embed_dim: int = 192,
+    depth: int = 9,
+    num_heads: int = 3,
+    **kw: Any,
+):
     from timm.models.vision_transformer import VisionTransformer
 
-    return VisionTransformer(img_size=in_shape[1], patch_size=patch_size, in_chans=in_shape[0],
-                             num_classes=num_classes, embed_dim=embed_dim, depth=depth,
-                             num_heads=num_heads, drop_rate=dropout_rate, **kw)
+    return VisionTransformer(
+        img_size=in_shape[1],
+        patch_size=patch_size,
+        in_chans=in_shape[0],
+        num_classes=num_classes,
+        embed_dim=embed_dim,
+        depth=depth,
+        num_heads=num_heads,
+        drop_rate=dropout_rate,
+        **kw,
+    )
 
 
-register_backbone(BackboneSpec("digits_cnn", _digits_cnn, "cnn",
-                               "3-block CNN for the built-in 8×8 digits"))
-register_backbone(BackboneSpec("resnet18", _tu_resnet(18), "resnet",
-                               "CIFAR-style ResNet-18 (torch-uncertainty)", tu_arch=18))
-register_backbone(BackboneSpec("resnet50", _tu_resnet(50), "resnet",
-                               "CIFAR-style ResNet-50 (torch-uncertainty)", tu_arch=50))
-register_backbone(BackboneSpec("wrn28_10", _tu_wrn, "wideresnet",
-                               "CIFAR-style WideResNet-28-10 (torch-uncertainty)"))
-register_backbone(BackboneSpec("tv_resnet18", _tv_resnet18, "torchvision",
-                               "torchvision's ImageNet-style ResNet-18 (for pretrained conversion)"))
-register_backbone(BackboneSpec("vit_small_32", _vit, "vit",
-                               "timm ViT for 32×32 inputs, patch 4, 192-d, 9 blocks (LayerNorm)"))
+register_backbone(
+    BackboneSpec("digits_cnn", _digits_cnn, "cnn", "3-block CNN for the built-in 8×8 digits")
+)
+register_backbone(
+    BackboneSpec(
+        "resnet18",
+        _tu_resnet(18),
+        "resnet",
+        "CIFAR-style ResNet-18 (torch-uncertainty)",
+        tu_arch=18,
+    )
+)
+register_backbone(
+    BackboneSpec(
+        "resnet50",
+        _tu_resnet(50),
+        "resnet",
+        "CIFAR-style ResNet-50 (torch-uncertainty)",
+        tu_arch=50,
+    )
+)
+register_backbone(
+    BackboneSpec(
+        "wrn28_10", _tu_wrn, "wideresnet", "CIFAR-style WideResNet-28-10 (torch-uncertainty)"
+    )
+)
+register_backbone(
+    BackboneSpec(
+        "tv_resnet18",
+        _tv_resnet18,
+        "torchvision",
+        "torchvision ImageNet-style ResNet-18 (pretrained conversion)",
+    )
+)
+register_backbone(
+    BackboneSpec(
+        "vit_small_32",
+        _vit,
+        "vit",
+        "timm ViT for 32×32 inputs, patch 4, 192-d, 9 blocks (LayerNorm)",
+    )
+)

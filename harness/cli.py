@@ -1,4 +1,4 @@
-"""The ``harness`` command line: ls, validate, run, status, cancel, evaluate, report, bench, data."""
+"""The ``harness`` command line: ls, validate, run, status, cancel, evaluate, report, bench."""
 
 from __future__ import annotations
 
@@ -34,11 +34,14 @@ def check_data(suite, data_root: Path) -> list[str]:
         except DataMissingError as exc:
             problems.append(str(exc))
     if suite.evaluation.corruptions:
-        from harness.data.corruptions import check_corruption_source
+        from harness.data.corruptions import require_cifar_c
 
         for name in suite.grid.datasets:
+            source = DATASETS.get(name).corruption_source
+            if source is None:
+                continue  # corrupted copies are generated and cached on first use
             try:
-                check_corruption_source(name, data_root)
+                require_cifar_c(data_root, source)
             except DataMissingError as exc:
                 problems.append(str(exc))
     return problems
@@ -73,10 +76,12 @@ def cmd_validate(args) -> int:
             print(f"{args.suite}: {p}", file=sys.stderr)
         return 2
     cells = suite.cells()
-    print(f"{args.suite}: OK — suite {suite.name!r}, {len(cells)} cells "
-          f"({len(suite.grid.datasets)} datasets × {len(suite.grid.backbones)} backbones × "
-          f"{len(suite.grid.methods)} methods × M {list(suite.grid.M)} × "
-          f"{len(suite.grid.seeds)} seeds)")
+    print(
+        f"{args.suite}: OK — suite {suite.name!r}, {len(cells)} cells "
+        f"({len(suite.grid.datasets)} datasets × {len(suite.grid.backbones)} backbones × "
+        f"{len(suite.grid.methods)} methods × M {list(suite.grid.M)} × "
+        f"{len(suite.grid.seeds)} seeds)"
+    )
     if args.verbose:
         for c in cells:
             print(f"  {c.cell_id}  {c.label}")
@@ -99,14 +104,15 @@ def cmd_run(args) -> int:
     write_manifest(suite, results)
     cells = suite.cells()
     todo = pending(cells, results, args.force)
-    print(f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
-          f"{len(todo)} to run → {results}")
+    print(
+        f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
+        f"{len(todo)} to run → {results}"
+    )
     t0 = time.perf_counter()
     if args.executor == "inprocess":
         run_inprocess(todo, results, data_root, force=args.force, progress=not args.quiet)
     elif args.executor == "local":
-        run_local(todo, results, data_root, args.workers, force=args.force,
-                  progress=not args.quiet)
+        run_local(todo, results, data_root, args.workers, force=args.force, progress=not args.quiet)
     else:
         from slurm.submit import submit_suite
 
@@ -116,16 +122,17 @@ def cmd_run(args) -> int:
 
 
 def print_summary(results: Path) -> int:
-    """Print the terminal leaderboard; exit status 1 if any cell failed."""
+    """Print the terminal leaderboard and failed cells; exit status 1 if any cell failed."""
     from harness.records import iter_records
-    from reports.aggregate import load_frame
-    from reports.terminal import format_table
+    from reports.terminal import format_results
 
-    records = list(iter_records(results))
-    print(format_table(load_frame(results)))
-    failed = [r for r in records if r["status"] == "failed"]
+    print(format_results(results))
+    failed = [r for r in iter_records(results) if r["status"] == "failed"]
     for r in failed:
-        print(f"FAILED {r['cell_id']}: {r['error']['type']}: {r['error']['message']}")
+        print(
+            f"FAILED {r['cell_id']} {r['config']['method']} seed {r['config']['seed']}: "
+            f"{r['error']['type']}: {r['error']['message']}"
+        )
     print(f"results: {results}  (harness report {results} → leaderboard.html)")
     return 1 if failed else 0
 
@@ -191,12 +198,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--executor", choices=["inprocess", "local", "slurm"], default="inprocess")
     r.add_argument("--workers", type=int, default=2, help="worker processes (--executor local)")
     r.add_argument("--profile", help="Slurm cluster profile YAML (--executor slurm)")
-    r.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a profile entry, e.g. --slurm partition=gpu")
+    r.add_argument(
+        "--slurm",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a profile entry, e.g. --slurm partition=gpu",
+    )
     r.add_argument("--wait", action="store_true", help="wait for Slurm jobs to finish")
     r.add_argument("--results", help="results root (default: results/)")
-    r.add_argument("--data-root", help="where datasets live (default: $HARNESS_DATA_ROOT or "
-                                       "~/.cache/implicit-ensemble-harness/data)")
+    r.add_argument(
+        "--data-root",
+        help="where datasets live (default: $HARNESS_DATA_ROOT or "
+        "~/.cache/implicit-ensemble-harness/data)",
+    )
     r.add_argument("--force", action="store_true", help="redo finished cells")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     r.set_defaults(fn=cmd_run)
@@ -211,8 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="re-evaluate finished cells from their saved weights")
     e.add_argument("results_dir")
-    e.add_argument("--suite", help="suite file whose evaluation block to apply "
-                                   "(default: the one recorded in suite.json)")
+    e.add_argument(
+        "--suite",
+        help="suite file whose evaluation block to apply (default: the one recorded in suite.json)",
+    )
     e.add_argument("--data-root")
     e.set_defaults(fn=cmd_evaluate)
 
@@ -248,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     from harness.registry import UnknownNameError
 
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
+    )
     try:
         return int(args.fn(args) or 0)
     except SuiteError as exc:
@@ -259,9 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownNameError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        return 0
     except KeyboardInterrupt:
-        print("\ninterrupted: finished cells are kept; re-run the same command to resume",
-              file=sys.stderr)
+        print(
+            "\ninterrupted: finished cells are kept; re-run the same command to resume",
+            file=sys.stderr,
+        )
         return 130
 
 

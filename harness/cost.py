@@ -28,8 +28,12 @@ def parameter_counts(model: EnsembleModel, ctx: BuildContext) -> dict[str, int]:
     """Total, trainable, one plain member, and the overhead of the ensemble over one member."""
     single = count_parameters(ctx.build_backbone())
     total = count_parameters(model)
-    return {"params_total": total, "params_trainable": count_parameters(model, True),
-            "params_single": single, "params_overhead": total - single}
+    return {
+        "params_total": total,
+        "params_trainable": count_parameters(model, True),
+        "params_single": single,
+        "params_overhead": total - single,
+    }
 
 
 def flops_per_image(model: EnsembleModel, x: torch.Tensor) -> int:
@@ -64,8 +68,15 @@ def peak_memory(fn: Callable[[], Any], device: torch.device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2**20
 
 
-def throughput(model: EnsembleModel, x: torch.Tensor, y: torch.Tensor, recipe: Recipe,
-               device: torch.device, steps: int = 5, warmup: int = 2) -> dict[str, Any]:
+def throughput(
+    model: EnsembleModel,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    recipe: Recipe,
+    device: torch.device,
+    steps: int = 5,
+    warmup: int = 2,
+) -> dict[str, Any]:
     """Train-step and eval throughput (images/s) and peak memory on batch ``x``.
 
     The train step is forward + loss + backward + SGD step on a throw-away optimizer state, so
@@ -91,12 +102,15 @@ def throughput(model: EnsembleModel, x: torch.Tensor, y: torch.Tensor, recipe: R
 
     train_s = timed(train_step, device, warmup, steps)
     peak_train = peak_memory(train_step, device)
-    opt.zero_grad(set_to_none=True)
-    del opt
+    opt.zero_grad(set_to_none=True)  # free the gradients before timing evaluation
     eval_s = timed(eval_step, device, warmup, steps)
     peak_eval = peak_memory(eval_step, device)
     model.load_state_dict(state)
     b = x.shape[0]
-    return {"train_images_per_s": b / train_s, "eval_images_per_s": b / eval_s,
-            "peak_train_mem_mib": peak_train, "peak_eval_mem_mib": peak_eval,
-            "batch_size": b}
+    return {
+        "train_images_per_s": b / train_s,
+        "eval_images_per_s": b / eval_s,
+        "peak_train_mem_mib": peak_train,
+        "peak_eval_mem_mib": peak_eval,
+        "batch_size": b,
+    }

@@ -26,16 +26,28 @@ def write_manifest(suite: Suite, results_dir: Path) -> None:
     cells = old.get("cells", {})
     for c in suite.cells():
         cells[c.cell_id] = {"label": c.label, "cell": c.to_json()}
-    atomic_write_text(path, json.dumps({"name": suite.name, "source": str(suite.source),
-                                        "current": [c.cell_id for c in suite.cells()],
-                                        "cells": cells}, indent=1) + "\n")
+    atomic_write_text(
+        path,
+        json.dumps(
+            {
+                "name": suite.name,
+                "source": str(suite.source),
+                "current": [c.cell_id for c in suite.cells()],
+                "cells": cells,
+            },
+            indent=1,
+        )
+        + "\n",
+    )
 
 
 def read_manifest(results_dir: Path) -> dict[str, Any]:
     path = Path(results_dir) / SUITE_FILE
     if not path.exists():
-        raise FileNotFoundError(f"{results_dir} holds no {SUITE_FILE}: is it a suite's results "
-                                "folder written by `harness run`?")
+        raise FileNotFoundError(
+            f"{results_dir} holds no {SUITE_FILE}: is it a suite's results "
+            "folder written by `harness run`?"
+        )
     return json.loads(path.read_text())
 
 
@@ -51,8 +63,13 @@ def pending(cells: list[Cell], results_dir: Path, force: bool = False) -> list[C
     return out
 
 
-def run_inprocess(cells: list[Cell], results_dir: Path, data_root: Path | None,
-                  force: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+def run_inprocess(
+    cells: list[Cell],
+    results_dir: Path,
+    data_root: Path | None,
+    force: bool = False,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Run cells one after another in this process, with a progress bar over cells."""
     from tqdm.auto import tqdm
 
@@ -66,28 +83,53 @@ def run_inprocess(cells: list[Cell], results_dir: Path, data_root: Path | None,
     return records
 
 
-def _run_cell_json(cell_json: dict[str, Any], results_dir: str, data_root: str | None,
-                   force: bool) -> dict[str, Any]:
+def _run_cell_json(
+    cell_json: dict[str, Any], results_dir: str, data_root: str | None, force: bool
+) -> dict[str, Any]:
     import torch
 
     from harness.runner import run_cell
 
     torch.set_num_threads(1)  # workers share the cores; one BLAS thread each avoids thrashing
-    return run_cell(Cell.from_json(cell_json), Path(results_dir),
-                    Path(data_root) if data_root else None, force=force, progress=False)
+    return run_cell(
+        Cell.from_json(cell_json),
+        Path(results_dir),
+        Path(data_root) if data_root else None,
+        force=force,
+        progress=False,
+    )
 
 
-def run_local(cells: list[Cell], results_dir: Path, data_root: Path | None, workers: int,
-              force: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+def run_local(
+    cells: list[Cell],
+    results_dir: Path,
+    data_root: Path | None,
+    workers: int,
+    force: bool = False,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Run cells in ``workers`` spawned processes on this machine."""
     from tqdm.auto import tqdm
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
     records = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_run_cell_json, c.to_json(), str(results_dir),
-                               str(data_root) if data_root else None, force) for c in cells]
-        for fut in tqdm(as_completed(futures), total=len(futures), desc="cells", unit="cell",
-                        disable=not progress):
+        futures = [
+            pool.submit(
+                _run_cell_json,
+                c.to_json(),
+                str(results_dir),
+                str(data_root) if data_root else None,
+                force,
+            )
+            for c in cells
+        ]
+        for fut in tqdm(
+            as_completed(futures),
+            total=len(futures),
+            desc="cells",
+            unit="cell",
+            disable=not progress,
+        ):
             records.append(fut.result())
     return records

@@ -23,20 +23,28 @@ from methods.base import EnsembleModel
 
 
 @torch.no_grad()
-def member_probs(model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe,
-                 device: torch.device) -> Iterator[tuple[Tensor, Tensor]]:
+def member_probs(
+    model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe, device: torch.device
+) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (probs (M, B, K) float32 on CPU, labels (B,)) in eval mode."""
     model.eval()
-    loader = DeviceLoader(data, recipe.eval_batch_size, device, spec.mean, spec.std,
-                          channels_last=recipe.channels_last and device.type == "cuda")
+    loader = DeviceLoader(
+        data,
+        recipe.eval_batch_size,
+        device,
+        spec.mean,
+        spec.std,
+        channels_last=recipe.channels_last and device.type == "cuda",
+    )
     for x, y in loader:
         with autocast(device, recipe):
             logits = model(x)  # (M, B, K)
         yield logits.float().softmax(-1).cpu(), y.cpu()
 
 
-def evaluate_split(model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe,
-                   device: torch.device) -> dict[str, Any]:
+def evaluate_split(
+    model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe, device: torch.device
+) -> dict[str, Any]:
     """All clean-set metrics (ensemble, members, diversity) of one split."""
     acc = EnsembleMetrics()
     for probs, y in member_probs(model, data, spec, recipe, device):
@@ -44,9 +52,15 @@ def evaluate_split(model: EnsembleModel, data: ImageSet, spec: DatasetSpec, reci
     return acc.compute()
 
 
-def evaluate_corruptions(model: EnsembleModel, test: ImageSet, spec: DatasetSpec,
-                         evaluation: Evaluation, recipe: Recipe, device: torch.device,
-                         data_root: Path) -> dict[str, Any] | None:
+def evaluate_corruptions(
+    model: EnsembleModel,
+    test: ImageSet,
+    spec: DatasetSpec,
+    evaluation: Evaluation,
+    recipe: Recipe,
+    device: torch.device,
+    data_root: Path,
+) -> dict[str, Any] | None:
     """Accuracy, NLL and ECE on every corruption × severity cell, with per-severity and overall
     means (cAcc, cNLL, cECE) and the ECE slope over severity."""
     from harness.data.corruptions import applicable_corruptions, corrupted_split
@@ -61,8 +75,15 @@ def evaluate_corruptions(model: EnsembleModel, test: ImageSet, spec: DatasetSpec
         for sev in evaluation.severities:
             data = corrupted_split(spec.name, data_root, test, name, sev)
             m = evaluate_split(model, data, spec, recipe, device)
-            cells.append({"corruption": name, "severity": sev,
-                          "acc": m["acc"], "nll": m["nll"], "ece": m["ece"]})
+            cells.append(
+                {
+                    "corruption": name,
+                    "severity": sev,
+                    "acc": m["acc"],
+                    "nll": m["nll"],
+                    "ece": m["ece"],
+                }
+            )
     per_sev = {}
     for sev in evaluation.severities:
         rows = [c for c in cells if c["severity"] == sev]
@@ -70,45 +91,69 @@ def evaluate_corruptions(model: EnsembleModel, test: ImageSet, spec: DatasetSpec
     mean = {k: sum(c[k] for c in cells) / len(cells) for k in ("acc", "nll", "ece")}
     sevs = torch.tensor([float(s) for s in evaluation.severities])
     eces = torch.tensor([per_sev[str(s)]["ece"] for s in evaluation.severities])
-    slope = float(torch.linalg.lstsq(torch.stack([sevs, torch.ones_like(sevs)], 1),
-                                     eces[:, None]).solution[0]) if len(sevs) > 1 else 0.0
-    return {"cells": cells, "per_severity": per_sev, "mean": mean, "ece_slope": slope,
-            "corruptions": names}
+    slope = (
+        float(
+            torch.linalg.lstsq(
+                torch.stack([sevs, torch.ones_like(sevs)], 1), eces[:, None]
+            ).solution[0]
+        )
+        if len(sevs) > 1
+        else 0.0
+    )
+    return {
+        "cells": cells,
+        "per_severity": per_sev,
+        "mean": mean,
+        "ece_slope": slope,
+        "corruptions": names,
+    }
 
 
-def evaluate_ood(model: EnsembleModel, test: ImageSet, spec: DatasetSpec, evaluation: Evaluation,
-                 recipe: Recipe, device: torch.device, data_root: Path) -> dict[str, Any] | None:
+def evaluate_ood(
+    model: EnsembleModel,
+    test: ImageSet,
+    spec: DatasetSpec,
+    evaluation: Evaluation,
+    recipe: Recipe,
+    device: torch.device,
+    data_root: Path,
+) -> dict[str, Any] | None:
     """OOD detection metrics of every declared OOD set against the ID test set."""
     from harness.registries import DATASETS
 
     if not evaluation.ood:
         return None
-    id_probs = [p for p, _ in member_probs(model, test, spec, recipe, device)]
+    scores = OODScores()
+    for p, _ in member_probs(model, test, spec, recipe, device):
+        scores.update_id(p)  # ID scores are kept across OOD sets; only (B,) scores are stored
     out = {}
     for name in evaluation.ood:
         ood_spec = DATASETS.get(name)
         ood_spec.require(data_root)
         raw = ood_spec.load(data_root)["test"]
         ood = ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
-        scores = OODScores()
-        for p in id_probs:
-            scores.update_id(p)
+        scores.reset_ood()
         for p, _ in member_probs(model, ood, spec, recipe, device):
             scores.update_ood(p)
         out[name] = scores.compute()
     return out
 
 
-def evaluate_all(model: EnsembleModel, splits: dict[str, ImageSet], spec: DatasetSpec,
-                 evaluation: Evaluation, recipe: Recipe, device: torch.device,
-                 data_root: Path) -> dict[str, Any]:
+def evaluate_all(
+    model: EnsembleModel,
+    splits: dict[str, ImageSet],
+    spec: DatasetSpec,
+    evaluation: Evaluation,
+    recipe: Recipe,
+    device: torch.device,
+    data_root: Path,
+) -> dict[str, Any]:
     """The ``metrics`` block of a result record."""
     metrics: dict[str, Any] = {
         "clean": evaluate_split(model, splits["test"], spec, recipe, device),
         "val": evaluate_split(model, splits["val"], spec, recipe, device),
     }
-    corr = evaluate_corruptions(model, splits["test"], spec, evaluation, recipe, device,
-                                data_root)
+    corr = evaluate_corruptions(model, splits["test"], spec, evaluation, recipe, device, data_root)
     if corr is not None:
         metrics["corruption"] = corr
     ood = evaluate_ood(model, splits["test"], spec, evaluation, recipe, device, data_root)

@@ -68,8 +68,9 @@ def validate_record(rec: dict[str, Any]) -> None:
         raise RecordError(f"record has unknown keys {unknown}; valid: {sorted(TOP_LEVEL)}")
     for k, (_, types) in TOP_LEVEL.items():
         if not isinstance(rec[k], types):
-            raise RecordError(f"record[{k!r}] must be {[t.__name__ for t in types]}, "
-                              f"got {type(rec[k]).__name__}")
+            raise RecordError(
+                f"record[{k!r}] must be {[t.__name__ for t in types]}, got {type(rec[k]).__name__}"
+            )
     if rec["schema_version"] != SCHEMA_VERSION:
         raise RecordError(f"schema_version {rec['schema_version']} != {SCHEMA_VERSION}")
     if rec["status"] not in STATUSES:

@@ -42,10 +42,10 @@ CONVENTIONS = {
     "brier": "sum over classes of squared error, mean over samples",
     "nll": "natural log, of the mean probability of the true class",
     "ood": "ID is the positive class (OpenOOD); scores: msp = max mean prob, "
-           "entropy = -H(mean prob), mi = -mutual information; FPR95 = fraction of OOD "
-           "accepted at 95% ID recall",
+    "entropy = -H(mean prob), mi = -mutual information; FPR95 = fraction of OOD "
+    "accepted at 95% ID recall",
     "throughput": "input images per second seen by the whole ensemble, after warm-up, "
-                  "device-synchronised",
+    "device-synchronised",
     "flops": "eval-mode FLOPs of the whole ensemble per input image (torch.utils.flop_counter)",
 }
 
@@ -66,16 +66,25 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(cell: Cell, spec: DatasetSpec,
-                pretrained: dict[str, torch.Tensor] | None = None,
-                ) -> tuple[EnsembleModel, BuildContext]:
+def build_model(
+    cell: Cell,
+    spec: DatasetSpec,
+    pretrained: dict[str, torch.Tensor] | None = None,
+) -> tuple[EnsembleModel, BuildContext]:
     """Build the cell's method on its backbone (seeded: same seed → same initial weights)."""
     seed_everything(cell.seed)
     mspec = METHODS.get(cell.method)
-    ctx = BuildContext(cell.backbone, spec.in_shape, spec.num_classes, cell.M,
-                       dict(cell.backbone_kwargs), pretrained)
-    hp = mspec.hparams(**{k: tuple(v) if isinstance(v, list) else v
-                          for k, v in cell.hparams.items()})
+    ctx = BuildContext(
+        cell.backbone,
+        spec.in_shape,
+        spec.num_classes,
+        cell.M,
+        dict(cell.backbone_kwargs),
+        pretrained,
+    )
+    hp = mspec.hparams(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in cell.hparams.items()}
+    )
     return mspec.build(ctx, hp), ctx
 
 
@@ -100,13 +109,18 @@ def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     if state and all(k.startswith("net.") for k in state):
-        state = {k[len("net."):]: v for k, v in state.items()}
+        state = {k[len("net.") :]: v for k, v in state.items()}
     return state
 
 
-def pretrained_state(cell: Cell, cell_dir: Path, spec: DatasetSpec,
-                     splits: dict[str, ImageSet], device: torch.device,
-                     progress: bool) -> dict[str, torch.Tensor] | None:
+def pretrained_state(
+    cell: Cell,
+    cell_dir: Path,
+    spec: DatasetSpec,
+    splits: dict[str, ImageSet],
+    device: torch.device,
+    progress: bool,
+) -> dict[str, torch.Tensor] | None:
     """Weights to convert for methods that start from a trained single model.
 
     ``pretrained: PATH`` loads them; ``pretrain_epochs: N`` first trains a `single` model of the
@@ -122,9 +136,18 @@ def pretrained_state(cell: Cell, cell_dir: Path, spec: DatasetSpec,
     final = pre_dir / "final.pt"
     if not final.exists():
         pre_dir.mkdir(exist_ok=True)
-        pre = Cell(cell.suite, cell.dataset, cell.backbone, cell.backbone_kwargs, "single", 1,
-                   {}, cell.seed, dataclasses.replace(cell.recipe, epochs=epochs),
-                   cell.evaluation)
+        pre = Cell(
+            cell.suite,
+            cell.dataset,
+            cell.backbone,
+            cell.backbone_kwargs,
+            "single",
+            1,
+            {},
+            cell.seed,
+            dataclasses.replace(cell.recipe, epochs=epochs),
+            cell.evaluation,
+        )
         model, _ = build_model(pre, spec)
         model.to(device)
         train_cell(pre, pre_dir, model, spec, splits, device, progress)
@@ -132,18 +155,32 @@ def pretrained_state(cell: Cell, cell_dir: Path, spec: DatasetSpec,
     return load_backbone_state(final)
 
 
-def train_cell(cell: Cell, cell_dir: Path, model: EnsembleModel, spec: DatasetSpec,
-               splits: dict[str, ImageSet], device: torch.device,
-               progress: bool) -> tuple[list[dict], list[dict], float]:
+def train_cell(
+    cell: Cell,
+    cell_dir: Path,
+    model: EnsembleModel,
+    spec: DatasetSpec,
+    splits: dict[str, ImageSet],
+    device: torch.device,
+    progress: bool,
+) -> tuple[list[dict], list[dict], float]:
     """Train with a checkpoint after every epoch; resume from it if present."""
     from tqdm.auto import tqdm
 
     recipe = cell.recipe
     augment = spec.augment if recipe.augment == "default" else recipe.augment
-    loader = DeviceLoader(splits["train"], recipe.batch_size, device, spec.mean, spec.std,
-                          augment=augment, shuffle=True, seed=cell.seed,
-                          drop_last=len(splits["train"]) >= 2 * recipe.batch_size,
-                          channels_last=recipe.channels_last and device.type == "cuda")
+    loader = DeviceLoader(
+        splits["train"],
+        recipe.batch_size,
+        device,
+        spec.mean,
+        spec.std,
+        augment=augment,
+        shuffle=True,
+        seed=cell.seed,
+        drop_last=len(splits["train"]) >= 2 * recipe.batch_size,
+        channels_last=recipe.channels_last and device.type == "cuda",
+    )
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
     history: list[dict] = []
@@ -159,9 +196,14 @@ def train_cell(cell: Cell, cell_dir: Path, model: EnsembleModel, spec: DatasetSp
         start_epoch, train_s = ckpt["epoch"] + 1, ckpt["train_s"]
         torch.set_rng_state(ckpt["rng_cpu"])
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
-    bar = tqdm(total=recipe.epochs * len(loader), initial=start_epoch * len(loader),
-               desc=f"  {cell.method} M={cell.M} s{cell.seed}", leave=False, unit="step",
-               disable=not progress)
+    bar = tqdm(
+        total=recipe.epochs * len(loader),
+        initial=start_epoch * len(loader),
+        desc=f"  {cell.method} M={cell.M} s{cell.seed}",
+        leave=False,
+        unit="step",
+        disable=not progress,
+    )
     for epoch in range(start_epoch, recipe.epochs):
         model.set_progress(epoch, recipe.epochs)
         loader.set_epoch(epoch)
@@ -172,22 +214,44 @@ def train_cell(cell: Cell, cell_dir: Path, model: EnsembleModel, spec: DatasetSp
         epoch_s = time.perf_counter() - t0
         train_s += epoch_s
         val = evaluate_split(model, splits["val"], spec, recipe, device)
-        history.append({"epoch": epoch + 1, **stats, "val_acc": val["acc"],
-                        "val_nll": val["nll"], "val_ece": val["ece"], "time_s": epoch_s,
-                        "lr": opt.param_groups[0]["lr"]})
+        history.append(
+            {
+                "epoch": epoch + 1,
+                **stats,
+                "val_acc": val["acc"],
+                "val_nll": val["nll"],
+                "val_ece": val["ece"],
+                "time_s": epoch_s,
+                "lr": opt.param_groups[0]["lr"],
+            }
+        )
         diag = model.diagnostics()
         if diag:
             diagnostics.append({"epoch": epoch + 1, **diag})
-        _save_atomic({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                      "scheduler": sched.state_dict(), "epoch": epoch, "history": history,
-                      "diagnostics": diagnostics, "train_s": train_s,
-                      "rng_cpu": torch.get_rng_state()}, ckpt_path)
+        _save_atomic(
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "epoch": epoch,
+                "history": history,
+                "diagnostics": diagnostics,
+                "train_s": train_s,
+                "rng_cpu": torch.get_rng_state(),
+            },
+            ckpt_path,
+        )
     bar.close()
     return history, diagnostics, train_s
 
 
-def run_cell(cell: Cell, results_dir: Path, data_root: Path | None = None, force: bool = False,
-             progress: bool = True) -> dict[str, Any]:
+def run_cell(
+    cell: Cell,
+    results_dir: Path,
+    data_root: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Train and evaluate one cell; always leaves a record unless interrupted.
 
     Args:
@@ -217,10 +281,19 @@ def run_cell(cell: Cell, results_dir: Path, data_root: Path | None = None, force
     device = pick_device(cell.recipe.device)
     started, t0 = now(), time.perf_counter()
     rec: dict[str, Any] = {
-        "schema_version": 1, "suite": cell.suite, "cell_id": cell.cell_id,
-        "config": cell.config(), "evaluation": cell.to_json()["evaluation"], "metrics": {},
-        "cost": {}, "history": [], "diagnostics": {}, "timings": {},
-        "environment": environment(device), "conventions": CONVENTIONS, "error": None,
+        "schema_version": 1,
+        "suite": cell.suite,
+        "cell_id": cell.cell_id,
+        "config": cell.config(),
+        "evaluation": cell.to_json()["evaluation"],
+        "metrics": {},
+        "cost": {},
+        "history": [],
+        "diagnostics": {},
+        "timings": {},
+        "environment": environment(device),
+        "conventions": CONVENTIONS,
+        "error": None,
         "started_at": started,
     }
     try:
@@ -230,13 +303,13 @@ def run_cell(cell: Cell, results_dir: Path, data_root: Path | None = None, force
         model.to(device)
         if cell.recipe.channels_last and device.type == "cuda":
             model.to(memory_format=torch.channels_last)
-        history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device,
-                                            progress)
+        history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device, progress)
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
         _save_atomic(model.state_dict(), cell_dir / "final.pt")
         t_eval = time.perf_counter()
-        rec["metrics"] = evaluate_all(model, splits, spec, cell.evaluation, cell.recipe, device,
-                                      data_root)
+        rec["metrics"] = evaluate_all(
+            model, splits, spec, cell.evaluation, cell.recipe, device, data_root
+        )
         eval_s = time.perf_counter() - t_eval
         rec["cost"] = measure_cost(model, ctx, cell, spec, splits, device)
         rec["cost"]["train_time_s"] = train_s
@@ -245,9 +318,12 @@ def run_cell(cell: Cell, results_dir: Path, data_root: Path | None = None, force
         rec["status"] = "done"
     except Exception as exc:  # recorded, not swallowed: the record carries type, message, trace
         rec["status"] = "failed"
-        rec["error"] = {"type": type(exc).__name__, "message": str(exc),
-                        "traceback": traceback.format_exc(limit=20)[-4000:],
-                        "data_missing": isinstance(exc, DataMissingError)}
+        rec["error"] = {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": traceback.format_exc(limit=20)[-4000:],
+            "data_missing": isinstance(exc, DataMissingError),
+        }
         log.warning("cell %s failed: %s: %s", cell.label, type(exc).__name__, exc)
     rec["timings"]["total_s"] = time.perf_counter() - t0
     rec["finished_at"] = now()
@@ -257,16 +333,27 @@ def run_cell(cell: Cell, results_dir: Path, data_root: Path | None = None, force
     return rec
 
 
-def measure_cost(model: EnsembleModel, ctx: BuildContext, cell: Cell, spec: DatasetSpec,
-                 splits: dict[str, ImageSet], device: torch.device) -> dict[str, Any]:
+def measure_cost(
+    model: EnsembleModel,
+    ctx: BuildContext,
+    cell: Cell,
+    spec: DatasetSpec,
+    splits: dict[str, ImageSet],
+    device: torch.device,
+) -> dict[str, Any]:
     """Parameters always; FLOPs, throughput and memory when the suite asks for cost."""
     cost: dict[str, Any] = parameter_counts(model, ctx)
     if not cell.evaluation.cost:
         return cost
     b = min(cell.recipe.batch_size, len(splits["train"]))
-    loader = DeviceLoader(ImageSet(splits["train"].images[:b], splits["train"].labels[:b]), b,
-                          device, spec.mean, spec.std,
-                          channels_last=cell.recipe.channels_last and device.type == "cuda")
+    loader = DeviceLoader(
+        ImageSet(splits["train"].images[:b], splits["train"].labels[:b]),
+        b,
+        device,
+        spec.mean,
+        spec.std,
+        channels_last=cell.recipe.channels_last and device.type == "cuda",
+    )
     x, y = next(iter(loader))
     cost["flops_per_image"] = flops_per_image(model, x)
     cost.update(throughput(model, x, y, cell.recipe, device, steps=cell.evaluation.cost_steps))

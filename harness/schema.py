@@ -30,7 +30,7 @@ def _type_name(tp: Any) -> str:
 
 
 def coerce(value: Any, tp: Any, where: str, errors: list[str]) -> Any:
-    """Check ``value`` against annotation ``tp``; return it converted (lists → tuples, int → float)."""
+    """Check ``value`` against annotation ``tp``; convert it (list → tuple, int → float)."""
     origin = get_origin(tp)
     if tp is Any:
         return value
@@ -78,15 +78,20 @@ def coerce(value: Any, tp: Any, where: str, errors: list[str]) -> Any:
     return value
 
 
-def check_constraints(value: Any, meta: typing.Mapping[str, Any], where: str,
-                      errors: list[str]) -> None:
+def check_constraints(
+    value: Any, meta: typing.Mapping[str, Any], where: str, errors: list[str]
+) -> None:
     """Apply ``gt``/``ge``/``lt``/``le`` bounds from field metadata (to each item of a tuple)."""
     items = value if isinstance(value, tuple) else (value,)
     for v in items:
         if not isinstance(v, int | float) or isinstance(v, bool):
             continue
-        for key, ok, word in (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
-                              ("lt", lambda a, b: a < b, "<"), ("le", lambda a, b: a <= b, "<=")):
+        for key, ok, word in (
+            ("gt", lambda a, b: a > b, ">"),
+            ("ge", lambda a, b: a >= b, ">="),
+            ("lt", lambda a, b: a < b, "<"),
+            ("le", lambda a, b: a <= b, "<="),
+        ):
             if key in meta and not ok(v, meta[key]):
                 errors.append(f"{where}: must be {word} {meta[key]}, got {v!r}")
 

@@ -35,20 +35,24 @@ class Recipe:
     nesterov: bool = False
     weight_decay: float = field(default=5e-4, metadata={"ge": 0})
     schedule: Literal["cosine", "multistep", "constant"] = "cosine"
-    milestones: tuple[int, ...] = field(default=(), metadata={"ge": 1,
-                                        "help": "epochs of lr decay (multistep)"})
+    milestones: tuple[int, ...] = field(
+        default=(), metadata={"ge": 1, "help": "epochs of lr decay (multistep)"}
+    )
     lr_decay: float = field(default=0.2, metadata={"gt": 0, "help": "multistep factor"})
     warmup_epochs: int = field(default=0, metadata={"ge": 0})
     augment: Literal["default", "none", "crop_flip"] = field(
-        default="default", metadata={"help": "default: the dataset's standard augmentation"})
+        default="default", metadata={"help": "default: the dataset's standard augmentation"}
+    )
     label_smoothing: float = field(default=0.0, metadata={"ge": 0, "lt": 1})
     grad_clip: float | None = field(default=None, metadata={"gt": 0})
     amp: bool = field(default=True, metadata={"help": "bf16 autocast on GPU"})
     channels_last: bool = field(default=True, metadata={"help": "channels_last on GPU"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
     eval_batch_size: int = field(default=512, metadata={"ge": 1})
-    max_loss: float = field(default=1e4, metadata={"gt": 0,
-                            "help": "a loss above this (or non-finite) marks the cell failed"})
+    max_loss: float = field(
+        default=1e4,
+        metadata={"gt": 0, "help": "a loss above this (or non-finite) marks the cell failed"},
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
@@ -57,8 +61,10 @@ class Evaluation:
     """What to evaluate after training. Not part of the cell id: adding an OOD set or a
     corruption re-evaluates finished cells (``harness evaluate``) instead of retraining them."""
 
-    corruptions: tuple[str, ...] = field(default=(), metadata={
-        "help": "corruption names, or [all] for every one that applies to the dataset"})
+    corruptions: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "corruption names, or [all] for every one that applies to the dataset"},
+    )
     severities: tuple[int, ...] = field(default=(1, 2, 3, 4, 5), metadata={"ge": 1, "le": 5})
     ood: tuple[str, ...] = field(default=(), metadata={"help": "OOD dataset names"})
     cost: bool = field(default=True, metadata={"help": "measure params, FLOPs, throughput"})
@@ -101,14 +107,27 @@ class Suite:
     def cells(self) -> list[Cell]:
         """Expand the grid: datasets × backbones × methods × hparam product × M × seeds."""
         out: list[Cell] = []
-        for ds, bb, me in itertools.product(self.grid.datasets, self.grid.backbones,
-                                            self.grid.methods):
+        for ds, bb, me in itertools.product(
+            self.grid.datasets, self.grid.backbones, self.grid.methods
+        ):
             spec = METHODS.get(me.name)
             for hp in expand_hparams(spec, me.hparams):
                 for m in members_for(spec, me, self.grid.M):
                     for seed in self.grid.seeds:
-                        out.append(Cell(self.name, ds, bb.name, dict(bb.kwargs), me.name, m, hp,
-                                        seed, self.recipe, self.evaluation))
+                        out.append(
+                            Cell(
+                                self.name,
+                                ds,
+                                bb.name,
+                                dict(bb.kwargs),
+                                me.name,
+                                m,
+                                hp,
+                                seed,
+                                self.recipe,
+                                self.evaluation,
+                            )
+                        )
         seen: dict[str, Cell] = {}
         for c in out:  # the same config listed twice is one cell
             seen.setdefault(c.cell_id, c)
@@ -150,23 +169,39 @@ class Cell:
 
     @property
     def label(self) -> str:
-        hp = ",".join(f"{k}={v}" for k, v in sorted(self.hparams.items()))
-        return (f"{self.dataset}/{self.backbone}/{self.method}(M={self.M}"
-                f"{',' + hp if hp else ''})/seed{self.seed}")
+        """Short human-readable name: hyper-parameters at their defaults are left out."""
+        defaults = expand_hparams(METHODS.get(self.method), {})[0]
+        hp = ",".join(f"{k}={v}" for k, v in sorted(self.hparams.items()) if defaults.get(k) != v)
+        return (
+            f"{self.dataset}/{self.backbone}/{self.method}(M={self.M}"
+            f"{',' + hp if hp else ''})/seed{self.seed}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild the cell in another process (Slurm tasks, workers)."""
-        return {"suite": self.suite, **self.config(),
-                "evaluation": _jsonable(dataclasses.asdict(self.evaluation))}
+        return {
+            "suite": self.suite,
+            **self.config(),
+            "evaluation": _jsonable(dataclasses.asdict(self.evaluation)),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Cell:
         rec = dict(data["recipe"])
         rec["milestones"] = tuple(rec["milestones"])
         ev = {k: tuple(v) if isinstance(v, list) else v for k, v in data["evaluation"].items()}
-        return cls(data["suite"], data["dataset"], data["backbone"], data["backbone_kwargs"],
-                   data["method"], data["M"], data["hparams"], data["seed"], Recipe(**rec),
-                   Evaluation(**ev))
+        return cls(
+            data["suite"],
+            data["dataset"],
+            data["backbone"],
+            data["backbone_kwargs"],
+            data["method"],
+            data["M"],
+            data["hparams"],
+            data["seed"],
+            Recipe(**rec),
+            Evaluation(**ev),
+        )
 
 
 def _jsonable(obj: Any) -> Any:
@@ -179,8 +214,11 @@ def _jsonable(obj: Any) -> Any:
 
 def expand_hparams(spec, values: dict[str, Any]) -> list[dict[str, Any]]:
     """Product of swept hyper-parameter values, completed with the method's defaults."""
-    defaults = {f.name: f.default for f in dataclasses.fields(spec.hparams)
-                if f.default is not dataclasses.MISSING}
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(spec.hparams)
+        if f.default is not dataclasses.MISSING
+    }
     keys = sorted(values)
     lists = [v if isinstance(v, list | tuple) else [v] for v in (values[k] for k in keys)]
     out = []
@@ -289,15 +327,21 @@ def parse_suite(data: dict[str, Any], origins: Origins, source: Path) -> Suite:
         if req not in grid_raw and "grid" in data:
             errors.append(f"grid.{req}: required key is missing")
 
-    datasets = [d for i, d in enumerate(_as_list(grid_raw.get("datasets", [])))
-                if _lookup(DATASETS, d, f"grid.datasets[{i}]", errors) is not None]
+    datasets = [
+        d
+        for i, d in enumerate(_as_list(grid_raw.get("datasets", [])))
+        if _lookup(DATASETS, d, f"grid.datasets[{i}]", errors) is not None
+    ]
     for d in datasets:
         if DATASETS.get(d).num_classes is None:
             errors.append(f"grid.datasets: {d!r} is an OOD-only set and cannot be trained on")
     backbones = []
     for i, b in enumerate(_as_list(grid_raw.get("backbones", []))):
-        entry = BackboneEntry(b) if isinstance(b, str) else (
-            build_dataclass(BackboneEntry, b, f"grid.backbones[{i}]", errors))
+        entry = (
+            BackboneEntry(b)
+            if isinstance(b, str)
+            else (build_dataclass(BackboneEntry, b, f"grid.backbones[{i}]", errors))
+        )
         if entry and _lookup(BACKBONES, entry.name, f"grid.backbones[{i}]", errors):
             backbones.append(entry)
     methods = _parse_methods(grid_raw.get("methods", []), errors)
@@ -316,16 +360,26 @@ def parse_suite(data: dict[str, Any], origins: Origins, source: Path) -> Suite:
                 errors.append(f"{where}.M: M must be >= 1, got {m}")
             elif m < spec.min_members or (spec.max_members and m > spec.max_members):
                 hi = spec.max_members or "any"
-                errors.append(f"{where}.M: method {me.name!r} allows M in "
-                              f"[{spec.min_members}, {hi}], got {m}")
+                errors.append(
+                    f"{where}.M: method {me.name!r} allows M in [{spec.min_members}, {hi}], got {m}"
+                )
             elif spec.check:
                 for hp in expand_hparams(spec, me.hparams):
-                    errors.extend(f"{where}: {p}" for p in spec.check(spec.hparams(**{
-                        k: tuple(v) if isinstance(v, list) else v for k, v in hp.items()}), m))
+                    errors.extend(
+                        f"{where}: {p}"
+                        for p in spec.check(
+                            spec.hparams(
+                                **{k: tuple(v) if isinstance(v, list) else v for k, v in hp.items()}
+                            ),
+                            m,
+                        )
+                    )
         for bb in backbones:
             if spec.backbones is not None and bb.name not in spec.backbones:
-                errors.append(f"{where}: method {me.name!r} does not support backbone "
-                              f"{bb.name!r}; supported backbones: {', '.join(spec.backbones)}")
+                errors.append(
+                    f"{where}: method {me.name!r} does not support backbone "
+                    f"{bb.name!r}; supported backbones: {', '.join(spec.backbones)}"
+                )
 
     recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
     evaluation = build_dataclass(Evaluation, data.get("evaluation"), "evaluation", errors)

@@ -28,8 +28,12 @@ def make_optimizer(model: EnsembleModel, recipe: Recipe) -> torch.optim.Optimize
     """SGD (momentum, optional Nesterov) or AdamW over the method's parameter groups."""
     groups = model.param_groups(recipe.weight_decay)
     if recipe.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=recipe.lr, momentum=recipe.momentum,
-                               nesterov=recipe.nesterov and recipe.momentum > 0)
+        return torch.optim.SGD(
+            groups,
+            lr=recipe.lr,
+            momentum=recipe.momentum,
+            nesterov=recipe.nesterov and recipe.momentum > 0,
+        )
     return torch.optim.AdamW(groups, lr=recipe.lr)
 
 
@@ -46,10 +50,12 @@ def lr_factor(step: int, steps_per_epoch: int, recipe: Recipe) -> float:
     return 1.0
 
 
-def make_scheduler(opt: torch.optim.Optimizer, recipe: Recipe,
-                   steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(
+    opt: torch.optim.Optimizer, recipe: Recipe, steps_per_epoch: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: lr_factor(step, steps_per_epoch, recipe))
+        opt, lambda step: lr_factor(step, steps_per_epoch, recipe)
+    )
 
 
 def autocast(device: torch.device, recipe: Recipe) -> contextlib.AbstractContextManager:
@@ -59,23 +65,31 @@ def autocast(device: torch.device, recipe: Recipe) -> contextlib.AbstractContext
     return contextlib.nullcontext()
 
 
-def ensemble_loss(model: EnsembleModel, x: Tensor, y: Tensor,
-                  recipe: Recipe) -> tuple[Tensor, Tensor, Tensor | None]:
+def ensemble_loss(
+    model: EnsembleModel, x: Tensor, y: Tensor, recipe: Recipe
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """Task loss (mean member cross-entropy) + regularizer.
 
     Returns:
         total loss, member logits (M, B', K), the regularizer value (or None).
     """
     logits, targets = model.training_outputs(x, y)  # (M, B', K), (M, B')
-    task = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                           label_smoothing=recipe.label_smoothing)
+    task = F.cross_entropy(
+        logits.flatten(0, 1).float(), targets.flatten(), label_smoothing=recipe.label_smoothing
+    )
     reg = model.regularizer()
     return (task if reg is None else task + reg), logits, reg
 
 
-def train_epoch(model: EnsembleModel, loader: Any, opt: torch.optim.Optimizer,
-                sched: torch.optim.lr_scheduler.LRScheduler, recipe: Recipe,
-                device: torch.device, progress: Any = None) -> dict[str, float]:
+def train_epoch(
+    model: EnsembleModel,
+    loader: Any,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    recipe: Recipe,
+    device: torch.device,
+    progress: Any = None,
+) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss, regularizer and training accuracy."""
     model.train()
     total = reg_total = correct = seen = 0.0
@@ -87,7 +101,8 @@ def train_epoch(model: EnsembleModel, loader: Any, opt: torch.optim.Optimizer,
         if not torch.isfinite(value) or value.item() > recipe.max_loss:
             raise DivergenceError(
                 f"training loss became {value.item():.4g} at step {steps} of this epoch "
-                f"(limit {recipe.max_loss:g}); lower the learning rate or add warm-up")
+                f"(limit {recipe.max_loss:g}); lower the learning rate or add warm-up"
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if recipe.grad_clip:
@@ -105,5 +120,9 @@ def train_epoch(model: EnsembleModel, loader: Any, opt: torch.optim.Optimizer,
         if progress is not None:
             progress.update(1)
             progress.set_postfix(loss=f"{value.item():.3f}")
-    return {"train_loss": total / max(steps, 1), "train_reg": reg_total / max(steps, 1),
-            "train_acc": correct / seen if seen else float("nan"), "steps": steps}
+    return {
+        "train_loss": total / max(steps, 1),
+        "train_reg": reg_total / max(steps, 1),
+        "train_acc": correct / seen if seen else float("nan"),
+        "steps": steps,
+    }

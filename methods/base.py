@@ -98,9 +98,13 @@ class EnsembleModel(nn.Module):
         return None
 
     def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
-        """Optimizer parameter groups; override for recipe deltas (e.g. no decay on fast weights)."""
-        return [{"params": [p for p in self.parameters() if p.requires_grad],
-                 "weight_decay": weight_decay}]
+        """Optimizer parameter groups; override for recipe deltas (no decay on fast weights)."""
+        return [
+            {
+                "params": [p for p in self.parameters() if p.requires_grad],
+                "weight_decay": weight_decay,
+            }
+        ]
 
     def set_progress(self, epoch: int, num_epochs: int) -> None:
         """Called at the start of every epoch, for hyper-parameter schedules."""

@@ -21,8 +21,10 @@ class BatchEnsembleModel(SplitBatchEnsemble):
         fast, slow = [], []
         for name, p in self.named_parameters():
             (fast if name.rsplit(".", 1)[-1] in FAST_WEIGHTS else slow).append(p)
-        return [{"params": slow, "weight_decay": weight_decay},
-                {"params": fast, "weight_decay": 0.0}]
+        return [
+            {"params": slow, "weight_decay": weight_decay},
+            {"params": fast, "weight_decay": 0.0},
+        ]
 
 
 def _digits(ctx: BuildContext):
@@ -32,20 +34,25 @@ def _digits(ctx: BuildContext):
     m = ctx.num_members
     core = digits_cnn(
         ctx,
-        conv=lambda ci, co, first: BatchConv2d(ci, co, 3, num_estimators=m, padding=1,
-                                               bias=False),
-        linear=lambda fi, fo: BatchLinear(fi, fo, num_estimators=m))
+        conv=lambda ci, co, first: BatchConv2d(ci, co, 3, num_estimators=m, padding=1, bias=False),
+        linear=lambda fi, fo: BatchLinear(fi, fo, num_estimators=m),
+    )
     return BatchEnsemble(core, num_estimators=m)  # repeats the batch in eval only
 
 
 def build(ctx: BuildContext, hp: NoHparams) -> BatchEnsembleModel:
     from torch_uncertainty.models.classification import batched_resnet, batched_wideresnet28x10
 
-    net = build_tu(ctx, batched_resnet, batched_wideresnet28x10, _digits,
-                   repeat_strategy="paper")
+    net = build_tu(ctx, batched_resnet, batched_wideresnet28x10, _digits, repeat_strategy="paper")
     return BatchEnsembleModel(net, ctx.num_members)
 
 
-register_method(MethodSpec(
-    name="batch_ensemble", build=build, hparams=NoHparams, backbones=TU_BACKBONES,
-    reference="Wen et al., ICLR 2020"))
+register_method(
+    MethodSpec(
+        name="batch_ensemble",
+        build=build,
+        hparams=NoHparams,
+        backbones=TU_BACKBONES,
+        reference="Wen et al., ICLR 2020",
+    )
+)

@@ -21,7 +21,8 @@ from methods.base import BuildContext, EnsembleModel, MethodSpec, register_metho
 @dataclass(frozen=True)
 class DeepEnsembleHparams:
     parallel: Literal["loop", "streams"] = field(
-        default="loop", metadata={"help": "member execution on CUDA (streams overlap members)"})
+        default="loop", metadata={"help": "member execution on CUDA (streams overlap members)"}
+    )
 
 
 class DeepEnsemble(EnsembleModel):
@@ -34,11 +35,7 @@ class DeepEnsemble(EnsembleModel):
         self.num_members = ctx.num_members
         self.parallel = hp.parallel
         members = [ctx.build_backbone() for _ in range(ctx.num_members)]  # distinct inits
-        if len(members) == 1:  # the library reads a one-element list as "copy this model"
-            self.ensemble = deep_ensembles(members[0], num_estimators=1,
-                                           reset_model_parameters=False)
-        else:
-            self.ensemble = deep_ensembles(members, reset_model_parameters=False)
+        self.ensemble = deep_ensembles(members, reset_model_parameters=False)
         self._streams: list[torch.cuda.Stream] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
@@ -61,9 +58,12 @@ class DeepEnsemble(EnsembleModel):
         return torch.stack(outs)  # (M, B, K)
 
 
-register_method(MethodSpec(
-    name="deep_ensemble",
-    build=lambda ctx, hp: DeepEnsemble(ctx, hp),
-    hparams=DeepEnsembleHparams,
-    reference="Lakshminarayanan et al., NeurIPS 2017",
-))
+register_method(
+    MethodSpec(
+        name="deep_ensemble",
+        build=lambda ctx, hp: DeepEnsemble(ctx, hp),
+        hparams=DeepEnsembleHparams,
+        min_members=2,  # a one-member deep ensemble is `single`
+        reference="Lakshminarayanan et al., NeurIPS 2017",
+    )
+)

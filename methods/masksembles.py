@@ -30,20 +30,33 @@ def _digits(ctx: BuildContext, hp: MasksemblesHparams):
             return nn.Conv2d(ci, co, 3, padding=1, bias=False)
         return MaskedConv2d(ci, co, 3, num_estimators=m, scale=hp.scale, padding=1, bias=False)
 
-    core = digits_cnn(ctx, conv=conv,
-                      linear=lambda fi, fo: MaskedLinear(fi, fo, num_estimators=m,
-                                                         scale=hp.scale))
+    core = digits_cnn(
+        ctx, conv=conv, linear=lambda fi, fo: MaskedLinear(fi, fo, num_estimators=m, scale=hp.scale)
+    )
     return RepeatInEval(core, m)
 
 
 def build(ctx: BuildContext, hp: MasksemblesHparams) -> SplitBatchEnsemble:
     from torch_uncertainty.models.classification import masked_resnet, masked_wideresnet28x10
 
-    net = build_tu(ctx, masked_resnet, masked_wideresnet28x10, lambda c: _digits(c, hp),
-                   scale=hp.scale, repeat_strategy="paper")
+    net = build_tu(
+        ctx,
+        masked_resnet,
+        masked_wideresnet28x10,
+        lambda c: _digits(c, hp),
+        scale=hp.scale,
+        repeat_strategy="paper",
+    )
     return SplitBatchEnsemble(net, ctx.num_members)
 
 
-register_method(MethodSpec(
-    name="masksembles", build=build, hparams=MasksemblesHparams, backbones=TU_BACKBONES,
-    min_members=2, reference="Durasov et al., CVPR 2021"))
+register_method(
+    MethodSpec(
+        name="masksembles",
+        build=build,
+        hparams=MasksemblesHparams,
+        backbones=TU_BACKBONES,
+        min_members=2,
+        reference="Durasov et al., CVPR 2021",
+    )
+)

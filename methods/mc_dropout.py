@@ -27,8 +27,9 @@ class MCDropout(EnsembleModel):
 
         self.num_members = ctx.num_members
         core = ctx.build_backbone(dropout_rate=hp.dropout_rate)
-        self.net = mc_dropout(core, num_estimators=ctx.num_members, last_layer=hp.last_layer,
-                              on_batch=True)
+        self.net = mc_dropout(
+            core, num_estimators=ctx.num_members, last_layer=hp.last_layer, on_batch=True
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training:  # one stochastic pass of the single network
@@ -36,6 +37,11 @@ class MCDropout(EnsembleModel):
         return to_members(self.net(x), self.num_members)  # (M·B, K) → (M, B, K)
 
 
-register_method(MethodSpec(
-    name="mc_dropout", build=lambda ctx, hp: MCDropout(ctx, hp), hparams=MCDropoutHparams,
-    reference="Gal & Ghahramani, ICML 2016"))
+register_method(
+    MethodSpec(
+        name="mc_dropout",
+        build=lambda ctx, hp: MCDropout(ctx, hp),
+        hparams=MCDropoutHparams,
+        reference="Gal & Ghahramani, ICML 2016",
+    )
+)

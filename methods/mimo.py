@@ -28,8 +28,9 @@ from methods.tu_common import TU_BACKBONES, build_tu, digits_cnn
 
 @dataclass(frozen=True)
 class MIMOHparams:
-    rho: float = field(default=0.0, metadata={"ge": 0, "le": 1,
-                                              "help": "input repetition probability"})
+    rho: float = field(
+        default=0.0, metadata={"ge": 0, "le": 1, "help": "input repetition probability"}
+    )
 
 
 class _MIMODigits(nn.Module):
@@ -39,8 +40,13 @@ class _MIMODigits(nn.Module):
     def __init__(self, ctx: BuildContext) -> None:
         super().__init__()
         m = ctx.num_members
-        wide = BuildContext(ctx.backbone, (ctx.in_shape[0] * m, *ctx.in_shape[1:]),
-                            ctx.num_classes * m, m, ctx.backbone_kwargs)
+        wide = BuildContext(
+            ctx.backbone,
+            (ctx.in_shape[0] * m, *ctx.in_shape[1:]),
+            ctx.num_classes * m,
+            m,
+            ctx.backbone_kwargs,
+        )
         self.core = digits_cnn(wide)
         self.num_estimators = m
 
@@ -76,6 +82,12 @@ class MIMO(EnsembleModel):
         return to_members(logits, m), y[order].view(m, b)  # (M, B, K), (M, B)
 
 
-register_method(MethodSpec(
-    name="mimo", build=lambda ctx, hp: MIMO(ctx, hp), hparams=MIMOHparams,
-    backbones=TU_BACKBONES, reference="Havasi et al., ICLR 2021"))
+register_method(
+    MethodSpec(
+        name="mimo",
+        build=lambda ctx, hp: MIMO(ctx, hp),
+        hparams=MIMOHparams,
+        backbones=TU_BACKBONES,
+        reference="Havasi et al., ICLR 2021",
+    )
+)

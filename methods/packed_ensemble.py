@@ -39,18 +39,35 @@ def _digits(ctx: BuildContext, hp: PackedHparams):
     return digits_cnn(
         ctx,
         conv=lambda ci, co, first: PackedConv2d(
-            ci, co, 3, alpha=hp.alpha, num_estimators=m, gamma=1 if first else hp.gamma,
-            padding=1, bias=False, first=first, minimum_channels_per_group=1),
-        linear=lambda fi, fo: PackedLinear(fi, fo, alpha=hp.alpha, num_estimators=m,
-                                           gamma=hp.gamma, last=True),
-        channels=hp.alpha)
+            ci,
+            co,
+            3,
+            alpha=hp.alpha,
+            num_estimators=m,
+            gamma=1 if first else hp.gamma,
+            padding=1,
+            bias=False,
+            first=first,
+            minimum_channels_per_group=1,
+        ),
+        linear=lambda fi, fo: PackedLinear(
+            fi, fo, alpha=hp.alpha, num_estimators=m, gamma=hp.gamma, last=True
+        ),
+        channels=hp.alpha,
+    )
 
 
 def build(ctx: BuildContext, hp: PackedHparams) -> PackedEnsemble:
     from torch_uncertainty.models.classification import packed_resnet, packed_wideresnet28x10
 
-    net = build_tu(ctx, packed_resnet, packed_wideresnet28x10, lambda c: _digits(c, hp),
-                   alpha=hp.alpha, gamma=hp.gamma)
+    net = build_tu(
+        ctx,
+        packed_resnet,
+        packed_wideresnet28x10,
+        lambda c: _digits(c, hp),
+        alpha=hp.alpha,
+        gamma=hp.gamma,
+    )
     return PackedEnsemble(net, ctx.num_members)
 
 
@@ -60,6 +77,13 @@ def check(hp: PackedHparams, num_members: int) -> list[str]:
     return []
 
 
-register_method(MethodSpec(
-    name="packed_ensemble", build=build, hparams=PackedHparams, backbones=TU_BACKBONES,
-    reference="Laurent et al., ICLR 2023", check=check))
+register_method(
+    MethodSpec(
+        name="packed_ensemble",
+        build=build,
+        hparams=PackedHparams,
+        backbones=TU_BACKBONES,
+        reference="Laurent et al., ICLR 2023",
+        check=check,
+    )
+)

@@ -31,17 +31,28 @@ class SigmaEnsHparams:
     tau: float = field(default=1.0, metadata={"gt": 0, "help": "softmax temperature τ"})
     lam: float = field(default=1e-3, metadata={"ge": 0, "help": "regularizer weight λ"})
     schedule: Literal["constant", "linear", "cosine"] = field(
-        default="constant", metadata={"help": "τ/λ schedule from (tau, lam) to the *_end values"})
+        default="constant", metadata={"help": "τ/λ schedule from (tau, lam) to the *_end values"}
+    )
     tau_end: float | None = field(default=None, metadata={"gt": 0})
     lam_end: float | None = field(default=None, metadata={"ge": 0})
-    layers: str | None = field(default=None, metadata={
-        "help": "regex of regularized σNorm layer names (default: all)"})
+    layers: str | None = field(
+        default=None, metadata={"help": "regex of regularized σNorm layer names (default: all)"}
+    )
     gamma_init_std: float = field(default=1.0, metadata={"ge": 0})
     gamma_init_mean: float = 0.0
-    pretrained: str | None = field(default=None, metadata={
-        "help": "state dict of a trained single model to convert (harness final.pt or any)"})
-    pretrain_epochs: int = field(default=0, metadata={
-        "ge": 0, "help": "train a single model this long first, then convert and fine-tune"})
+    pretrained: str | None = field(
+        default=None,
+        metadata={
+            "help": "state dict of a trained single model to convert (harness final.pt or any)"
+        },
+    )
+    pretrain_epochs: int = field(
+        default=0,
+        metadata={
+            "ge": 0,
+            "help": "train a single model this long first, then convert and fine-tune",
+        },
+    )
 
 
 class SigmaEnsemble(EnsembleModel):
@@ -75,8 +86,11 @@ class SigmaEnsemble(EnsembleModel):
         hp = self.hp
         if hp.schedule == "constant":
             return hp.tau, hp.lam
-        t = self._progress if hp.schedule == "linear" else 0.5 * (1 - math.cos(math.pi *
-                                                                              self._progress))
+        t = (
+            self._progress
+            if hp.schedule == "linear"
+            else 0.5 * (1 - math.cos(math.pi * self._progress))
+        )
         tau_end = hp.tau if hp.tau_end is None else hp.tau_end
         lam_end = hp.lam if hp.lam_end is None else hp.lam_end
         # τ interpolates geometrically: it acts as a scale (1/τ bounds the logit gap).
@@ -102,6 +116,12 @@ def check(hp: SigmaEnsHparams, num_members: int) -> list[str]:
     return []
 
 
-register_method(MethodSpec(
-    name="sigma_ens", build=lambda ctx, hp: SigmaEnsemble(ctx, hp), hparams=SigmaEnsHparams,
-    reference="Suteu & Serban, 2026", check=check))
+register_method(
+    MethodSpec(
+        name="sigma_ens",
+        build=lambda ctx, hp: SigmaEnsemble(ctx, hp),
+        hparams=SigmaEnsHparams,
+        reference="Suteu & Serban, 2026",
+        check=check,
+    )
+)

@@ -19,11 +19,13 @@ class SingleModel(EnsembleModel):
         return self.net(x).unsqueeze(0)  # (1, B, K)
 
 
-register_method(MethodSpec(
-    name="single",
-    build=lambda ctx, hp: SingleModel(ctx),
-    hparams=NoHparams,
-    min_members=1,
-    max_members=1,
-    reference="one deterministic network",
-))
+register_method(
+    MethodSpec(
+        name="single",
+        build=lambda ctx, hp: SingleModel(ctx),
+        hparams=NoHparams,
+        min_members=1,
+        max_members=1,
+        reference="one deterministic network",
+    )
+)

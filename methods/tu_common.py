@@ -18,9 +18,13 @@ from methods.base import BuildContext, EnsembleModel, repeat_members, to_members
 TU_BACKBONES = ("digits_cnn", "resnet18", "resnet50", "wrn28_10")
 
 
-def build_tu(ctx: BuildContext, resnet_builder: Callable[..., nn.Module],
-             wrn_builder: Callable[..., nn.Module],
-             digits_builder: Callable[[BuildContext], nn.Module], **kwargs: Any) -> nn.Module:
+def build_tu(
+    ctx: BuildContext,
+    resnet_builder: Callable[..., nn.Module],
+    wrn_builder: Callable[..., nn.Module],
+    digits_builder: Callable[[BuildContext], nn.Module],
+    **kwargs: Any,
+) -> nn.Module:
     """Build torch-uncertainty's model of a method for the cell's backbone (CIFAR style)."""
     from harness.registries import BACKBONES
 
@@ -29,18 +33,25 @@ def build_tu(ctx: BuildContext, resnet_builder: Callable[..., nn.Module],
     c, k, m = ctx.in_shape[0], ctx.num_classes, ctx.num_members
     extra = {key: v for key, v in ctx.backbone_kwargs.items() if key == "dropout_rate"}
     if ctx.backbone == "wrn28_10":
-        return wrn_builder(in_channels=c, num_classes=k, num_estimators=m, style="cifar",
-                           **extra, **kwargs)
+        return wrn_builder(
+            in_channels=c, num_classes=k, num_estimators=m, style="cifar", **extra, **kwargs
+        )
     arch = BACKBONES.get(ctx.backbone).tu_arch
-    return resnet_builder(in_channels=c, num_classes=k, arch=arch, num_estimators=m,
-                          style="cifar", **extra, **kwargs)
+    return resnet_builder(
+        in_channels=c, num_classes=k, arch=arch, num_estimators=m, style="cifar", **extra, **kwargs
+    )
 
 
 def digits_cnn(ctx: BuildContext, **kwargs: Any) -> DigitsCNN:
     """The digits CNN with custom layers (kwargs go to :class:`DigitsCNN`)."""
     width = ctx.backbone_kwargs.get("width", 32)
-    return DigitsCNN(ctx.in_shape[0], ctx.num_classes, width=width,
-                     dropout_rate=ctx.backbone_kwargs.get("dropout_rate", 0.0), **kwargs)
+    return DigitsCNN(
+        ctx.in_shape[0],
+        ctx.num_classes,
+        width=width,
+        dropout_rate=ctx.backbone_kwargs.get("dropout_rate", 0.0),
+        **kwargs,
+    )
 
 
 class RepeatInEval(nn.Module):

@@ -16,8 +16,11 @@ def test_unknown_name_lists_choices_and_closest_match():
     reg: Registry[int] = Registry("widget")
     for i, name in enumerate(["deep_ensemble", "batch_ensemble", "single"]):
         reg.register(name, i)
-    with pytest.raises(UnknownNameError, match=r"unknown widget 'deep_ensembel'\. Did you mean "
-                       r"'deep_ensemble'\? Valid choices: batch_ensemble, deep_ensemble, single"):
+    with pytest.raises(
+        UnknownNameError,
+        match=r"unknown widget 'deep_ensembel'\. Did you mean "
+        r"'deep_ensemble'\? Valid choices: batch_ensemble, deep_ensemble, single",
+    ):
         reg.get("deep_ensembel")
     with pytest.raises(UnknownNameError, match=r"unknown widget 'zzz'\. Valid choices") as info:
         reg.get("zzz")
@@ -37,9 +40,20 @@ def test_decorator_registration_returns_the_object():
 
 
 def test_builtin_registries_are_populated():
-    assert {"single", "deep_ensemble", "sigma_ens", "film_ensemble", "batch_ensemble",
-            "packed_ensemble", "mc_dropout", "mimo", "masksembles"} <= set(METHODS.names())
+    assert {
+        "single",
+        "deep_ensemble",
+        "sigma_ens",
+        "film_ensemble",
+        "batch_ensemble",
+        "packed_ensemble",
+        "mc_dropout",
+        "mimo",
+        "masksembles",
+    } <= set(METHODS.names())
     assert {"digits_cnn", "resnet18", "resnet50", "wrn28_10", "vit_small_32"} <= set(
-        BACKBONES.names())
-    assert {"digits", "digits_heldout", "sklearn_photos", "cifar10", "cifar100",
-            "svhn"} <= set(DATASETS.names())
+        BACKBONES.names()
+    )
+    assert {"digits", "digits_heldout", "sklearn_photos", "cifar10", "cifar100", "svhn"} <= set(
+        DATASETS.names()
+    )

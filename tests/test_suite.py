@@ -69,12 +69,21 @@ def test_cell_json_round_trip(write_suite):
 
 
 def test_unknown_keys_name_file_key_and_choices(write_suite):
-    p = problems(write_suite, BASE.replace("recipe: {epochs: 1}", "recipe: {epoch: 1}")
-                 + "evalution: {}\n")
-    assert any(re.search(r"suite\.yaml: recipe\.epoch: unknown key\. Did you mean 'epochs'\? "
-                         r"Valid keys: epochs, batch_size", x) for x in p), p
-    assert any(re.search(r"suite\.yaml: evalution: unknown key\. Did you mean 'evaluation'\?",
-                         x) for x in p), p
+    p = problems(
+        write_suite, BASE.replace("recipe: {epochs: 1}", "recipe: {epoch: 1}") + "evalution: {}\n"
+    )
+    assert any(
+        re.search(
+            r"suite\.yaml: recipe\.epoch: unknown key\. Did you mean 'epochs'\? "
+            r"Valid keys: epochs, batch_size",
+            x,
+        )
+        for x in p
+    ), p
+    assert any(
+        re.search(r"suite\.yaml: evalution: unknown key\. Did you mean 'evaluation'\?", x)
+        for x in p
+    ), p
 
 
 def test_wrong_types(write_suite):
@@ -82,56 +91,77 @@ def test_wrong_types(write_suite):
     assert any("recipe.epochs: expected int, got str 'ten'" in x for x in p), p
     assert any("recipe.lr: expected float, got str 'fast'" in x for x in p), p
     assert any("recipe.nesterov: expected bool, got int 3" in x for x in p), p
-    p = problems(write_suite, BASE.replace("optimizer", "x").replace(
-        "recipe: {epochs: 1}", "recipe: {optimizer: sgdd}"))
-    assert any("recipe.optimizer: 'sgdd' is not one of ['sgd', 'adamw'] (did you mean 'sgd'?)"
-               in x for x in p), p
+    p = problems(
+        write_suite,
+        BASE.replace("optimizer", "x").replace("recipe: {epochs: 1}", "recipe: {optimizer: sgdd}"),
+    )
+    assert any(
+        "recipe.optimizer: 'sgdd' is not one of ['sgd', 'adamw'] (did you mean 'sgd'?)" in x
+        for x in p
+    ), p
 
 
 def test_members_below_one_and_tau_not_positive(write_suite):
-    p = problems(write_suite, BASE.replace("M: [2, 4]", "M: [0, 4]").replace(
-        "tau: [0.1, 1.0]", "tau: [0.0, -1]"))
+    p = problems(
+        write_suite,
+        BASE.replace("M: [2, 4]", "M: [0, 4]").replace("tau: [0.1, 1.0]", "tau: [0.0, -1]"),
+    )
     assert any("grid.methods[1].M: M must be >= 1, got 0" in x for x in p), p
     assert any("grid.methods[2].hparams.tau[0]: must be > 0, got 0.0" in x for x in p), p
     assert any("grid.methods[2].hparams.tau[1]: must be > 0, got -1.0" in x for x in p), p
 
 
 def test_unknown_method_backbone_dataset(write_suite):
-    text = (BASE.replace("[digits]", "[digitz]").replace("[digits_cnn]", "[resnet81]")
-            .replace("- single", "- singel"))
+    text = (
+        BASE.replace("[digits]", "[digitz]")
+        .replace("[digits_cnn]", "[resnet81]")
+        .replace("- single", "- singel")
+    )
     p = problems(write_suite, text)
-    assert any("grid.datasets[0]: unknown dataset 'digitz'. Did you mean 'digits'?" in x
-               and "Valid choices:" in x for x in p), p
-    assert any("grid.backbones[0]: unknown backbone 'resnet81'. Did you mean 'resnet18'?" in x
-               for x in p), p
-    assert any("grid.methods[0].name: unknown method 'singel'. Did you mean 'single'?" in x
-               for x in p), p
+    assert any(
+        "grid.datasets[0]: unknown dataset 'digitz'. Did you mean 'digits'?" in x
+        and "Valid choices:" in x
+        for x in p
+    ), p
+    assert any(
+        "grid.backbones[0]: unknown backbone 'resnet81'. Did you mean 'resnet18'?" in x for x in p
+    ), p
+    assert any(
+        "grid.methods[0].name: unknown method 'singel'. Did you mean 'single'?" in x for x in p
+    ), p
 
 
 def test_unknown_hparam_lists_valid_ones(write_suite):
     p = problems(write_suite, BASE.replace("lam: 0.01", "lamda: 0.01"))
-    assert any(re.search(r"grid\.methods\[2\]\.hparams\.lamda: unknown key\. Did you mean "
-                         r"'lam'\? Valid keys: tau, lam,", x) for x in p), p
+    assert any(
+        re.search(
+            r"grid\.methods\[2\]\.hparams\.lamda: unknown key\. Did you mean "
+            r"'lam'\? Valid keys: tau, lam,",
+            x,
+        )
+        for x in p
+    ), p
 
 
 def test_unsupported_method_backbone_pair(write_suite):
-    text = BASE.replace("[digits_cnn]", "[vit_small_32]").replace(
-        "- single", "- batch_ensemble")
+    text = BASE.replace("[digits_cnn]", "[vit_small_32]").replace("- single", "- batch_ensemble")
     p = problems(write_suite, text)
-    assert any("grid.methods[0]: method 'batch_ensemble' does not support backbone "
-               "'vit_small_32'; supported backbones: digits_cnn, resnet18, resnet50, wrn28_10"
-               in x for x in p), p
+    assert any(
+        "grid.methods[0]: method 'batch_ensemble' does not support backbone "
+        "'vit_small_32'; supported backbones: digits_cnn, resnet18, resnet50, wrn28_10" in x
+        for x in p
+    ), p
 
 
 def test_fixed_size_method_rejects_other_m(write_suite):
     p = problems(write_suite, BASE.replace("- single", "- {name: single, M: [4]}"))
-    assert any("grid.methods[0].M: method 'single' allows M in [1, 1], got 4" in x
-               for x in p), p
+    assert any("grid.methods[0].M: method 'single' allows M in [1, 1], got 4" in x for x in p), p
 
 
 def test_include_composes_and_errors_name_the_included_file(write_suite):
-    write_suite("recipe: {epochs: 3, lr: 0.1}\nevaluation: {ood: [sklearn_photos]}\n",
-                "common.yaml")
+    write_suite(
+        "recipe: {epochs: 3, lr: 0.1}\nevaluation: {ood: [sklearn_photos]}\n", "common.yaml"
+    )
     text = "include: common.yaml\n" + BASE.replace("recipe: {epochs: 1}", "recipe: {lr: 0.2}")
     suite = load_suite(write_suite(text))
     assert suite.recipe.epochs == 3 and suite.recipe.lr == 0.2  # includer overrides
@@ -147,8 +177,7 @@ def test_include_cycle_and_missing_file(write_suite):
     p = problems(write_suite, "include: a.yaml\n")
     assert any("include cycle" in x for x in p), p
     p = problems(write_suite, "include: nothere.yaml\n" + BASE)
-    assert any(re.search(r"nothere\.yaml: suite file not found \(included from", x)
-               for x in p), p
+    assert any(re.search(r"nothere\.yaml: suite file not found \(included from", x) for x in p), p
 
 
 def test_ood_only_set_cannot_be_trained_on(write_suite):

@@ -1,0 +1,126 @@
+"""Every method × backbone × M, parametrized over the registry (timm's test_models.py style):
+a new method is tested without new test code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.registries import METHODS
+from harness.suite import expand_hparams
+from methods.base import BuildContext, repeat_members, to_members
+
+# CIFAR-style nets take any input size; 16×16 keeps the CPU time low.
+BACKBONE_INPUTS = {"digits_cnn": ((1, 8, 8), 8), "resnet18": ((3, 16, 16), 10)}
+
+
+def allowed(spec, m: int) -> bool:
+    return m >= spec.min_members and (spec.max_members is None or m <= spec.max_members)
+
+
+CASES = [
+    pytest.param(name, backbone, m, id=f"{name}-{backbone}-M{m}")
+    for name in METHODS.names()
+    for backbone in BACKBONE_INPUTS
+    for m in (1, 2, 4)
+    if allowed(METHODS.get(name), m)
+    and (METHODS.get(name).backbones is None or backbone in METHODS.get(name).backbones)
+]
+
+
+def build(name: str, backbone: str, m: int):
+    spec = METHODS.get(name)
+    hp = expand_hparams(spec, {})[0]
+    in_shape, k = BACKBONE_INPUTS[backbone]
+    torch.manual_seed(0)
+    model = spec.build(BuildContext(backbone, in_shape, k, m), spec.hparams(**hp))
+    return model, in_shape, k
+
+
+@pytest.mark.parametrize(("name", "backbone", "m"), CASES)
+def test_method_contract(name: str, backbone: str, m: int) -> None:
+    model, in_shape, k = build(name, backbone, m)
+    b = 8
+    x = torch.randn(b, *in_shape)
+    y = torch.randint(0, k, (b,))
+
+    model.train()
+    logits, targets = model.training_outputs(x, y)
+    assert logits.dim() == 3 and logits.shape[-1] == k
+    assert targets.shape == logits.shape[:2]
+    assert torch.isfinite(logits).all()
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    reg = model.regularizer()
+    (loss if reg is None else loss + reg).backward()
+    no_grad = [
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and (p.grad is None or not torch.any(p.grad != 0))
+    ]
+    assert not no_grad, f"parameters without gradient: {no_grad[:5]}"
+
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+        again = model(x)
+    assert out.shape == (m, b, k)
+    assert torch.isfinite(out).all()
+    if name == "mc_dropout":
+        assert m == 1 or not torch.allclose(out, again), "MC Dropout passes should be stochastic"
+    else:
+        torch.testing.assert_close(out, again, msg="eval mode must be deterministic")
+    if m > 1:
+        spread = (out.softmax(-1) - out.softmax(-1).mean(0)).abs().amax()
+        assert spread > 1e-4, "members give identical predictions"
+
+
+def test_to_members_is_member_major():
+    flat = torch.arange(12.0).view(6, 2)  # rows m·B + b with M=3, B=2
+    out = to_members(flat, 3)
+    assert out.shape == (3, 2, 2)
+    assert out[1, 0].tolist() == [4.0, 5.0] and out[2, 1].tolist() == [10.0, 11.0]
+    with pytest.raises(ValueError, match=r"7 rows cannot be split into 3 members"):
+        to_members(torch.zeros(7, 2), 3)
+    x = torch.tensor([[1.0], [2.0]])
+    assert repeat_members(x, 3).flatten().tolist() == [1, 2, 1, 2, 1, 2]
+
+
+def test_batch_ensemble_splits_batch_between_members_in_training():
+    model, in_shape, k = build("batch_ensemble", "digits_cnn", 4)
+    model.train()
+    x, y = torch.randn(10, *in_shape), torch.arange(10) % k
+    logits, targets = model.training_outputs(x, y)
+    assert logits.shape == (4, 2, k)  # 10 → 8 usable rows, B/M = 2 per member
+    assert targets.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_batch_ensemble_fast_weights_have_no_weight_decay():
+    model, _, _ = build("batch_ensemble", "digits_cnn", 4)
+    groups = model.param_groups(5e-4)
+    fast = {id(p) for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in fast}
+    assert names and all(n.endswith(("r_group", "s_group")) for n in names)
+
+
+REFERENCE_COUNTS = [  # DESIGN.md §3, torch-uncertainty 0.13, M=4, K=100, CIFAR style
+    ("single", "resnet18", {}, 1, 11_220_132),
+    ("packed_ensemble", "resnet18", {"alpha": 2, "gamma": 1}, 4, 11_282_960),
+    ("packed_ensemble", "resnet18", {"alpha": 2, "gamma": 2}, 4, 8_268_304),
+    ("batch_ensemble", "resnet18", {}, 4, 11_268_332),
+    ("deep_ensemble", "resnet18", {}, 4, 44_880_528),
+    ("single", "wrn28_10", {}, 1, 36_546_980),
+    ("deep_ensemble", "wrn28_10", {}, 4, 146_187_920),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "backbone", "hp", "m", "expected"),
+    REFERENCE_COUNTS,
+    ids=[f"{r[0]}-{r[1]}-{r[2]}" for r in REFERENCE_COUNTS],
+)
+def test_parameter_counts_match_reference(name, backbone, hp, m, expected):
+    spec = METHODS.get(name)
+    params = expand_hparams(spec, hp)[0]
+    with torch.device("meta"):  # counts only: no memory, no init time
+        model = spec.build(BuildContext(backbone, (3, 32, 32), 100, m), spec.hparams(**params))
+    assert sum(p.numel() for p in model.parameters()) == expected
