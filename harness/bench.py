@@ -1,0 +1,232 @@
+"""``harness bench``: training and evaluation throughput and peak memory, side by side.
+
+All methods run in one process on synthetic data of the backbone's input shape: the plain
+backbone at batch B and at M·B (the bound for any shared-backbone ensemble: its images/s ÷ M,
+since each input image costs M backbone passes), σN-Ens, FiLM-Ensemble, the deep ensemble
+(torch-uncertainty's loop, and CUDA streams), BatchEnsemble, Packed-Ensembles and MC Dropout.
+Throughput counts input images seen by the ensemble per second, after warm-up, with device
+synchronisation; on GPU with bf16 autocast and channels_last (DESIGN.md §6). Results are printed
+with their ratio to the bound and written as JSON with provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.cost import throughput
+from harness.environment import environment
+from harness.registries import METHODS
+from harness.runner import pick_device
+from harness.suite import Recipe, expand_hparams
+from methods.base import BuildContext
+
+DEFAULT_METHODS = [
+    ("sigma_ens", {}),
+    ("film_ensemble", {}),
+    ("deep_ensemble", {"parallel": "loop"}),
+    ("deep_ensemble", {"parallel": "streams"}),
+    ("batch_ensemble", {}),
+    ("packed_ensemble", {"alpha": 2, "gamma": 2}),
+    ("mc_dropout", {"dropout_rate": 0.1}),
+]
+
+
+def parse_method(text: str) -> tuple[str, dict[str, Any]]:
+    """``name`` or ``name:key=value,key=value`` → (name, hparams)."""
+    import yaml
+
+    name, _, rest = text.partition(":")
+    hp = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        hp[key] = yaml.safe_load(value)
+    return name, hp
+
+
+def bench_one(
+    name: str,
+    hp: dict[str, Any],
+    m: int,
+    batch: int,
+    in_shape: tuple[int, ...],
+    classes: int,
+    backbone: str,
+    device: torch.device,
+    recipe: Recipe,
+    steps: int,
+    warmup: int,
+    compile_model: bool,
+) -> dict[str, Any]:
+    spec = METHODS.get(name)
+    params = expand_hparams(spec, hp)[0]
+    torch.manual_seed(0)
+    model = spec.build(BuildContext(backbone, in_shape, classes, m), spec.hparams(**params))
+    model.to(device)
+    if recipe.channels_last and device.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    if compile_model:
+        model.compile()
+    x = torch.randn(batch, *in_shape, device=device)
+    if recipe.channels_last and device.type == "cuda":
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, classes, (batch,), device=device)
+    out = throughput(model, x, y, recipe, device, steps=steps, warmup=warmup)
+    out["params"] = sum(p.numel() for p in model.parameters())
+    del model, x, y
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def run_bench(
+    backbone: str,
+    m: int,
+    batch: int,
+    image_size: int,
+    classes: int,
+    steps: int,
+    warmup: int,
+    compile_model: bool,
+    methods: list[tuple[str, dict]],
+    device: torch.device,
+) -> dict[str, Any]:
+    in_ch = 1 if backbone == "digits_cnn" else 3
+    in_shape = (in_ch, image_size, image_size)
+    recipe = Recipe(amp=True, channels_last=True)
+    common = dict(
+        in_shape=in_shape,
+        classes=classes,
+        backbone=backbone,
+        device=device,
+        recipe=recipe,
+        steps=steps,
+        warmup=warmup,
+        compile_model=compile_model,
+    )
+    rows = []
+    plain_b = bench_one("single", {}, 1, batch, **common)
+    rows.append(
+        {
+            "label": f"plain backbone, batch {batch}",
+            "method": "single",
+            "M": 1,
+            "batch": batch,
+            **plain_b,
+        }
+    )
+    plain_mb = bench_one("single", {}, 1, m * batch, **common)
+    bound = {
+        "train_images_per_s": plain_mb["train_images_per_s"] / m,
+        "eval_images_per_s": plain_mb["eval_images_per_s"] / m,
+        "peak_train_mem_mib": plain_mb["peak_train_mem_mib"],
+    }
+    rows.append(
+        {
+            "label": f"plain backbone, batch {m * batch} (= M·B): bound ÷ M",
+            "method": "single",
+            "M": 1,
+            "batch": m * batch,
+            **plain_mb,
+            "bound_train_images_per_s": bound["train_images_per_s"],
+            "bound_eval_images_per_s": bound["eval_images_per_s"],
+        }
+    )
+    for name, hp in methods:
+        try:
+            res = bench_one(name, hp, m, batch, **common)
+        except Exception as exc:  # one method failing must not lose the other rows
+            rows.append(
+                {
+                    "label": name,
+                    "method": name,
+                    "hparams": hp,
+                    "M": m,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
+            continue
+        label = name + (f" ({', '.join(f'{k}={v}' for k, v in hp.items())})" if hp else "")
+        row = {"label": label, "method": name, "hparams": hp, "M": m, "batch": batch, **res}
+        row["train_ratio_to_bound"] = res["train_images_per_s"] / bound["train_images_per_s"]
+        row["eval_ratio_to_bound"] = res["eval_images_per_s"] / bound["eval_images_per_s"]
+        if res["peak_train_mem_mib"] and bound["peak_train_mem_mib"]:
+            row["train_mem_ratio_to_bound"] = (
+                res["peak_train_mem_mib"] / bound["peak_train_mem_mib"]
+            )
+        rows.append(row)
+    return {
+        "provenance": {
+            **environment(device),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "bf16_autocast": device.type == "cuda",
+            "channels_last": device.type == "cuda",
+            "compile": compile_model,
+        },
+        "config": {
+            "backbone": backbone,
+            "M": m,
+            "batch": batch,
+            "image_size": image_size,
+            "classes": classes,
+            "steps": steps,
+            "warmup": warmup,
+        },
+        "rows": rows,
+    }
+
+
+def format_rows(result: dict[str, Any]) -> str:
+    def num(v: Any, fmt: str = "{:,.0f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    lines = [
+        f"{'':52s} {'train img/s':>12s} {'eval img/s':>12s} {'train MiB':>10s} "
+        f"{'train/bound':>11s} {'eval/bound':>10s} {'mem/bound':>9s}"
+    ]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"{r['label']:52s} failed: {r['error']}")
+            continue
+        lines.append(
+            f"{r['label'][:52]:52s} {num(r['train_images_per_s']):>12s} "
+            f"{num(r['eval_images_per_s']):>12s} {num(r['peak_train_mem_mib']):>10s} "
+            f"{num(r.get('train_ratio_to_bound'), '{:.3f}'):>11s} "
+            f"{num(r.get('eval_ratio_to_bound'), '{:.3f}'):>10s} "
+            f"{num(r.get('train_mem_ratio_to_bound'), '{:.3f}'):>9s}"
+        )
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    device = pick_device(args.device)
+    methods = [parse_method(t) for t in args.methods] if args.methods else DEFAULT_METHODS
+    result = run_bench(
+        args.backbone,
+        args.M,
+        args.batch,
+        args.image_size,
+        args.classes,
+        args.steps,
+        args.warmup,
+        args.compile,
+        methods,
+        device,
+    )
+    print(
+        f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, "
+        f"{result['provenance']['device']}"
+    )
+    print(format_rows(result))
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0 if not any("error" in r for r in result["rows"]) else 1
