@@ -78,6 +78,7 @@ class MethodEntry:
     name: str
     M: tuple[int, ...] | None = None
     hparams: dict[str, Any] = field(default_factory=dict)
+    recipe: dict[str, Any] = field(default_factory=dict)  # this method's recipe deltas
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ class Suite:
                                 m,
                                 hp,
                                 seed,
-                                self.recipe,
+                                dataclasses.replace(self.recipe, **me.recipe),
                                 self.evaluation,
                             )
                         )
@@ -241,7 +242,7 @@ def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int,
 
 TOP_KEYS = ["name", "description", "grid", "recipe", "evaluation"]
 GRID_KEYS = ["datasets", "backbones", "methods", "M", "seeds"]
-METHOD_KEYS = ["name", "M", "hparams"]
+METHOD_KEYS = ["name", "M", "hparams", "recipe"]
 
 
 def _as_list(value: Any) -> list:
@@ -279,7 +280,14 @@ def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
             hp = {}
         if spec is not None:
             hp = _check_hparams(spec, hp, f"{where}.hparams", errors)
-        entries.append(MethodEntry(str(item["name"]), ms, hp))
+        delta: dict[str, Any] = {}
+        if item.get("recipe") is not None:
+            # A method's documented recipe delta (e.g. a short fine-tuning schedule): validated
+            # against the same Recipe dataclass as the suite's recipe.
+            checked = build_dataclass(Recipe, item["recipe"], f"{where}.recipe", errors)
+            if checked is not None:
+                delta = {k: getattr(checked, k) for k in item["recipe"] if hasattr(checked, k)}
+        entries.append(MethodEntry(str(item["name"]), ms, hp, delta))
     return entries
 
 

@@ -3,18 +3,27 @@
 ``write_report(results_dir)`` writes ``leaderboard.html`` (inline CSS/JS, figures as data URIs, a
 Content-Security-Policy that forbids any network access, every value escaped by Jinja2's
 autoescape), ``leaderboard.csv`` (one row per configuration: ``<metric>_mean/_std/_n`` for every
-metric), ``cells.csv`` (one row per cell) and ``leaderboard.md``.
+metric), ``cells.csv`` (one row per cell), ``paired.csv`` (:func:`reports.stats.paired_differences`
+against the reference method, one row per configuration × reference configuration × metric) and
+``leaderboard.md``.
 
 Stable hooks for tests and scripts: ``table#leaderboard`` with ``th.sortable[data-col]`` headers and
 ``tr.lb-row[data-dataset][data-backbone][data-m]`` rows whose ``td[data-col][data-value]`` hold the
 raw mean; ``select#filter-dataset``, ``#filter-backbone``, ``#filter-M``; ``#row-count``;
 ``td.best``; ``table#problems`` (``tr.problem[data-status]``); ``#provenance``; ``#conventions``.
+Paired statistics: ``section#paired`` holds ``table#paired-table`` with
+``tr.paired-row[data-dataset][data-backbone][data-m][data-method][data-reference]`` rows whose
+``td.delta[data-col][data-value][data-lo][data-hi][data-n]`` hold the mean difference and its
+interval; a significant one is ``td.sig.better`` or ``td.sig.worse`` with a ``span.sig-mark``
+(▲ better, ▼ worse). In ``table#leaderboard`` a mean whose difference to the reference is
+significant gets ``td.sig`` and the same ``span.sig-mark`` (title: the difference and interval).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,8 @@ from reports.aggregate import (
     load_results,
 )
 from reports.figures import RenderedFigure, render_figures
+from reports.stats import COLUMNS as PAIRED_COLUMNS
+from reports.stats import default_reference, paired_differences
 
 TEMPLATES = Path(__file__).parent / "templates"
 AGGREGATION = (
@@ -102,7 +113,191 @@ def _n_text(row: pd.Series) -> str:
     return f"{int(row['n'])}" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _context(results: Results, figures: list[RenderedFigure], title: str) -> dict[str, Any]:
+@dataclass
+class PairedStats:
+    """The paired differences a report shows: against which method, at which confidence level."""
+
+    reference: str | None  # None: no reference method in the results, no statistics section
+    frame: pd.DataFrame  # reports.stats.paired_differences (empty without a reference)
+    level: float = 0.95
+    n_resamples: int = 10_000
+
+    @property
+    def title(self) -> str:
+        return (
+            f"Δ vs {self.reference}, mean over paired seeds, "
+            f"{100 * self.level:g}% bootstrap CI"
+        )
+
+
+def paired_stats(
+    results: Results,
+    reference: str | None = None,
+    *,
+    level: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> PairedStats:
+    """Paired differences of every configuration to ``reference`` (see :mod:`reports.stats`).
+
+    ``reference`` None picks ``deep_ensemble`` if it has done cells, else ``single``, else none
+    (no statistics). A named reference without done cells is an error, not a silent omission.
+    """
+    cells = results.cells
+    if reference is None:
+        reference = default_reference(cells)
+    elif reference not in set(cells.loc[cells["status"] == "done", "method"]):
+        methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
+        raise ValueError(
+            f"reference method {reference!r} has no done cells in these results "
+            f"(methods: {', '.join(methods) or 'none'})"
+        )
+    if reference is None:
+        frame = pd.DataFrame(columns=list(PAIRED_COLUMNS))
+    else:
+        frame = paired_differences(
+            cells, reference, n_resamples=n_resamples, level=level, seed=seed
+        )
+    return PairedStats(reference, frame, level, n_resamples)
+
+
+def _group_key(row: Any) -> tuple:
+    return tuple(
+        _m_text(row["M"]) if k == "M" else str(row[k])
+        for k in ("dataset", "backbone", "method", "M", "hparams", "variant")
+    )
+
+
+def format_delta(value: Any, kind: str) -> str:
+    """A signed difference in a column's format (``pct``: percentage points): ``+5.00``."""
+    text = format_number(value, kind)
+    if text not in ("–", "inf") and float(value) > 0:
+        text = "+" + text
+    return text
+
+
+def _delta_text(r: Any, kind: str) -> str:
+    text = format_delta(r["mean_diff"], kind)
+    if pd.isna(r["ci_lo"]):
+        return f"{text} [–]"
+    return f"{text} [{format_delta(r['ci_lo'], kind)}, {format_delta(r['ci_hi'], kind)}]"
+
+
+def _sig(r: Any) -> tuple[str, str, str] | None:
+    """(class, symbol, words) for a significant difference; None otherwise."""
+    if not r["significant"]:
+        return None
+    if pd.isna(r["better"]):
+        return "neutral", "◆", "significant difference (metric without a better direction)"
+    if r["better"]:
+        return "better", "▲", "significantly better than the reference"
+    return "worse", "▼", "significantly worse than the reference"
+
+
+def _delta_label(column: Column) -> str:
+    label = column.label.replace(" (%)", "")
+    return f"Δ {label} (pp)" if column.kind == "pct" else f"Δ {label}"
+
+
+def _paired_columns(paired: PairedStats, summary: pd.DataFrame) -> list[Column]:
+    known = {c.key: c for c in (*QUALITY, *CORRUPTION, *leaderboard_columns(summary))}
+    metrics = list(dict.fromkeys(paired.frame["metric"]))
+    return [known.get(m, Column(m, m, "", "f3")) for m in metrics]
+
+
+def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, Any]]:
+    """One row per configuration × reference configuration, one cell per metric."""
+    frame = paired.frame
+    if frame.empty:
+        return []
+    rows = []
+    keys = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
+    kinds = {c.key: c.kind for c in columns}
+    for _, part in frame.groupby(keys, sort=False, dropna=False):
+        first = part.iloc[0]
+        by_metric = {r["metric"]: r for _, r in part.iterrows()}
+        n = int(part["n_pairs"].max())
+        cells = []
+        for c in columns:
+            r = by_metric.get(c.key)
+            if r is None:
+                cells.append({"key": c.key, "text": "–", "value": "", "lo": "", "hi": ""})
+                cells[-1].update({"n": "", "sig": None, "title": "no paired seeds", "extra": ""})
+                continue
+            sig = _sig(r)
+            lo, hi = r["ci_lo"], r["ci_hi"]
+            ci = (
+                "no interval from a single pair"
+                if pd.isna(lo)
+                else f"{100 * paired.level:g}% CI [{lo:.6g}, {hi:.6g}]"
+            )
+            cells.append(
+                {
+                    "key": c.key,
+                    "text": _delta_text(r, kinds[c.key]),
+                    "value": repr(float(r["mean_diff"])),
+                    "lo": "" if pd.isna(lo) else repr(float(lo)),
+                    "hi": "" if pd.isna(hi) else repr(float(hi)),
+                    "n": str(int(r["n_pairs"])),
+                    "sig": None if sig is None else {"cls": sig[0], "symbol": sig[1]},
+                    "title": f"Δ {r['mean_diff']:.6g}, {ci}, n {int(r['n_pairs'])} paired "
+                    f"seeds ({r['seeds']})" + (f"; {sig[2]}" if sig else ""),
+                    "extra": f"({int(r['n_pairs'])})" if int(r["n_pairs"]) != n else "",
+                }
+            )
+        rows.append(
+            {
+                "dataset": first["dataset"],
+                "backbone": first["backbone"],
+                "method": first["method"],
+                "m": _m_text(first["M"]),
+                "hparams": first["hparams"],
+                "variant": first["variant"],
+                "reference": first["reference"],
+                "n": n,
+                "cells": cells,
+            }
+        )
+    return rows
+
+
+def _significance(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
+    """(configuration key, metric) → [(class, symbol, title)] of its significant differences."""
+    out: dict[tuple, list] = {}
+    kinds = {c.key: c.kind for c in columns}
+    for _, r in paired.frame.iterrows():
+        sig = _sig(r)
+        if sig is None or r["metric"] not in kinds:
+            continue
+        title = (
+            f"Δ vs {r['reference']}: {_delta_text(r, kinds[r['metric']])}"
+            f"{' pp' if kinds[r['metric']] == 'pct' else ''}, n {int(r['n_pairs'])}; {sig[2]}"
+        )
+        out.setdefault((*_group_key(r), r["metric"]), []).append((sig[0], sig[1], title))
+    return out
+
+
+def _paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any] | None:
+    if paired.reference is None:
+        return None
+    columns = _paired_columns(paired, summary)
+    return {
+        "title": paired.title,
+        "reference": paired.reference,
+        "level": f"{100 * paired.level:g}%",
+        "n_resamples": f"{paired.n_resamples:,}",
+        "show_variant": bool(len(paired.frame)) and paired.frame["variant"].astype(bool).any(),
+        "columns": [
+            {"key": c.key, "label": _delta_label(c), "better": c.better, "group": c.group}
+            for c in columns
+        ],
+        "rows": _paired_rows(paired, columns),
+    }
+
+
+def _context(
+    results: Results, figures: list[RenderedFigure], title: str, paired: PairedStats
+) -> dict[str, Any]:
     summary = results.summary
     columns = leaderboard_columns(summary)
     show_variant = bool(len(summary)) and summary["variant"].astype(bool).any()
@@ -139,8 +334,10 @@ def _context(results: Results, figures: list[RenderedFigure], title: str) -> dic
                 {"name": h["group"], "span": 1, "title": GROUP_TITLES.get(h["group"], h["group"])}
             )
     best = best_rows(summary, columns)
+    significance = _significance(paired, columns)
     rows = []
     for idx, r in summary.iterrows():
+        key = _group_key(r)
         cells = []
         for k, _, t in identity:
             if k == "M":
@@ -159,12 +356,15 @@ def _context(results: Results, figures: list[RenderedFigure], title: str) -> dic
                     "best": False,
                     "n": None,
                     "title": "",
+                    "sig": [],
                 }
             )
         for c in columns:
             mean, std, n = r[f"{c.key}_mean"], r[f"{c.key}_std"], r[f"{c.key}_n"]
             text = format_cell(mean, std, n, c.kind, show_n=False)
             finite = isinstance(mean, float | int) and math.isfinite(mean)
+            sig = significance.get((*key, c.key), [])
+            title = "" if not finite else f"mean {mean:.6g}, std {std:.3g}, n {int(n)}"
             cells.append(
                 {
                     "key": c.key,
@@ -174,7 +374,8 @@ def _context(results: Results, figures: list[RenderedFigure], title: str) -> dic
                     "num": True,
                     "best": idx in best.get(c.key, ()),
                     "n": int(n) if text != "–" else None,
-                    "title": "" if not finite else f"mean {mean:.6g}, std {std:.3g}, n {int(n)}",
+                    "title": "; ".join([title, *(t for _, _, t in sig)]).strip("; "),
+                    "sig": [{"cls": cls, "symbol": sym} for cls, sym, _ in sig],
                 }
             )
         rows.append(
@@ -224,6 +425,7 @@ def _context(results: Results, figures: list[RenderedFigure], title: str) -> dic
         "provenance": results.provenance,
         "conventions": results.conventions,
         "aggregation": AGGREGATION,
+        "paired": _paired_context(paired, summary),
         "directions": {
             d: sorted(k for k, v in DIRECTIONS.items() if v == d) for d in ("higher", "lower")
         },
@@ -231,16 +433,26 @@ def _context(results: Results, figures: list[RenderedFigure], title: str) -> dic
 
 
 def render_html(
-    results: Results, figures: list[RenderedFigure] | None = None, title: str | None = None
+    results: Results,
+    figures: list[RenderedFigure] | None = None,
+    title: str | None = None,
+    *,
+    reference: str | None = None,
+    paired: PairedStats | None = None,
 ) -> str:
-    """The leaderboard page as a string (figures rendered from ``results.cells`` unless given)."""
+    """The leaderboard page as a string (figures rendered from ``results.cells`` unless given).
+
+    ``paired`` (from :func:`paired_stats`) is computed against ``reference`` unless given.
+    """
     if figures is None:
         figures = render_figures(results.cells)
+    if paired is None:
+        paired = paired_stats(results, reference)
     title = title or "Leaderboard — " + (", ".join(results.suites) or "no records")
     return (
         _environment()
         .get_template("leaderboard.html.j2")
-        .render(**_context(results, figures, title))
+        .render(**_context(results, figures, title, paired))
     )
 
 
@@ -254,14 +466,61 @@ def _md_escape(text: str) -> str:
     )
 
 
-def render_markdown(results: Results, title: str | None = None) -> str:
-    """The leaderboard as a Markdown (GFM) table; best values per dataset in bold."""
+def _markdown_paired(paired: PairedStats, summary: pd.DataFrame) -> list[str]:
+    ctx = _paired_context(paired, summary)
+    if ctx is None:
+        return []
+    lines = ["", f"## {_md_escape(ctx['title'])}", ""]
+    if not ctx["rows"]:
+        ref = _md_escape(paired.reference)
+        return [*lines, f"No configuration shares dataset, backbone, variant and seeds with {ref}."]
+    arrow = {"higher": " ↑", "lower": " ↓", None: ""}
+    head = ["dataset", "backbone", "method", "M", "hparams"]
+    head += ["variant"] if ctx["show_variant"] else []
+    head += ["reference", "n"]
+    lines.append(
+        "| " + " | ".join(head + [c["label"] + arrow[c["better"]] for c in ctx["columns"]]) + " |"
+    )
+    lines.append("|" + "|".join(["---"] * len(head) + ["---:"] * len(ctx["columns"])) + "|")
+    for r in ctx["rows"]:
+        ident = [str(r["m"] if k == "M" else r[k]) for k in head]
+        vals = []
+        for c in r["cells"]:
+            text = c["text"] + (f" {c['extra']}" if c["extra"] else "")
+            vals.append(f"**{text} {c['sig']['symbol']}**" if c["sig"] else text)
+        lines.append("| " + " | ".join(_md_escape(v) for v in ident + vals) + " |")
+    lines += [
+        "",
+        f"Δ = configuration − {_md_escape(paired.reference)} on the same dataset, backbone and "
+        f"seed (same M where the reference has it); mean over paired seeds "
+        f"[{ctx['level']} percentile bootstrap interval, {ctx['n_resamples']} resamples]; pp: "
+        "percentage points. **▲**/**▼**: the interval excludes 0 and the difference is "
+        "better/worse. With fewer than about 5 seeds the interval is too narrow.",
+    ]
+    return lines
+
+
+def render_markdown(
+    results: Results,
+    title: str | None = None,
+    *,
+    reference: str | None = None,
+    paired: PairedStats | None = None,
+) -> str:
+    """The leaderboard as a Markdown (GFM) table; best values per dataset in bold.
+
+    Followed by the paired differences to the reference method (see :func:`paired_stats`); a
+    mean whose difference is significant carries ▲ (better) or ▼ (worse).
+    """
     summary = results.summary
+    if paired is None:
+        paired = paired_stats(results, reference)
     title = title or "Leaderboard — " + (", ".join(results.suites) or "no records")
     lines = [f"# {_md_escape(title)}", ""]
     if len(summary):
         columns = leaderboard_columns(summary)
         best = best_rows(summary, columns)
+        significance = _significance(paired, columns)
         arrow = {"higher": " ↑", "lower": " ↓", None: ""}
         head = ["dataset", "backbone", "method", "M", "hparams", "n"]
         if summary["variant"].astype(bool).any():
@@ -275,12 +534,20 @@ def render_markdown(results: Results, title: str | None = None) -> str:
             vals = []
             for c in columns:
                 text = format_cell(r[f"{c.key}_mean"], r[f"{c.key}_std"], r[f"{c.key}_n"], c.kind)
-                vals.append(f"**{text}**" if idx in best.get(c.key, ()) else text)
+                text = f"**{text}**" if idx in best.get(c.key, ()) else text
+                marks = "".join(m for _, m, _ in significance.get((*_group_key(r), c.key), []))
+                vals.append(f"{text} {marks}" if marks else text)
             lines.append("| " + " | ".join(_md_escape(v) for v in ident + vals) + " |")
         lines += [
             "",
             "Mean ± sample std over seeds (n). ↑/↓: better direction; **bold**: best per dataset.",
         ]
+        if paired.reference is not None:
+            lines[-1] += (
+                f" ▲/▼: significantly better/worse than {_md_escape(paired.reference)} "
+                "(paired differences below)."
+            )
+        lines += _markdown_paired(paired, summary)
     else:
         lines.append("No done cells.")
     if results.problems:
@@ -316,24 +583,38 @@ def write_report(
     *,
     expected: Iterable[Any] | None = None,
     figures: bool = True,
+    reference: str | None = None,
 ) -> Path:
-    """Write leaderboard.html/.csv/.md and cells.csv to ``out_dir`` (default: ``results_dir``).
+    """Write leaderboard.html/.csv/.md, cells.csv and paired.csv to ``out_dir``.
 
-    ``expected`` (cell ids, config mappings, or objects with ``cell_id``/``config``) lists the
-    cells that should exist; those without a record are reported as missing. Returns the path of
-    ``leaderboard.html``.
+    ``out_dir`` defaults to ``results_dir``. ``expected`` (cell ids, config mappings, or objects
+    with ``cell_id``/``config``) lists the cells that should exist; those without a record are
+    reported as missing. ``reference`` is the method every configuration is compared with, seed by
+    seed (default ``deep_ensemble``, else ``single``, else no statistics; ``paired.csv`` then has
+    only its header). Returns the path of ``leaderboard.html``.
     """
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     results = load_results(results_dir, expected=expected, ignore=[out])
+    paired = paired_stats(results, reference)  # before writing: a bad reference writes nothing
     out.mkdir(parents=True, exist_ok=True)
     rendered = render_figures(results.cells) if figures else []
     html_path = out / "leaderboard.html"
-    html_path.write_text(render_html(results, rendered), encoding="utf-8")
+    html_path.write_text(render_html(results, rendered, paired=paired), encoding="utf-8")
     results.summary.to_csv(out / "leaderboard.csv", index=False)
     results.cells.to_csv(out / "cells.csv", index=False)
-    (out / "leaderboard.md").write_text(render_markdown(results), encoding="utf-8")
+    paired.frame.to_csv(out / "paired.csv", index=False)
+    (out / "leaderboard.md").write_text(render_markdown(results, paired=paired), encoding="utf-8")
     return html_path
 
 
-__all__ = ["best_rows", "format_number", "render_html", "render_markdown", "write_report"]
+__all__ = [
+    "PairedStats",
+    "best_rows",
+    "format_delta",
+    "format_number",
+    "paired_stats",
+    "render_html",
+    "render_markdown",
+    "write_report",
+]

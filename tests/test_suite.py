@@ -191,3 +191,13 @@ def test_shipped_suites_validate():
     for path in sorted((REPO / "suites").glob("*.yaml")):
         suite = load_suite(path)
         assert suite.cells(), path
+
+
+def test_method_recipe_delta_applies_to_that_method_only(write_suite):
+    text = BASE.replace("- name: deep_ensemble", "- name: deep_ensemble\n      recipe: {epochs: 7}")
+    cells = load_suite(write_suite(text)).cells()
+    assert {c.recipe.epochs for c in cells if c.method == "deep_ensemble"} == {7}
+    assert {c.recipe.epochs for c in cells if c.method != "deep_ensemble"} == {1}
+    p = problems(write_suite, text.replace("epochs: 7", "epochs: -1, lrr: 2"))
+    assert any("grid.methods[1].recipe.epochs: must be >= 0, got -1" in x for x in p), p
+    assert any("grid.methods[1].recipe.lrr: unknown key. Did you mean 'lr'?" in x for x in p), p
