@@ -188,7 +188,11 @@ def test_ood_only_set_cannot_be_trained_on(write_suite):
 def test_shipped_suites_validate():
     from tests.conftest import REPO
 
-    for path in sorted((REPO / "suites").glob("*.yaml")):
+    paths = sorted((REPO / "suites").glob("*.yaml")) + sorted(
+        (REPO / "suites" / "claims").glob("*.yaml")
+    )
+    assert len(paths) >= 13
+    for path in paths:
         suite = load_suite(path)
         assert suite.cells(), path
 
