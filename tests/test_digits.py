@@ -1,0 +1,130 @@
+"""The built-in benchmark: digits splits, shipped OOD partners, corrupted copies, the loader."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.data.base import ImageSet, stratified_split
+from harness.data.corruptions import applicable_corruptions, corrupted_split
+from harness.data.digits import (
+    DIGITS_MEAN,
+    DIGITS_STD,
+    load_digits_splits,
+    load_heldout,
+    load_photo_patches,
+)
+from harness.data.loader import DeviceLoader, crop_flip
+
+
+def test_fixed_stratified_split_of_classes_0_to_7():
+    s = load_digits_splits()
+    assert {k: len(v) for k, v in s.items()} == {"train": 938, "val": 216, "test": 289}
+    for split in s.values():
+        assert split.images.shape[1:] == (1, 8, 8) and split.images.dtype == torch.uint8
+        assert set(split.labels.tolist()) == set(range(8))
+    assert sum(len(v) for v in s.values()) == 1797 - 354  # every image of classes 0-7
+    again = load_digits_splits.__wrapped__()
+    assert torch.equal(again["test"].images, s["test"].images)  # split does not depend on seed
+
+
+def test_stratified_split_is_a_partition():
+    labels = torch.arange(100) % 4
+    parts = stratified_split(labels, (0.6, 0.2, 0.2), seed=0)
+    joined = torch.cat(parts).sort().values
+    assert torch.equal(joined, torch.arange(100))  # disjoint and complete
+    assert [len(p) for p in parts] == [60, 20, 20]
+    assert all(torch.bincount(labels[p]).tolist() == [len(p) // 4] * 4 for p in parts)
+
+
+def test_normalisation_constants_are_train_statistics():
+    x = load_digits_splits()["train"].images.float() / 255
+    assert abs(x.mean().item() - DIGITS_MEAN[0]) < 1e-3
+    assert abs(x.std().item() - DIGITS_STD[0]) < 1e-3
+
+
+def test_ood_partners_are_real_and_shaped_like_digits():
+    near = load_heldout()["test"]
+    assert len(near) == 354 and near.images.shape[1:] == (1, 8, 8)  # all real 8s and 9s
+    far = load_photo_patches()["test"]
+    assert len(far) == 600 and far.images.shape[1:] == (1, 8, 8)
+    flat = far.images.float().flatten(1)
+    assert (flat.amax(1) == 255).all() and (flat.amin(1) == 0).all()  # full range, like digits
+    assert flat.std(1).min() > 20  # textured patches, not flat sky
+
+
+def test_every_applicable_corruption_is_generated_at_five_severities(tmp_path):
+    test = load_digits_splits()["test"]
+    names = applicable_corruptions((1, 8, 8))
+    assert {
+        "gaussian_noise",
+        "shot_noise",
+        "impulse_noise",
+        "contrast",
+        "pixelate",
+        "jpeg_compression",
+        "fog",
+        "frost",
+        "brightness",
+        "zoom_blur",
+        "speckle_noise",
+    } <= set(names)
+    diffs = []
+    for sev in range(1, 6):
+        c = corrupted_split("digits", tmp_path, test, "gaussian_noise", sev)
+        assert c.images.shape == test.images.shape and torch.equal(c.labels, test.labels)
+        diffs.append((c.images.float() - test.images.float()).abs().mean().item())
+    assert diffs == sorted(diffs) and diffs[0] > 0  # stronger with severity
+    assert (tmp_path / "generated-c" / "digits" / "gaussian_noise.npy").exists()
+
+
+def test_loader_same_order_for_every_consumer_and_normalised():
+    data = load_digits_splits()["train"]
+    kw = dict(
+        batch_size=64,
+        device=torch.device("cpu"),
+        mean=DIGITS_MEAN,
+        std=DIGITS_STD,
+        shuffle=True,
+        seed=3,
+    )
+    a, b = DeviceLoader(data, **kw), DeviceLoader(data, **kw)
+    a.set_epoch(1)
+    b.set_epoch(1)
+    ya = torch.cat([y for _, y in a])
+    yb = torch.cat([y for _, y in b])
+    assert torch.equal(ya, yb)
+    b.set_epoch(2)
+    assert not torch.equal(ya, torch.cat([y for _, y in b]))
+    x, _ = next(
+        iter(
+            DeviceLoader(
+                data,
+                batch_size=len(data),
+                device=torch.device("cpu"),
+                mean=DIGITS_MEAN,
+                std=DIGITS_STD,
+            )
+        )
+    )
+    assert abs(x.mean().item()) < 1e-2 and abs(x.std().item() - 1) < 1e-2
+
+
+def test_crop_flip_is_a_shifted_mirrored_window():
+    img = torch.arange(16, dtype=torch.uint8).view(1, 1, 4, 4).repeat(64, 1, 1, 1)
+    out = crop_flip(img, torch.Generator().manual_seed(0), pad=1)
+    assert out.shape == img.shape
+    flipped = [torch.equal(o[0, 1:3, 1:3], img[0, 0, 1:3, 1:3].flip(-1)) for o in out]
+    plain = [torch.equal(o[0, 1:3, 1:3], img[0, 0, 1:3, 1:3]) for o in out]
+    assert any(flipped) and any(plain)  # both flips happen over 64 draws
+    # every output is a window of the zero-padded image, possibly mirrored
+    padded = torch.nn.functional.pad(img[0, 0], (1, 1, 1, 1))
+    windows = {
+        tuple(padded[i : i + 4, j : j + 4].flatten().tolist()) for i in range(3) for j in range(3)
+    }
+    windows |= {
+        tuple(padded[i : i + 4, j : j + 4].flip(-1).flatten().tolist())
+        for i in range(3)
+        for j in range(3)
+    }
+    assert all(tuple(o[0].flatten().tolist()) in windows for o in out)
+    assert isinstance(ImageSet(out, torch.zeros(64)), ImageSet)
