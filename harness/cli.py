@@ -158,7 +158,11 @@ def cmd_evaluate(args) -> int:
 def cmd_report(args) -> int:
     from reports.leaderboard import write_report
 
-    out = write_report(Path(args.results_dir), Path(args.output) if args.output else None)
+    out = write_report(
+        Path(args.results_dir),
+        Path(args.output) if args.output else None,
+        reference=args.reference,
+    )
     print(f"wrote {out}")
     return 0
 
@@ -236,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
     rep.add_argument("results_dir")
     rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
+    rep.add_argument(
+        "--reference",
+        help="method for the paired differences (default: deep_ensemble, else single)",
+    )
     rep.set_defaults(fn=cmd_report)
 
     b = sub.add_parser("bench", help="throughput and memory side by side with the bound")

@@ -227,6 +227,60 @@ def test_filters_select_rows_and_rehighlight(driver, page):
     assert console_problems(driver) == []
 
 
+PAIRED_JS = """
+return Array.from(document.querySelectorAll('#paired-table tbody tr.paired-row'))
+  .filter(r => !r.hidden)
+  .map(r => ({dataset: r.dataset.dataset, backbone: r.dataset.backbone, m: r.dataset.m,
+              method: r.dataset.method, reference: r.dataset.reference,
+              hparams: r.cells[4].textContent,
+              cells: Object.fromEntries(Array.from(r.querySelectorAll('td.delta')).map(td => [
+                td.dataset.col,
+                {value: parseFloat(td.dataset.value), lo: parseFloat(td.dataset.lo),
+                 hi: parseFloat(td.dataset.hi), classes: Array.from(td.classList),
+                 text: td.textContent,
+                 mark: td.querySelector('.sig-mark')
+                   ? getComputedStyle(td.querySelector('.sig-mark')).color : null}]))}));
+"""
+GREEN, RED = "rgb(11, 122, 44)", "rgb(179, 38, 30)"
+
+
+def test_paired_section_renders(driver, page):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver.get(page)
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Leaderboard — toy"
+    section = driver.find_element(By.ID, "paired")
+    assert section.is_displayed()
+    title = section.find_element(By.TAG_NAME, "h2").text
+    assert title == "Δ vs deep_ensemble, mean over paired seeds, 95% bootstrap CI"
+    rows = driver.execute_script(PAIRED_JS)
+    assert len(rows) == 8  # 2 datasets × 2 backbones × 2 τ; deep_ensemble is the reference
+    assert {r["method"] for r in rows} == {"sigma_ens"}
+    assert {r["reference"] for r in rows} == {"deep_ensemble M=4"}  # same M, never M=1
+    for r in rows:
+        b = 0 if r["backbone"] == "resnet18" else 1
+        acc, nll = r["cells"]["acc"], r["cells"]["nll"]
+        if r["hparams"] == "tau=0.1":  # Δacc = −0.018 − 0.01 b on both seeds: worse, in red
+            assert acc["value"] == pytest.approx(-0.018 - 0.01 * b)
+            assert {"sig", "worse"} <= set(acc["classes"]) and acc["mark"] == RED
+            assert "▼" in acc["text"] and acc["lo"] <= acc["value"] <= acc["hi"] < 0
+            # ΔNLL = −0.035 + 0.02 b: lower is better, in green
+            assert nll["value"] == pytest.approx(-0.035 + 0.02 * b)
+            assert {"sig", "better"} <= set(nll["classes"]) and nll["mark"] == GREEN
+        elif b == 0:  # τ = 1 on resnet18: the same accuracy as the deep ensemble
+            assert acc["value"] == 0 and "sig" not in acc["classes"] and acc["mark"] is None
+    marks = driver.find_elements(By.CSS_SELECTOR, "#leaderboard td.sig .sig-mark")
+    assert marks and all(m.is_displayed() for m in marks)
+    assert {m.text for m in marks} == {"▲", "▼"}
+    Select(driver.find_element(By.ID, "filter-dataset")).select_by_value("digits")
+    rows = driver.execute_script(PAIRED_JS)
+    assert len(rows) == 4 and {r["dataset"] for r in rows} == {"digits"}  # filters apply here too
+    driver.find_element(By.ID, "filter-reset").click()
+    assert len(driver.execute_script(PAIRED_JS)) == 8
+    assert console_problems(driver) == []
+
+
 def test_page_renders_and_screenshot(driver, page):
     from selenium.webdriver.common.by import By
 

@@ -34,27 +34,40 @@ MATH = r"$\undefinedmacro{$"  # would break matplotlib's math text if not escape
 
 
 class _Table(HTMLParser):
-    """Rows of ``table#leaderboard`` and ``table#problems``: attrs and per-column td attrs/text."""
+    """Rows of ``table#leaderboard``, ``table#paired-table`` and ``table#problems``.
+
+    Leaderboard and paired rows: their attrs and, per column, the td's classes, attrs and text.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[dict] = []
+        self.paired: list[dict] = []
         self.problems: list[dict] = []
+        self._row: dict | None = None
         self._td: dict | None = None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "tr" and "lb-row" in (a.get("class") or ""):
-            self.rows.append({"attrs": a, "cells": {}})
-        elif tag == "tr" and a.get("class") == "problem":
-            self.problems.append(a)
-        elif tag == "td" and self.rows and "data-col" in a:
+        if tag == "tr":
+            classes = (a.get("class") or "").split()
+            self._row = {"attrs": a, "cells": {}}
+            if "lb-row" in classes:
+                self.rows.append(self._row)
+            elif "paired-row" in classes:
+                self.paired.append(self._row)
+            else:
+                self._row = None
+                if "problem" in classes:
+                    self.problems.append(a)
+        elif tag == "td" and self._row is not None and "data-col" in a:
             self._td = {
                 "classes": (a.get("class") or "").split(),
                 "value": a["data-value"],
+                "attrs": a,
                 "text": "",
             }
-            self.rows[-1]["cells"][a["data-col"]] = self._td
+            self._row["cells"][a["data-col"]] = self._td
 
     def handle_endtag(self, tag):
         if tag == "td":
@@ -422,3 +435,97 @@ def test_record_without_optional_sections():
     html = render_html(from_records([rec]), [])
     assert 'data-col="cAcc"' not in html and "cAcc (%)" in html  # listed as left out
     assert 'id="dropped-columns"' in html
+
+
+def _paired_records(single: bool = True) -> list[dict]:
+    """5 seeds: σN-Ens +2 pp accuracy over the deep ensemble, same NLL; single −10 pp, worse NLL."""
+    recs = []
+    for s, acc in enumerate([0.80, 0.84, 0.82, 0.86, 0.83]):
+        nll = 0.40 + 0.01 * s
+        recs.append(make_record(method="deep_ensemble", M=4, seed=s, acc=acc, nll=nll))
+        recs.append(
+            make_record(
+                method="sigma_ens", M=4, hparams={"tau": 0.5}, seed=s, acc=acc + 0.02, nll=nll
+            )
+        )
+        if single:
+            recs.append(make_record(method="single", M=1, seed=s, acc=acc - 0.1, nll=nll + 0.2))
+    recs.append(make_record(method="sigma_ens", M=4, hparams={"tau": 0.5}, seed=7))  # no pair
+    return recs
+
+
+def test_paired_section_csv_and_markers(tmp_path):
+    write_records(tmp_path / "res", _paired_records())
+    html = write_report(tmp_path / "res", tmp_path / "out", figures=False).read_text()
+    assert '<section id="paired">' in html and "<h1>Leaderboard — toy</h1>" in html
+    assert "Δ vs deep_ensemble, mean over paired seeds, 95% bootstrap CI" in html
+    table = parse(html)
+    paired = {r["attrs"]["data-method"]: r for r in table.paired}
+    assert set(paired) == {"sigma_ens", "single"}  # the reference is not compared with itself
+    assert {r["attrs"]["data-reference"] for r in table.paired} == {"deep_ensemble M=4"}
+    acc = paired["sigma_ens"]["cells"]["acc"]
+    assert acc["text"].split("▲")[0].strip() == "+2.00 [+2.00, +2.00]"  # pp; constant shift
+    assert {"delta", "sig", "better"} <= set(acc["classes"]) and acc["attrs"]["data-n"] == "5"
+    assert float(acc["value"]) == pytest.approx(0.02) and float(acc["attrs"]["data-lo"]) > 0
+    nll = paired["sigma_ens"]["cells"]["nll"]
+    assert nll["text"].strip() == "0.000 [0.000, 0.000]" and "sig" not in nll["classes"]
+    worse = paired["single"]["cells"]["nll"]
+    assert {"sig", "worse"} <= set(worse["classes"]) and "▼" in worse["text"]
+    # the leaderboard marks the same cells next to their means
+    board = {r["cells"]["method"]["value"]: r["cells"] for r in table.rows}
+    assert {"sig", "sig-better"} <= set(board["sigma_ens"]["acc"]["classes"])
+    assert "▲" in board["sigma_ens"]["acc"]["text"]
+    assert "sig" not in board["sigma_ens"]["nll"]["classes"]
+    assert (
+        "▼" in board["single"]["acc"]["text"]
+        and "sig" not in board["deep_ensemble"]["acc"]["classes"]
+    )
+    csv = pd.read_csv(tmp_path / "out" / "paired.csv")
+    row = csv[(csv["method"] == "sigma_ens") & (csv["metric"] == "acc")].iloc[0]
+    assert row["n_pairs"] == 5 and row["seeds"] == "0, 1, 2, 3, 4"  # seed 7 has no pair
+    assert row["mean_diff"] == pytest.approx(0.02) and bool(row["significant"])
+    assert row["ci_lo"] == pytest.approx(float(acc["attrs"]["data-lo"]))
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "## Δ vs deep_ensemble, mean over paired seeds, 95% bootstrap CI" in md
+    assert "| deep_ensemble M=4 | 5 | **+2.00 [+2.00, +2.00] ▲** |" in md
+    assert "▲/▼: significantly better/worse than deep_ensemble" in md
+
+
+def test_reference_choice(tmp_path):
+    write_records(tmp_path / "res", _paired_records())
+    html = write_report(tmp_path / "res", tmp_path / "a", figures=False, reference="single")
+    paired = parse(html.read_text()).paired
+    assert {r["attrs"]["data-method"] for r in paired} == {"deep_ensemble", "sigma_ens"}
+    assert {r["attrs"]["data-reference"] for r in paired} == {"single M=1"}  # M=1 vs M=4
+    with pytest.raises(ValueError, match="reference method 'nope' has no done cells"):
+        write_report(tmp_path / "res", tmp_path / "b", figures=False, reference="nope")
+    assert not (tmp_path / "b").exists()  # nothing half-written
+    only = [r for r in _paired_records(single=False) if r["config"]["method"] == "sigma_ens"]
+    write_records(tmp_path / "bare", only)
+    html = write_report(tmp_path / "bare", tmp_path / "c", figures=False).read_text()
+    assert 'id="paired"' not in html and 'id="sig-legend"' not in html
+    assert pd.read_csv(tmp_path / "c" / "paired.csv").empty  # header only
+    res = from_records(_paired_records(single=False))
+    assert "Δ vs deep_ensemble" in render_markdown(res)
+    paired = parse(render_html(res, [], reference="sigma_ens")).paired
+    assert [r["attrs"]["data-reference"] for r in paired] == ["sigma_ens M=4 (tau=0.5)"]
+    apart = [make_record(method="deep_ensemble", dataset="a"), make_record(method="x", dataset="b")]
+    html = render_html(from_records(apart), [])
+    assert "Δ vs deep_ensemble" in html and 'id="no-pairs"' in html  # nothing shares a dataset
+
+
+def test_paired_section_escapes_hostile_names():
+    recs = []
+    for s in (0, 1, 2):
+        recs.append(make_record(method=HOSTILE, M=4, seed=s, acc=0.9, hparams={"x": HOSTILE_ATTR}))
+        recs.append(make_record(method="deep_ensemble", M=4, seed=s, acc=0.8))
+    res = from_records(recs)
+    for html in (render_html(res, []), render_html(res, [], reference=HOSTILE)):
+        assert HOSTILE not in html and HOSTILE_ATTR not in html
+        assert html.count("<script") == 1
+        assert len(parse(html).paired) == 1
+    assert "Δ vs &lt;script&gt;alert(1)&lt;/script&gt;" in render_html(res, [], reference=HOSTILE)
+    row = parse(render_html(res, [])).paired[0]
+    assert row["attrs"]["data-method"] == HOSTILE  # attribute round-trips
+    md = render_markdown(res)
+    assert HOSTILE not in md and "&lt;script&gt;" in md
