@@ -303,6 +303,8 @@ def run_cell(
         model.to(device)
         if cell.recipe.channels_last and device.type == "cuda":
             model.to(memory_format=torch.channels_last)
+        if cell.recipe.compile:
+            model.compile()  # in place: state_dict keys and the method's hooks stay as they are
         history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device, progress)
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
         _save_atomic(model.state_dict(), cell_dir / "final.pt")
@@ -355,7 +357,42 @@ def measure_cost(
         channels_last=cell.recipe.channels_last and device.type == "cuda",
     )
     x, y = next(iter(loader))
+    cost["loader_images_per_s"] = loader_throughput(cell, spec, splits, device)
     cost["flops_per_image"] = flops_per_image(model, x)
     cost.update(throughput(model, x, y, cell.recipe, device, steps=cell.evaluation.cost_steps))
     cost["device"] = environment(device)["device"]
     return cost
+
+
+def loader_throughput(
+    cell: Cell,
+    spec: DatasetSpec,
+    splits: dict[str, ImageSet],
+    device: torch.device,
+    batches: int = 20,
+) -> float:
+    """Images/s the training loader delivers (device-resident uint8, augmentation on device),
+    to compare with the model's training throughput: a loader slower than the model starves it.
+    """
+    import time as _time
+
+    augment = spec.augment if cell.recipe.augment == "default" else cell.recipe.augment
+    loader = DeviceLoader(
+        splits["train"],
+        cell.recipe.batch_size,
+        device,
+        spec.mean,
+        spec.std,
+        augment=augment,
+        shuffle=True,
+        seed=cell.seed,
+        channels_last=cell.recipe.channels_last and device.type == "cuda",
+    )
+    seen, start = 0, _time.perf_counter()
+    for i, (x, _) in enumerate(loader):
+        seen += x.shape[0]
+        if i + 1 == batches:
+            break
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return seen / (_time.perf_counter() - start)
