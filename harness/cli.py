@@ -89,8 +89,16 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
+    import torch
+
     from harness.data.base import default_data_root
-    from harness.dispatch import pending, run_inprocess, run_local, write_manifest
+    from harness.dispatch import (
+        pending,
+        resolve_executor,
+        run_inprocess,
+        run_local,
+        write_manifest,
+    )
 
     suite = _suite(args.suite)
     data_root = default_data_root(args.data_root)
@@ -109,10 +117,27 @@ def cmd_run(args) -> int:
         f"{len(todo)} to run → {results}"
     )
     t0 = time.perf_counter()
-    if args.executor == "inprocess":
+    executor, workers, threads = resolve_executor(
+        args.executor, args.workers, args.threads, len(todo)
+    )
+    if executor == "inprocess":
+        if threads:
+            torch.set_num_threads(threads)
         run_inprocess(todo, results, data_root, force=args.force, progress=not args.quiet)
-    elif args.executor == "local":
-        run_local(todo, results, data_root, args.workers, force=args.force, progress=not args.quiet)
+    elif executor == "local":
+        print(
+            f"running {len(todo)} cells in {workers} worker processes, {threads} thread(s) "
+            "each (--executor inprocess for one process)"
+        )
+        run_local(
+            todo,
+            results,
+            data_root,
+            workers,
+            force=args.force,
+            progress=not args.quiet,
+            threads=threads,
+        )
     else:
         from slurm.submit import submit_suite
 
@@ -199,8 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a suite's pending cells")
     r.add_argument("suite")
-    r.add_argument("--executor", choices=["inprocess", "local", "slurm"], default="inprocess")
-    r.add_argument("--workers", type=int, default=2, help="worker processes (--executor local)")
+    r.add_argument(
+        "--executor",
+        choices=["auto", "inprocess", "local", "slurm"],
+        default="auto",
+        help="auto: in-process on a GPU machine, worker processes on a CPU-only one",
+    )
+    r.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    r.add_argument("--threads", type=int, help="torch threads per process")
     r.add_argument("--profile", help="Slurm cluster profile YAML (--executor slurm)")
     r.add_argument(
         "--slurm",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -83,14 +84,39 @@ def run_inprocess(
     return records
 
 
+def resolve_executor(
+    executor: str, workers: int | None, threads: int | None, cells: int
+) -> tuple[str, int, int | None]:
+    """Choose how to run: ``auto`` is in-process on a GPU machine and local worker processes on
+    a CPU-only one (one per core, one thread each: small models train several times faster that
+    way than one process with several intra-op threads, measured in docs/benchmarks.md).
+
+    Returns:
+        (executor, workers, threads per process or None for torch's default).
+    """
+    import torch
+
+    cores = os.cpu_count() or 1
+    if executor == "auto":
+        executor = "inprocess" if torch.cuda.is_available() or cells <= 1 else "local"
+    if executor == "local":
+        workers = max(1, min(workers or cores, cells))
+        threads = threads or max(1, cores // workers)
+    return executor, workers or 1, threads
+
+
 def _run_cell_json(
-    cell_json: dict[str, Any], results_dir: str, data_root: str | None, force: bool
+    cell_json: dict[str, Any],
+    results_dir: str,
+    data_root: str | None,
+    force: bool,
+    threads: int = 1,
 ) -> dict[str, Any]:
     import torch
 
     from harness.runner import run_cell
 
-    torch.set_num_threads(1)  # workers share the cores; one BLAS thread each avoids thrashing
+    torch.set_num_threads(threads)  # workers share the cores: no oversubscription
     return run_cell(
         Cell.from_json(cell_json),
         Path(results_dir),
@@ -107,6 +133,7 @@ def run_local(
     workers: int,
     force: bool = False,
     progress: bool = True,
+    threads: int = 1,
 ) -> list[dict[str, Any]]:
     """Run cells in ``workers`` spawned processes on this machine."""
     from tqdm.auto import tqdm
@@ -121,6 +148,7 @@ def run_local(
                 str(results_dir),
                 str(data_root) if data_root else None,
                 force,
+                threads,
             )
             for c in cells
         ]

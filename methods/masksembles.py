@@ -7,8 +7,12 @@ training gives each member a B/M slice of the batch ("paper" strategy), evaluati
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from unittest import mock
 
+import numpy as np
+import torch
 from torch import nn
 
 from methods.base import BuildContext, MethodSpec, register_method
@@ -36,9 +40,31 @@ def _digits(ctx: BuildContext, hp: MasksemblesHparams):
     return RepeatInEval(core, m)
 
 
+@contextlib.contextmanager
+def seeded_mask_generation():
+    """torch-uncertainty 0.13 draws the masks from an unseeded ``np.random.default_rng()``, so
+    the same cell gave different masks, and different results, on every run. Within this
+    context an unseeded ``default_rng()`` is seeded from torch's generator, which the runner
+    seeds with the cell's seed."""
+    real = np.random.default_rng
+
+    def seeded(seed=None, *args, **kwargs):
+        if seed is None:
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        return real(seed, *args, **kwargs)
+
+    with mock.patch.object(np.random, "default_rng", seeded):
+        yield
+
+
 def build(ctx: BuildContext, hp: MasksemblesHparams) -> SplitBatchEnsemble:
     from torch_uncertainty.models.classification import masked_resnet, masked_wideresnet28x10
 
+    with seeded_mask_generation():
+        return _build(ctx, hp, masked_resnet, masked_wideresnet28x10)
+
+
+def _build(ctx, hp, masked_resnet, masked_wideresnet28x10) -> SplitBatchEnsemble:
     net = build_tu(
         ctx,
         masked_resnet,

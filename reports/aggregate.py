@@ -181,11 +181,30 @@ def _num(value: Any) -> float:
     return float(value)
 
 
-def format_hparams(hparams: Mapping[str, Any] | None) -> str:
-    """A readable, order-independent hyper-parameter string: ``lam=0.1, tau=0.5``."""
+def method_defaults(method: str | None) -> dict[str, Any]:
+    """Default hyper-parameters of a registered method ({} for an unknown one)."""
+    from harness.registries import METHODS
+    from harness.registry import UnknownNameError
+    from harness.suite import expand_hparams
+
+    try:
+        return expand_hparams(METHODS.get(str(method)), {})[0]
+    except UnknownNameError:
+        return {}
+
+
+def format_hparams(hparams: Mapping[str, Any] | None, method: str | None = None) -> str:
+    """A readable, order-independent hyper-parameter string: ``lam=0.1, tau=0.5``.
+
+    With ``method``, values equal to the method's current defaults are left out (the mapping
+    stays one-to-one: two different configurations never print the same).
+    """
+    defaults = method_defaults(method) if method else {}
     parts = []
     for k in sorted(hparams or {}):
         v = hparams[k]
+        if k in defaults and defaults[k] == v:
+            continue
         if isinstance(v, float):
             v = f"{v:g}"
         elif not isinstance(v, str | int | bool):
@@ -209,7 +228,7 @@ def _identity(cfg: Mapping[str, Any]) -> tuple[str, str, str, Any, str]:
         str(cfg.get("backbone", "?")),
         str(cfg.get("method", "?")),
         cfg.get("M"),
-        format_hparams(cfg.get("hparams")),
+        format_hparams(cfg.get("hparams"), cfg.get("method")),
     )
 
 

@@ -28,6 +28,29 @@ class CellState:
     detail: str = ""
 
 
+def expand_job_id(job_id: str) -> list[str]:
+    """sacct's id of one line → the ``ARRAY_TASK`` ids it stands for.
+
+    sacct reports the tasks of an array that have not started yet (pending, or cancelled before
+    they started) on one line, ``12_[3-9%4]`` or ``12_[1,4-6]``; started tasks, and plain jobs,
+    have their own line and stay as they are.
+    """
+    head, sep, rest = job_id.partition("_[")
+    if not sep:
+        return [job_id]
+    spec = rest.rstrip("]").split("%", 1)[0]
+    ids = []
+    for part in spec.split(","):
+        span, _, step = part.partition(":")
+        lo, _, hi = span.partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+            ids += [f"{head}_{i}" for i in range(first, last + 1, int(step or 1))]
+        except ValueError:  # an id form this parser does not know: keep it whole
+            return [job_id]
+    return ids
+
+
 def sacct_states(job_ids: list[str]) -> dict[str, str]:
     """Slurm state of each job id (``ARRAY_TASK`` ids), empty if sacct is unavailable."""
     if not job_ids or not shutil.which("sacct"):
@@ -43,19 +66,38 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
     for line in out.stdout.splitlines():
         if "|" in line:
             jid, state = line.split("|", 1)
-            states[jid.strip()] = state.split()[0] if state.strip() else "UNKNOWN"
+            for task in expand_job_id(jid.strip()):
+                states[task] = state.split()[0] if state.strip() else "UNKNOWN"
     return states
 
 
 def log_tail(results_dir: Path, job_id: str | None, lines: int = 8) -> str:
+    """Last lines of the task's stderr log (submitit writes ``_slurm/<job id>/<job id>_0_log.err``
+    for each array task, appending the attempts of a requeued task)."""
     if not job_id:
         return ""
-    folder = Path(results_dir) / SLURM_DIR / job_id.split("_")[0]
-    logs = sorted(folder.glob(f"{job_id}_*_log.err")) if folder.exists() else []
+    logs = [
+        p
+        for folder in _task_folders(results_dir, job_id)
+        for p in folder.glob(f"{job_id}_*_log.err")
+        if p.stat().st_size
+    ]
     if not logs:
         return ""
-    text = logs[-1].read_text(errors="replace").strip().splitlines()
-    return "\n".join(text[-lines:])
+    text = max(logs, key=lambda p: p.stat().st_mtime).read_text(errors="replace")
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _task_folders(results_dir: Path, job_id: str) -> list[Path]:
+    """Where submitit keeps a task's files: ``_slurm/<job id>/`` (array tasks and plain jobs),
+    or the array's folder."""
+    base = Path(results_dir) / SLURM_DIR
+    return [f for f in dict.fromkeys((base / job_id, base / job_id.split("_")[0])) if f.is_dir()]
+
+
+def task_returned(results_dir: Path, job_id: str) -> bool:
+    """Whether submitit wrote the task's result file (its function returned or raised)."""
+    return any(any(f.glob(f"{job_id}_*_result.pkl")) for f in _task_folders(results_dir, job_id))
 
 
 def cell_states(results_dir: Path) -> list[CellState]:
@@ -67,9 +109,12 @@ def cell_states(results_dir: Path) -> list[CellState]:
         label = manifest["cells"][cell_id]["label"]
         rec = read_record(Path(results_dir) / cell_id)
         job = jobs.get(cell_id)
+        # sacct lags behind the task by a second or two: once the task has written its result
+        # file it is over, whatever sacct still says (submitit's done() decides the same way).
+        active = job and slurm.get(job) in RUNNING | QUEUED and not task_returned(results_dir, job)
         if rec and rec["status"] == "done":
             out.append(CellState(cell_id, label, "done", job))
-        elif rec:
+        elif rec and not active:  # a failed cell that was re-submitted is running/queued again
             err = rec["error"]
             tail = log_tail(results_dir, job) or err.get("traceback", "")[-600:]
             out.append(

@@ -10,6 +10,8 @@ then resumes from the cell's last per-epoch checkpoint. Job ids go to
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 import sys
 import time
@@ -32,9 +34,25 @@ class CellTask(submitit.helpers.Checkpointable):
     def __call__(
         self, cell_json: dict[str, Any], results_dir: str, data_root: str | None
     ) -> dict[str, Any]:
+        import torch
+
         from harness.runner import run_cell
 
+        _log_to_task_log()
+        # Slurm gives the task cpus_per_task cores, but without cgroups or CPU binding torch
+        # would start one thread per core of the node and the array's tasks oversubscribe it.
+        cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+        if cpus and cpus.isdigit() and not os.environ.get("OMP_NUM_THREADS"):
+            torch.set_num_threads(int(cpus))
         cell = Cell.from_json(cell_json)
+        logging.getLogger("harness").info(
+            "cell %s (%s): job %s, restart %s, %d torch threads",
+            cell.cell_id,
+            cell.label,
+            os.environ.get("SLURM_JOB_ID"),
+            os.environ.get("SLURM_RESTART_COUNT", "0"),
+            torch.get_num_threads(),
+        )
         rec = run_cell(
             cell, Path(results_dir), Path(data_root) if data_root else None, progress=False
         )
@@ -44,6 +62,18 @@ class CellTask(submitit.helpers.Checkpointable):
         # Training state is already on disk (checkpoint.pt after every epoch): requeueing the
         # same call resumes from it.
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _log_to_task_log() -> None:
+    """Send the harness's INFO logs (resuming after epoch N, cell failed: ...) to stderr, which
+    submitit writes to the task's ``_log.err``: ``harness status`` shows its tail."""
+    logger = logging.getLogger("harness")
+    if not any(getattr(h, "harness_task_log", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("harness %(levelname)s (%(asctime)s) - %(message)s"))
+        handler.harness_task_log = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def read_jobs(results_dir: Path) -> dict[str, str]:
@@ -81,11 +111,11 @@ def submit_cells(
     return jobs
 
 
-def wait_jobs(jobs: list[submitit.Job], poll_s: float = 2.0) -> None:
+def wait_jobs(jobs: list[submitit.Job], poll_s: float = 2.0, progress: bool = True) -> None:
     """Wait until every job is done (polling sacct; submitit's wait() backs off to minutes)."""
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(jobs), desc="slurm tasks", unit="task") as bar:
+    with tqdm(total=len(jobs), desc="slurm tasks", unit="task", disable=not progress) as bar:
         pending = list(jobs)
         while pending:
             still = [j for j in pending if not j.done(force_check=True)]
@@ -113,7 +143,7 @@ def submit_suite(
     )
     if not getattr(args, "wait", False):
         return 0
-    wait_jobs(jobs)
+    wait_jobs(jobs, progress=not getattr(args, "quiet", False))
     return print_summary(results_dir)
 
 

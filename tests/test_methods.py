@@ -124,3 +124,15 @@ def test_parameter_counts_match_reference(name, backbone, hp, m, expected):
     with torch.device("meta"):  # counts only: no memory, no init time
         model = spec.build(BuildContext(backbone, (3, 32, 32), 100, m), spec.hparams(**params))
     assert sum(p.numel() for p in model.parameters()) == expected
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_same_seed_builds_the_same_model(name: str) -> None:
+    """Fair, reproducible cells: the seed alone fixes every initial weight, buffer and mask."""
+    states = []
+    for _ in range(2):
+        model, _, _ = build(name, "digits_cnn", 1 if name == "single" else 2)
+        states.append(model.state_dict())
+    assert states[0].keys() == states[1].keys()
+    for key in states[0]:
+        assert torch.equal(states[0][key], states[1][key]), key
