@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from methods.base import BuildContext, EnsembleModel, MethodSpec, register_method
-from methods.sigma_norm import SigmaEnsembleNet, diversity_loss, sharing_diagnostics
+from methods.sigma_convert import SigmaEnsembleNet
+from methods.sigma_diversity import diversity_loss, sharing_diagnostics
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,7 @@
-"""σNorm layers, the σN-Ens converter, the diversity regularizer and its diagnostics.
+"""σNorm layers: member-specific normalizations with a sigmoid-bounded importance.
+
+The converter and ensemble wrapper are in ``methods/sigma_convert.py``; the regularizer and the
+k_eff diagnostics in ``methods/sigma_diversity.py``.
 
 σN-Ens (Suteu & Serban, 2026, "Controllable Diversity in Normalization-Based Implicit Ensembles via
 Softmax-Temperature Modulation") turns one backbone into an implicit ensemble of M members by
@@ -32,10 +35,8 @@ This module imports only torch and registers nothing; the method plugin wraps it
 
 from __future__ import annotations
 
-import copy
 import math
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -47,14 +48,9 @@ __all__ = [
     "SigmaBatchNorm1d",
     "SigmaBatchNorm2d",
     "SigmaBatchNorm3d",
-    "SigmaEnsembleNet",
     "SigmaGroupNorm",
     "SigmaLayerNorm",
     "SigmaNorm",
-    "convert_to_ensemble",
-    "diversity_loss",
-    "iter_gamma_parameters",
-    "sharing_diagnostics",
     "sigma_norm_layers",
 ]
 
@@ -556,155 +552,6 @@ class SigmaGroupNorm(SigmaNorm):
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Conversion
-# --------------------------------------------------------------------------------------------
-
-_NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.LayerNorm, nn.GroupNorm)
-
-
-def _is_plain_norm(module: nn.Module) -> bool:
-    return isinstance(module, _NORM_TYPES) and not isinstance(module, SigmaNorm)
-
-
-def _convert_one(module: nn.Module, num_members: int, **kwargs: Any) -> nn.Module:
-    """σNorm replacement of one norm layer (keeps a timm ``*Act`` norm's drop/act after it)."""
-    if isinstance(module, nn.BatchNorm3d):
-        new: nn.Module = SigmaBatchNorm3d.from_norm(module, num_members, **kwargs)
-    elif isinstance(module, nn.BatchNorm2d):
-        new = SigmaBatchNorm2d.from_norm(module, num_members, **kwargs)
-    elif isinstance(module, nn.BatchNorm1d):
-        new = SigmaBatchNorm1d.from_norm(module, num_members, **kwargs)
-    elif isinstance(module, nn.LayerNorm):
-        new = SigmaLayerNorm.from_norm(module, num_members, **kwargs)
-    else:
-        new = SigmaGroupNorm.from_norm(module, num_members, **kwargs)
-    # timm's BatchNormAct2d / GroupNormAct / LayerNormAct fuse dropout and activation into the norm.
-    tail = [
-        getattr(module, k)
-        for k in ("drop", "act")
-        if isinstance(getattr(module, k, None), nn.Module)
-    ]
-    if tail:
-        new = nn.Sequential(new, *tail)
-    return new
-
-
-def convert_to_ensemble(
-    model: nn.Module,
-    num_members: int,
-    variant: str = "sigma",
-    gamma_init_std: float = 1.0,
-    gamma_init_mean: float = 0.0,
-    generator: torch.Generator | None = None,
-    preserve_outputs: bool = False,
-    inplace: bool = False,
-) -> nn.Module:
-    """Turn any backbone into a σN-Ens (or FiLM-Ensemble) by replacing its normalization layers.
-
-    Every ``nn.BatchNorm1d/2d/3d``, ``nn.LayerNorm`` (incl. timm's subclasses; ``LayerNorm2d``
-    keeps its channel-first semantics) and ``nn.GroupNorm`` at any depth is replaced by the
-    σNorm equivalent (Suteu & Serban 2026; FiLM: Turkoglu et al. 2022), copying the trained
-    layer's affine (or 1/0 when it has none) and running statistics into all M members. The
-    converted model expects member-major stacked inputs (M·B, ...); wrap it in
-    :class:`SigmaEnsembleNet` to feed (B, ...) batches and get (M, B, K) logits.
-
-    γ is drawn per member and feature from N(gamma_init_mean, gamma_init_std²) in module order
-    (reproducible with ``generator``); equal γ would leave L_div without gradient and the members
-    identical.
-
-    Pretrained conversion (``preserve_outputs=True``). Each member's copied affine is divided by
-    its own sigmoid(γ_m): ``sigmoid(γ_m)·((w/sigmoid(γ_m))·x̂ + b/sigmoid(γ_m)) = w·x̂ + b``, so
-    every member reproduces the original model's predictions at step 0, in eval mode (running
-    statistics are copied) and in train mode (each member's batch statistics equal the original
-    model's when every member sees the same batch). The only error is float rounding of the
-    division/multiplication. Measured in float32, M=4, every member vs the original, eval and
-    train mode: max |Δlogit| ≤ 6e-6 on a briefly trained CIFAR ResNet-18 (logits up to ~27,
-    i.e. ~2e-7 relative), ≤ 1.2e-6 on a small CNN with BN/GN/LN, ≤ 5e-7 on a small timm ViT;
-    the tests assert atol 1e-5. Members then separate during
-    fine-tuning through L_div and the task loss. The compensated weight grows as 1/sigmoid(γ_m)
-    (≤ ~20 for γ within 3 std of 0 at std 1). For training from scratch keep
-    ``preserve_outputs=False``: the fresh norms' weight 1 / bias 0 are copied unchanged and the
-    members start scaled by their sigmoid(γ_m). For ``variant="film"`` there is no γ and the copy
-    is exact either way.
-
-    Args:
-        model: Any module (nested children, ``nn.Sequential``, timm ViT blocks, ...), or a norm
-            layer itself.
-        num_members: M.
-        variant: "sigma" (σN-Ens) or "film" (FiLM-Ensemble).
-        gamma_init_std: Std of the γ initialisation.
-        gamma_init_mean: Mean of the γ initialisation.
-        generator: Optional CPU ``torch.Generator`` for γ.
-        preserve_outputs: Compensate sigmoid(γ_m) in the copied affine (pretrained conversion).
-        inplace: Modify ``model`` instead of a deep copy.
-
-    Returns:
-        The converted module (``model`` itself if ``inplace``, unless ``model`` is a norm layer).
-    """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    if not inplace:
-        model = copy.deepcopy(model)
-    kwargs = {
-        "variant": variant,
-        "gamma_init_mean": gamma_init_mean,
-        "gamma_init_std": gamma_init_std,
-        "generator": generator,
-        "preserve_outputs": preserve_outputs,
-    }
-    if _is_plain_norm(model):
-        return _convert_one(model, num_members, **kwargs)
-    done: dict[int, nn.Module] = {}  # a norm shared by several parents is converted once
-    for parent in list(model.modules()):
-        for name, child in list(parent._modules.items()):  # not deduplicated, unlike named_children
-            if not _is_plain_norm(child):
-                continue
-            if id(child) not in done:
-                done[id(child)] = _convert_one(child, num_members, **kwargs)
-            setattr(parent, name, done[id(child)])
-    return model
-
-
-class SigmaEnsembleNet(nn.Module):
-    """An implicit ensemble: one converted backbone run on M member-major copies of the batch.
-
-    Args:
-        backbone: A backbone whose norm layers are σNorm layers with ``num_members`` members
-            (from :func:`convert_to_ensemble`), or a plain backbone when ``convert=True``.
-        num_members: M.
-        convert: Convert ``backbone`` (in place) with :func:`convert_to_ensemble` first.
-        **convert_kwargs: Passed to :func:`convert_to_ensemble` (variant, gamma_init_std,
-            gamma_init_mean, generator, preserve_outputs).
-    """
-
-    def __init__(
-        self, backbone: nn.Module, num_members: int, convert: bool = False, **convert_kwargs: Any
-    ) -> None:
-        super().__init__()
-        if convert:
-            backbone = convert_to_ensemble(backbone, num_members, inplace=True, **convert_kwargs)
-        wrong = [n for n, mod in sigma_norm_layers(backbone) if mod.num_members != num_members]
-        if wrong:
-            raise ValueError(f"σNorm layers {wrong[:3]} do not have num_members={num_members}")
-        self.num_members = int(num_members)
-        self.backbone = backbone
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Args: x (B, ...). Returns: member logits (M, B, K)."""
-        m = self.num_members
-        xs = x.repeat(m, *([1] * (x.dim() - 1)))  # (M·B, ...), row m·B + b = x[b]
-        if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
-            xs = xs.contiguous(memory_format=torch.channels_last)  # keep NHWC
-        out = self.backbone(xs)  # (M·B, K)
-        return out.view(m, x.shape[0], *out.shape[1:])  # (M, B, K)
-
-
-# --------------------------------------------------------------------------------------------
-# Regularizer and diagnostics
-# --------------------------------------------------------------------------------------------
-
-
 def sigma_norm_layers(
     model: nn.Module, layer_pattern: str | None = None, with_gamma: bool = False
 ) -> list[tuple[str, SigmaNorm]]:
@@ -726,96 +573,3 @@ def sigma_norm_layers(
             continue
         out.append((name, mod))
     return out
-
-
-def _gamma_layers(model: nn.Module, layer_pattern: str | None) -> list[tuple[str, SigmaNorm]]:
-    layers = sigma_norm_layers(model, layer_pattern, with_gamma=True)
-    if not layers:
-        raise ValueError(
-            f"no σNorm layer with γ matches layer_pattern={layer_pattern!r} "
-            "(is the model converted with variant='sigma'?)"
-        )
-    return layers
-
-
-def diversity_loss(
-    model: nn.Module, tau: float, lam: float, layer_pattern: str | None = None
-) -> Tensor:
-    """σN-Ens's diversity regularizer (Suteu & Serban 2026; DESIGN.md §2).
-
-    For each selected layer ℓ and feature i, with s_m = sigmoid(γ_{m,ℓ,i}) and
-    p = softmax(s / τ) over the M members:
-
-        L_div = λ · Σ_ℓ Σ_i Σ_m log p_m
-
-    Add it to the task loss and minimise. Σ_m log p_m is largest (= -M log M) for uniform p, so
-    minimising spreads the members' importances apart; since s ∈ (0, 1) the logit gap is at most
-    1/τ, hence τ sets the equilibrium (small τ: one member owns a feature, k_eff → 1; large τ:
-    weak push, k_eff → M/2 under L_div alone) and λ only the strength.
-
-    Args:
-        model: A converted model (or any module containing σNorm layers).
-        tau: Softmax temperature τ > 0.
-        lam: Weight λ.
-        layer_pattern: Regex searched in qualified module names; None = all σNorm layers.
-
-    Returns:
-        Scalar float32 tensor, differentiable w.r.t. every selected γ.
-    """
-    if tau <= 0:
-        raise ValueError(f"tau must be > 0, got {tau}")
-    total = None
-    for _, layer in _gamma_layers(model, layer_pattern):
-        g = layer.gamma.float().flatten(1)  # (M, F)
-        logp = torch.log_softmax(torch.sigmoid(g) / tau, dim=0)  # (M, F) over members
-        term = logp.sum()
-        total = term if total is None else total + term
-    return lam * total
-
-
-@torch.no_grad()
-def sharing_diagnostics(model: nn.Module, layer_pattern: str | None = None) -> dict[str, Any]:
-    """How many members share each feature, per σNorm layer and overall (DESIGN.md §2).
-
-    With s = sigmoid(γ) (M, F) and q = s / Σ_m s, the effective number of members sharing
-    feature i is k_eff,i = 1 / Σ_m q_{m,i}² (1 = owned by one member, M = shared by all).
-
-    Args:
-        model: A converted model with ``variant="sigma"`` σNorm layers.
-        layer_pattern: Regex searched in qualified module names; None = all.
-
-    Returns:
-        ``{"k_eff": float, "importance": float, "num_features": int,
-        "layers": {name: {"k_eff": float, "importance": float, "num_features": int}}}`` where a
-        layer's k_eff is the mean over its features, its importance the mean of sigmoid(γ), and
-        the overall values are feature-weighted means over the selected layers. Plain Python
-        numbers (JSON-serialisable).
-    """
-    layers = _gamma_layers(model, layer_pattern)
-    keff_sums, imp_sums, counts = [], [], []
-    for _, layer in layers:
-        s = torch.sigmoid(layer.gamma.float().flatten(1))  # (M, F)
-        q = s / s.sum(0, keepdim=True)  # (M, F)
-        k = 1.0 / q.square().sum(0)  # (F,)
-        keff_sums.append(k.sum())
-        imp_sums.append(s.mean(0).sum())
-        counts.append(s.shape[1])
-    keff = torch.stack(keff_sums).cpu().tolist()  # one device sync for all layers
-    imp = torch.stack(imp_sums).cpu().tolist()
-    total = sum(counts)
-    per_layer = {
-        name: {"k_eff": ks / c, "importance": im / c, "num_features": c}
-        for (name, _), ks, im, c in zip(layers, keff, imp, counts)
-    }
-    return {
-        "k_eff": sum(keff) / total,
-        "importance": sum(imp) / total,
-        "num_features": total,
-        "layers": per_layer,
-    }
-
-
-def iter_gamma_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
-    """The γ parameters of all σNorm layers (e.g. for a separate optimizer group)."""
-    for _, layer in sigma_norm_layers(model, with_gamma=True):
-        yield layer.gamma

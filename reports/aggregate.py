@@ -181,6 +181,11 @@ def _num(value: Any) -> float:
     return float(value)
 
 
+def m_text(m: Any, missing: str = "") -> str:
+    """An ensemble size for display: ``4``; ``missing`` when absent or NaN."""
+    return missing if m is None or pd.isna(m) else f"{float(m):g}"
+
+
 def method_defaults(method: str | None) -> dict[str, Any]:
     """Default hyper-parameters of a registered method ({} for an unknown one)."""
     from harness.registries import METHODS

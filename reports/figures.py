@@ -24,7 +24,7 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from reports.aggregate import format_number
+from reports.aggregate import format_number, m_text
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def _tau(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def _m_text(m: float) -> str:
-    return "M=?" if pd.isna(m) else f"M={m:g}"
+    return f"M={m_text(m, '?')}"
 
 
 def tau_frontier(cells: pd.DataFrame) -> str | None:

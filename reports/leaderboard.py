@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +43,19 @@ from reports.aggregate import (
     format_number,
     leaderboard_columns,
     load_results,
+    m_text,
 )
 from reports.figures import RenderedFigure, render_figures
-from reports.stats import COLUMNS as PAIRED_COLUMNS
-from reports.stats import default_reference, paired_differences
+from reports.paired_view import (
+    PairedStats,
+    format_delta,
+    group_key,
+    markdown_paired,
+    md_escape,
+    paired_context,
+    paired_stats,
+    significance_marks,
+)
 
 TEMPLATES = Path(__file__).parent / "templates"
 AGGREGATION = (
@@ -81,10 +89,6 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _m_text(m: Any) -> str:
-    return "" if m is None or (isinstance(m, float) and math.isnan(m)) else f"{float(m):g}"
-
-
 def best_rows(summary: pd.DataFrame, columns: Iterable[Column], within: str = "dataset"):
     """Per column key, the summary row labels holding the best mean within each ``within`` group.
 
@@ -112,185 +116,6 @@ def _n_text(row: pd.Series) -> str:
     if row.get("n_failed", 0):
         extra.append(f"{int(row['n_failed'])} failed")
     return f"{int(row['n'])}" + (f" ({', '.join(extra)})" if extra else "")
-
-
-@dataclass
-class PairedStats:
-    """The paired differences a report shows: against which method, at which confidence level."""
-
-    reference: str | None  # None: no reference method in the results, no statistics section
-    frame: pd.DataFrame  # reports.stats.paired_differences (empty without a reference)
-    level: float = 0.95
-    n_resamples: int = 10_000
-
-    @property
-    def title(self) -> str:
-        return f"Δ vs {self.reference}, mean over paired seeds, {100 * self.level:g}% bootstrap CI"
-
-
-def paired_stats(
-    results: Results,
-    reference: str | None = None,
-    *,
-    level: float = 0.95,
-    n_resamples: int = 10_000,
-    seed: int = 0,
-) -> PairedStats:
-    """Paired differences of every configuration to ``reference`` (see :mod:`reports.stats`).
-
-    ``reference`` None picks ``deep_ensemble`` if it has done cells, else ``single``, else none
-    (no statistics). A named reference without done cells is an error, not a silent omission.
-    """
-    cells = results.cells
-    if reference is None:
-        reference = default_reference(cells)
-    elif reference not in set(cells.loc[cells["status"] == "done", "method"]):
-        methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
-        raise ValueError(
-            f"reference method {reference!r} has no done cells in these results "
-            f"(methods: {', '.join(methods) or 'none'})"
-        )
-    if reference is None:
-        frame = pd.DataFrame(columns=list(PAIRED_COLUMNS))
-    else:
-        frame = paired_differences(
-            cells, reference, n_resamples=n_resamples, level=level, seed=seed
-        )
-    return PairedStats(reference, frame, level, n_resamples)
-
-
-def _group_key(row: Any) -> tuple:
-    return tuple(
-        _m_text(row["M"]) if k == "M" else str(row[k])
-        for k in ("dataset", "backbone", "method", "M", "hparams", "variant")
-    )
-
-
-def format_delta(value: Any, kind: str) -> str:
-    """A signed difference in a column's format (``pct``: percentage points): ``+5.00``."""
-    text = format_number(value, kind)
-    if text not in ("–", "inf") and float(value) > 0:
-        text = "+" + text
-    return text
-
-
-def _delta_text(r: Any, kind: str) -> str:
-    text = format_delta(r["mean_diff"], kind)
-    if pd.isna(r["ci_lo"]):
-        return f"{text} [–]"
-    return f"{text} [{format_delta(r['ci_lo'], kind)}, {format_delta(r['ci_hi'], kind)}]"
-
-
-def _sig(r: Any) -> tuple[str, str, str] | None:
-    """(class, symbol, words) for a significant difference; None otherwise."""
-    if not r["significant"]:
-        return None
-    if pd.isna(r["better"]):
-        return "neutral", "◆", "significant difference (metric without a better direction)"
-    if r["better"]:
-        return "better", "▲", "significantly better than the reference"
-    return "worse", "▼", "significantly worse than the reference"
-
-
-def _delta_label(column: Column) -> str:
-    label = column.label.replace(" (%)", "")
-    return f"Δ {label} (pp)" if column.kind == "pct" else f"Δ {label}"
-
-
-def _paired_columns(paired: PairedStats, summary: pd.DataFrame) -> list[Column]:
-    known = {c.key: c for c in (*QUALITY, *CORRUPTION, *leaderboard_columns(summary))}
-    metrics = list(dict.fromkeys(paired.frame["metric"]))
-    return [known.get(m, Column(m, m, "", "f3")) for m in metrics]
-
-
-def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, Any]]:
-    """One row per configuration × reference configuration, one cell per metric."""
-    frame = paired.frame
-    if frame.empty:
-        return []
-    rows = []
-    keys = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
-    kinds = {c.key: c.kind for c in columns}
-    for _, part in frame.groupby(keys, sort=False, dropna=False):
-        first = part.iloc[0]
-        by_metric = {r["metric"]: r for _, r in part.iterrows()}
-        n = int(part["n_pairs"].max())
-        cells = []
-        for c in columns:
-            r = by_metric.get(c.key)
-            if r is None:
-                cells.append({"key": c.key, "text": "–", "value": "", "lo": "", "hi": ""})
-                cells[-1].update({"n": "", "sig": None, "title": "no paired seeds", "extra": ""})
-                continue
-            sig = _sig(r)
-            lo, hi = r["ci_lo"], r["ci_hi"]
-            ci = (
-                "no interval from a single pair"
-                if pd.isna(lo)
-                else f"{100 * paired.level:g}% CI [{lo:.6g}, {hi:.6g}]"
-            )
-            cells.append(
-                {
-                    "key": c.key,
-                    "text": _delta_text(r, kinds[c.key]),
-                    "value": repr(float(r["mean_diff"])),
-                    "lo": "" if pd.isna(lo) else repr(float(lo)),
-                    "hi": "" if pd.isna(hi) else repr(float(hi)),
-                    "n": str(int(r["n_pairs"])),
-                    "sig": None if sig is None else {"cls": sig[0], "symbol": sig[1]},
-                    "title": f"Δ {r['mean_diff']:.6g}, {ci}, n {int(r['n_pairs'])} paired "
-                    f"seeds ({r['seeds']})" + (f"; {sig[2]}" if sig else ""),
-                    "extra": f"({int(r['n_pairs'])})" if int(r["n_pairs"]) != n else "",
-                }
-            )
-        rows.append(
-            {
-                "dataset": first["dataset"],
-                "backbone": first["backbone"],
-                "method": first["method"],
-                "m": _m_text(first["M"]),
-                "hparams": first["hparams"],
-                "variant": first["variant"],
-                "reference": first["reference"],
-                "n": n,
-                "cells": cells,
-            }
-        )
-    return rows
-
-
-def _significance(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
-    """(configuration key, metric) → [(class, symbol, title)] of its significant differences."""
-    out: dict[tuple, list] = {}
-    kinds = {c.key: c.kind for c in columns}
-    for _, r in paired.frame.iterrows():
-        sig = _sig(r)
-        if sig is None or r["metric"] not in kinds:
-            continue
-        title = (
-            f"Δ vs {r['reference']}: {_delta_text(r, kinds[r['metric']])}"
-            f"{' pp' if kinds[r['metric']] == 'pct' else ''}, n {int(r['n_pairs'])}; {sig[2]}"
-        )
-        out.setdefault((*_group_key(r), r["metric"]), []).append((sig[0], sig[1], title))
-    return out
-
-
-def _paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any] | None:
-    if paired.reference is None:
-        return None
-    columns = _paired_columns(paired, summary)
-    return {
-        "title": paired.title,
-        "reference": paired.reference,
-        "level": f"{100 * paired.level:g}%",
-        "n_resamples": f"{paired.n_resamples:,}",
-        "show_variant": bool(len(paired.frame)) and paired.frame["variant"].astype(bool).any(),
-        "columns": [
-            {"key": c.key, "label": _delta_label(c), "better": c.better, "group": c.group}
-            for c in columns
-        ],
-        "rows": _paired_rows(paired, columns),
-    }
 
 
 def _context(
@@ -332,14 +157,14 @@ def _context(
                 {"name": h["group"], "span": 1, "title": GROUP_TITLES.get(h["group"], h["group"])}
             )
     best = best_rows(summary, columns)
-    significance = _significance(paired, columns)
+    significance = significance_marks(paired, columns)
     rows = []
     for idx, r in summary.iterrows():
-        key = _group_key(r)
+        key = group_key(r)
         cells = []
         for k, _, t in identity:
             if k == "M":
-                text = value = _m_text(r["M"])
+                text = value = m_text(r["M"])
             elif k == "n":
                 text, value = _n_text(r), str(int(r["n"]))
             else:
@@ -380,7 +205,7 @@ def _context(
             {
                 "dataset": r["dataset"],
                 "backbone": r["backbone"],
-                "m": _m_text(r["M"]),
+                "m": m_text(r["M"]),
                 "cells": cells,
             }
         )
@@ -423,7 +248,7 @@ def _context(
         "provenance": results.provenance,
         "conventions": results.conventions,
         "aggregation": AGGREGATION,
-        "paired": _paired_context(paired, summary),
+        "paired": paired_context(paired, summary),
         "directions": {
             d: sorted(k for k, v in DIRECTIONS.items() if v == d) for d in ("higher", "lower")
         },
@@ -454,51 +279,6 @@ def render_html(
     )
 
 
-def _md_escape(text: str) -> str:
-    return (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("|", "\\|")
-        .replace("\n", " ")
-    )
-
-
-def _markdown_paired(paired: PairedStats, summary: pd.DataFrame) -> list[str]:
-    ctx = _paired_context(paired, summary)
-    if ctx is None:
-        return []
-    lines = ["", f"## {_md_escape(ctx['title'])}", ""]
-    if not ctx["rows"]:
-        ref = _md_escape(paired.reference)
-        return [*lines, f"No configuration shares dataset, backbone, variant and seeds with {ref}."]
-    arrow = {"higher": " ↑", "lower": " ↓", None: ""}
-    head = ["dataset", "backbone", "method", "M", "hparams"]
-    head += ["variant"] if ctx["show_variant"] else []
-    head += ["reference", "n"]
-    lines.append(
-        "| " + " | ".join(head + [c["label"] + arrow[c["better"]] for c in ctx["columns"]]) + " |"
-    )
-    lines.append("|" + "|".join(["---"] * len(head) + ["---:"] * len(ctx["columns"])) + "|")
-    for r in ctx["rows"]:
-        ident = [str(r["m"] if k == "M" else r[k]) for k in head]
-        vals = []
-        for c in r["cells"]:
-            text = c["text"] + (f" {c['extra']}" if c["extra"] else "")
-            vals.append(f"**{text} {c['sig']['symbol']}**" if c["sig"] else text)
-        lines.append("| " + " | ".join(_md_escape(v) for v in ident + vals) + " |")
-    lines += [
-        "",
-        f"Δ = configuration − {_md_escape(paired.reference)} on the same dataset, backbone, "
-        f"variant and seed (same M where the reference has it); mean over paired seeds "
-        f"[{ctx['level']} percentile bootstrap interval, {ctx['n_resamples']} resamples]; pp: "
-        "percentage points. **▲**/**▼**: the interval excludes 0 and the difference is "
-        "better/worse. With few seeds the interval is too narrow (with no true difference it "
-        "excludes 0 for about 16% of comparisons at 5 seeds, 9% at 10; nominal 5%).",
-    ]
-    return lines
-
-
 def render_markdown(
     results: Results,
     title: str | None = None,
@@ -515,11 +295,11 @@ def render_markdown(
     if paired is None:
         paired = paired_stats(results, reference)
     title = title or "Leaderboard — " + (", ".join(results.suites) or "no records")
-    lines = [f"# {_md_escape(title)}", ""]
+    lines = [f"# {md_escape(title)}", ""]
     if len(summary):
         columns = leaderboard_columns(summary)
         best = best_rows(summary, columns)
-        significance = _significance(paired, columns)
+        significance = significance_marks(paired, columns)
         arrow = {"higher": " ↑", "lower": " ↓", None: ""}
         head = ["dataset", "backbone", "method", "M", "hparams", "n"]
         if summary["variant"].astype(bool).any():
@@ -528,25 +308,25 @@ def render_markdown(
         lines.append("|" + "|".join(["---"] * len(head) + ["---:"] * len(columns)) + "|")
         for idx, r in summary.iterrows():
             ident = [
-                _m_text(r[k]) if k == "M" else _n_text(r) if k == "n" else str(r[k]) for k in head
+                m_text(r[k]) if k == "M" else _n_text(r) if k == "n" else str(r[k]) for k in head
             ]
             vals = []
             for c in columns:
                 text = format_cell(r[f"{c.key}_mean"], r[f"{c.key}_std"], r[f"{c.key}_n"], c.kind)
                 text = f"**{text}**" if idx in best.get(c.key, ()) else text
-                marks = "".join(m for _, m, _ in significance.get((*_group_key(r), c.key), []))
+                marks = "".join(m for _, m, _ in significance.get((*group_key(r), c.key), []))
                 vals.append(f"{text} {marks}" if marks else text)
-            lines.append("| " + " | ".join(_md_escape(v) for v in ident + vals) + " |")
+            lines.append("| " + " | ".join(md_escape(v) for v in ident + vals) + " |")
         lines += [
             "",
             "Mean ± sample std over seeds (n). ↑/↓: better direction; **bold**: best per dataset.",
         ]
         if paired.reference is not None:
             lines[-1] += (
-                f" ▲/▼: significantly better/worse than {_md_escape(paired.reference)} "
+                f" ▲/▼: significantly better/worse than {md_escape(paired.reference)} "
                 "(paired differences below)."
             )
-        lines += _markdown_paired(paired, summary)
+        lines += markdown_paired(paired, summary)
     else:
         lines.append("No done cells.")
     if results.problems:
@@ -558,20 +338,19 @@ def render_markdown(
             "|---|---|---|---|",
         ]
         lines += [
-            f"| {p.status} | {_md_escape(p.cell_id)} | {_md_escape(p.config)} | "
-            f"{_md_escape(p.reason)} |"
+            f"| {p.status} | {md_escape(p.cell_id)} | {md_escape(p.config)} | "
+            f"{md_escape(p.reason)} |"
             for p in results.problems
         ]
     if results.provenance:
         lines += ["", "## Provenance", ""]
         lines += [
-            f"- {_md_escape(k)}: {_md_escape('; '.join(v))}" for k, v in results.provenance.items()
+            f"- {md_escape(k)}: {md_escape('; '.join(v))}" for k, v in results.provenance.items()
         ]
     if results.conventions:
         lines += ["", "## Conventions", ""]
         lines += [
-            f"- {_md_escape(k)}: {_md_escape(' | '.join(v))}"
-            for k, v in results.conventions.items()
+            f"- {md_escape(k)}: {md_escape(' | '.join(v))}" for k, v in results.conventions.items()
         ]
     return "\n".join(lines) + "\n"
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from reports.aggregate import direction
+from reports.aggregate import direction, m_text
 
 DEFAULT_METRICS = ("acc", "nll", "ece", "brier", "cAcc", "cECE")
 PAIR_KEYS = ("dataset", "backbone", "variant")  # must be equal (besides the seed) to pair
@@ -132,13 +132,9 @@ def _m_key(m) -> float:
     return -math.inf if m is None or pd.isna(m) else float(m)  # NaN M sorts and matches as one
 
 
-def _m_text(m) -> str:
-    return "?" if m is None or pd.isna(m) else f"{float(m):g}"
-
-
 def reference_label(reference: str, m, hparams: str) -> str:
     """``deep_ensemble M=4``, or ``sigma_ens M=4 (tau=0.5)`` for a reference with hparams."""
-    return f"{reference} M={_m_text(m)}" + (f" ({hparams})" if hparams else "")
+    return f"{reference} M={m_text(m, '?')}" + (f" ({hparams})" if hparams else "")
 
 
 def _per_seed(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:

@@ -14,17 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from methods.sigma_convert import SigmaEnsembleNet, convert_to_ensemble
+from methods.sigma_diversity import diversity_loss, iter_gamma_parameters, sharing_diagnostics
 from methods.sigma_norm import (
     SigmaBatchNorm1d,
     SigmaBatchNorm2d,
-    SigmaEnsembleNet,
     SigmaGroupNorm,
     SigmaLayerNorm,
     SigmaNorm,
-    convert_to_ensemble,
-    diversity_loss,
-    iter_gamma_parameters,
-    sharing_diagnostics,
     sigma_norm_layers,
 )
 

@@ -1,0 +1,248 @@
+"""Paired differences to a reference method, shaped for the leaderboard page and Markdown.
+
+The statistics themselves are in :mod:`reports.stats`; this module pairs them with the
+leaderboard's columns and formats the Δ cells and significance marks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from reports.aggregate import (
+    CORRUPTION,
+    QUALITY,
+    Column,
+    Results,
+    format_number,
+    leaderboard_columns,
+    m_text,
+)
+from reports.stats import COLUMNS as PAIRED_COLUMNS
+from reports.stats import default_reference, paired_differences
+
+
+@dataclass
+class PairedStats:
+    """The paired differences a report shows: against which method, at which confidence level."""
+
+    reference: str | None  # None: no reference method in the results, no statistics section
+    frame: pd.DataFrame  # reports.stats.paired_differences (empty without a reference)
+    level: float = 0.95
+    n_resamples: int = 10_000
+
+    @property
+    def title(self) -> str:
+        return f"Δ vs {self.reference}, mean over paired seeds, {100 * self.level:g}% bootstrap CI"
+
+
+def paired_stats(
+    results: Results,
+    reference: str | None = None,
+    *,
+    level: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> PairedStats:
+    """Paired differences of every configuration to ``reference`` (see :mod:`reports.stats`).
+
+    ``reference`` None picks ``deep_ensemble`` if it has done cells, else ``single``, else none
+    (no statistics). A named reference without done cells is an error, not a silent omission.
+    """
+    cells = results.cells
+    if reference is None:
+        reference = default_reference(cells)
+    elif reference not in set(cells.loc[cells["status"] == "done", "method"]):
+        methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
+        raise ValueError(
+            f"reference method {reference!r} has no done cells in these results "
+            f"(methods: {', '.join(methods) or 'none'})"
+        )
+    if reference is None:
+        frame = pd.DataFrame(columns=list(PAIRED_COLUMNS))
+    else:
+        frame = paired_differences(
+            cells, reference, n_resamples=n_resamples, level=level, seed=seed
+        )
+    return PairedStats(reference, frame, level, n_resamples)
+
+
+def group_key(row: Any) -> tuple:
+    return tuple(
+        m_text(row["M"]) if k == "M" else str(row[k])
+        for k in ("dataset", "backbone", "method", "M", "hparams", "variant")
+    )
+
+
+def format_delta(value: Any, kind: str) -> str:
+    """A signed difference in a column's format (``pct``: percentage points): ``+5.00``."""
+    text = format_number(value, kind)
+    if text not in ("–", "inf") and float(value) > 0:
+        text = "+" + text
+    return text
+
+
+def _delta_text(r: Any, kind: str) -> str:
+    text = format_delta(r["mean_diff"], kind)
+    if pd.isna(r["ci_lo"]):
+        return f"{text} [–]"
+    return f"{text} [{format_delta(r['ci_lo'], kind)}, {format_delta(r['ci_hi'], kind)}]"
+
+
+def _sig(r: Any) -> tuple[str, str, str] | None:
+    """(class, symbol, words) for a significant difference; None otherwise."""
+    if not r["significant"]:
+        return None
+    if pd.isna(r["better"]):
+        return "neutral", "◆", "significant difference (metric without a better direction)"
+    if r["better"]:
+        return "better", "▲", "significantly better than the reference"
+    return "worse", "▼", "significantly worse than the reference"
+
+
+def _delta_label(column: Column) -> str:
+    label = column.label.replace(" (%)", "")
+    return f"Δ {label} (pp)" if column.kind == "pct" else f"Δ {label}"
+
+
+def _paired_columns(paired: PairedStats, summary: pd.DataFrame) -> list[Column]:
+    known = {c.key: c for c in (*QUALITY, *CORRUPTION, *leaderboard_columns(summary))}
+    metrics = list(dict.fromkeys(paired.frame["metric"]))
+    return [known.get(m, Column(m, m, "", "f3")) for m in metrics]
+
+
+def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, Any]]:
+    """One row per configuration × reference configuration, one cell per metric."""
+    frame = paired.frame
+    if frame.empty:
+        return []
+    rows = []
+    keys = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
+    kinds = {c.key: c.kind for c in columns}
+    for _, part in frame.groupby(keys, sort=False, dropna=False):
+        first = part.iloc[0]
+        by_metric = {r["metric"]: r for _, r in part.iterrows()}
+        n = int(part["n_pairs"].max())
+        cells = []
+        for c in columns:
+            r = by_metric.get(c.key)
+            if r is None:
+                cells.append({"key": c.key, "text": "–", "value": "", "lo": "", "hi": ""})
+                cells[-1].update({"n": "", "sig": None, "title": "no paired seeds", "extra": ""})
+                continue
+            sig = _sig(r)
+            lo, hi = r["ci_lo"], r["ci_hi"]
+            ci = (
+                "no interval from a single pair"
+                if pd.isna(lo)
+                else f"{100 * paired.level:g}% CI [{lo:.6g}, {hi:.6g}]"
+            )
+            cells.append(
+                {
+                    "key": c.key,
+                    "text": _delta_text(r, kinds[c.key]),
+                    "value": repr(float(r["mean_diff"])),
+                    "lo": "" if pd.isna(lo) else repr(float(lo)),
+                    "hi": "" if pd.isna(hi) else repr(float(hi)),
+                    "n": str(int(r["n_pairs"])),
+                    "sig": None if sig is None else {"cls": sig[0], "symbol": sig[1]},
+                    "title": f"Δ {r['mean_diff']:.6g}, {ci}, n {int(r['n_pairs'])} paired "
+                    f"seeds ({r['seeds']})" + (f"; {sig[2]}" if sig else ""),
+                    "extra": f"({int(r['n_pairs'])})" if int(r["n_pairs"]) != n else "",
+                }
+            )
+        rows.append(
+            {
+                "dataset": first["dataset"],
+                "backbone": first["backbone"],
+                "method": first["method"],
+                "m": m_text(first["M"]),
+                "hparams": first["hparams"],
+                "variant": first["variant"],
+                "reference": first["reference"],
+                "n": n,
+                "cells": cells,
+            }
+        )
+    return rows
+
+
+def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
+    """(configuration key, metric) → [(class, symbol, title)] of its significant differences."""
+    out: dict[tuple, list] = {}
+    kinds = {c.key: c.kind for c in columns}
+    for _, r in paired.frame.iterrows():
+        sig = _sig(r)
+        if sig is None or r["metric"] not in kinds:
+            continue
+        title = (
+            f"Δ vs {r['reference']}: {_delta_text(r, kinds[r['metric']])}"
+            f"{' pp' if kinds[r['metric']] == 'pct' else ''}, n {int(r['n_pairs'])}; {sig[2]}"
+        )
+        out.setdefault((*group_key(r), r["metric"]), []).append((sig[0], sig[1], title))
+    return out
+
+
+def paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any] | None:
+    if paired.reference is None:
+        return None
+    columns = _paired_columns(paired, summary)
+    return {
+        "title": paired.title,
+        "reference": paired.reference,
+        "level": f"{100 * paired.level:g}%",
+        "n_resamples": f"{paired.n_resamples:,}",
+        "show_variant": bool(len(paired.frame)) and paired.frame["variant"].astype(bool).any(),
+        "columns": [
+            {"key": c.key, "label": _delta_label(c), "better": c.better, "group": c.group}
+            for c in columns
+        ],
+        "rows": _paired_rows(paired, columns),
+    }
+
+
+def md_escape(text: str) -> str:
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("|", "\\|")
+        .replace("\n", " ")
+    )
+
+
+def markdown_paired(paired: PairedStats, summary: pd.DataFrame) -> list[str]:
+    ctx = paired_context(paired, summary)
+    if ctx is None:
+        return []
+    lines = ["", f"## {md_escape(ctx['title'])}", ""]
+    if not ctx["rows"]:
+        ref = md_escape(paired.reference)
+        return [*lines, f"No configuration shares dataset, backbone, variant and seeds with {ref}."]
+    arrow = {"higher": " ↑", "lower": " ↓", None: ""}
+    head = ["dataset", "backbone", "method", "M", "hparams"]
+    head += ["variant"] if ctx["show_variant"] else []
+    head += ["reference", "n"]
+    lines.append(
+        "| " + " | ".join(head + [c["label"] + arrow[c["better"]] for c in ctx["columns"]]) + " |"
+    )
+    lines.append("|" + "|".join(["---"] * len(head) + ["---:"] * len(ctx["columns"])) + "|")
+    for r in ctx["rows"]:
+        ident = [str(r["m"] if k == "M" else r[k]) for k in head]
+        vals = []
+        for c in r["cells"]:
+            text = c["text"] + (f" {c['extra']}" if c["extra"] else "")
+            vals.append(f"**{text} {c['sig']['symbol']}**" if c["sig"] else text)
+        lines.append("| " + " | ".join(md_escape(v) for v in ident + vals) + " |")
+    lines += [
+        "",
+        f"Δ = configuration − {md_escape(paired.reference)} on the same dataset, backbone, "
+        f"variant and seed (same M where the reference has it); mean over paired seeds "
+        f"[{ctx['level']} percentile bootstrap interval, {ctx['n_resamples']} resamples]; pp: "
+        "percentage points. **▲**/**▼**: the interval excludes 0 and the difference is "
+        "better/worse. With few seeds the interval is too narrow (with no true difference it "
+        "excludes 0 for about 16% of comparisons at 5 seeds, 9% at 10; nominal 5%).",
+    ]
+    return lines
