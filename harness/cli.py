@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
     rep.add_argument(
         "--reference",
-        help="method for the paired differences (default: deep_ensemble, else single)",
+        help="reference for the paired differences: a method, or method:key=value,... "
+        "(default: deep_ensemble, else single)",
     )
     rep.set_defaults(fn=cmd_report)
 

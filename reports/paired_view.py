@@ -21,7 +21,7 @@ from reports.aggregate import (
     m_text,
 )
 from reports.stats import COLUMNS as PAIRED_COLUMNS
-from reports.stats import default_reference, paired_differences
+from reports.stats import default_reference, paired_differences, reference_mask
 
 
 @dataclass
@@ -54,7 +54,7 @@ def paired_stats(
     cells = results.cells
     if reference is None:
         reference = default_reference(cells)
-    elif reference not in set(cells.loc[cells["status"] == "done", "method"]):
+    elif not reference_mask(cells[cells["status"] == "done"], reference).any():
         methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
         raise ValueError(
             f"reference method {reference!r} has no done cells in these results "

@@ -124,6 +124,40 @@ def default_reference(cells: pd.DataFrame) -> str | None:
     return next((m for m in ("deep_ensemble", "single") if m in methods), None)
 
 
+def parse_reference(reference: str) -> tuple[str, dict[str, object]]:
+    """``"deep_ensemble"`` → (method, {}); ``"sigma_ens:lam=0.001,tau=0.1"`` → the method and
+    the hyper-parameter values its reference configurations must have (YAML scalars)."""
+    import yaml
+
+    method, _, rest = reference.partition(":")
+    values: dict[str, object] = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"reference {reference!r}: expected method:key=value,...")
+        values[key.strip()] = yaml.safe_load(value)
+    return method, values
+
+
+def reference_mask(cells: pd.DataFrame, reference: str) -> pd.Series:
+    """Which cells belong to the reference (a method, or a method with fixed hyper-parameters)."""
+    method, values = parse_reference(reference)
+    mask = cells["method"] == method
+    for key, value in values.items():
+        col = f"hp_{key}"
+        if col not in cells:
+            return mask & False
+        mask &= cells[col].map(lambda v, value=value: _same(v, value))
+    return mask
+
+
+def _same(a: object, b: object) -> bool:
+    try:
+        return float(a) == float(b)  # 0.001 in YAML and 1e-3 in a record are one value
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
 def _done(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[cells["status"] == "done"] if "status" in cells else cells
 
@@ -177,17 +211,19 @@ def paired_differences(
         if k not in done:
             done[k] = default
     done["_m"] = [_m_key(m) for m in done["M"]]
+    done["_ref"] = reference_mask(done, reference)
+    ref_method = parse_reference(reference)[0]
     if metrics:
         values = done[metrics].apply(pd.to_numeric, errors="coerce").astype(float)
         done[metrics] = values.where(np.isfinite(values))  # NaN/inf: no value for that seed
     rows: list[dict] = []
     key_cols = ["dataset", "backbone", "method", "_m", "hparams", "variant"]
     groups = {k: g for k, g in done.groupby(key_cols, sort=True, dropna=False)}
-    refs = [k for k in groups if k[2] == reference]
+    refs = [k for k, g in groups.items() if g["_ref"].all()]
     ref_seeds: dict[tuple, pd.DataFrame] = {}
     for key, group in groups.items():
         dataset, backbone, method, m, hparams, variant = key
-        if method == reference:
+        if key in refs:
             continue
         candidates = [r for r in refs if (r[0], r[1], r[5]) == (dataset, backbone, variant)]
         same_m = [r for r in candidates if r[3] == m]
@@ -204,7 +240,7 @@ def paired_differences(
             # Differences at rounding level (0.8 + 0.02 vs 0.7 + 0.12) are 0, not a tiny effect
             # that every seed shares and the bootstrap would call significant.
             diff = diff.mask(diff.abs() <= _ROUNDING * np.maximum(a.abs(), b.abs()), 0.0)
-            label = reference_label(reference, groups[ref_key]["M"].iloc[0], ref_key[4])
+            label = reference_label(ref_method, groups[ref_key]["M"].iloc[0], ref_key[4])
             for metric in metrics:
                 d = diff[metric]
                 d = d[np.isfinite(d)]
@@ -251,5 +287,7 @@ __all__ = [
     "default_metrics",
     "default_reference",
     "paired_differences",
+    "parse_reference",
     "reference_label",
+    "reference_mask",
 ]

@@ -289,3 +289,29 @@ def test_paired_differences_rejects_bad_input():
         paired_differences(cells.drop(columns="seed"), "ref", ["acc"])
     empty = paired_differences(cells, "absent", ["acc"])
     assert empty.empty and list(empty.columns) == list(stats.COLUMNS)
+
+
+def test_reference_configuration_compares_within_one_method():
+    """``sigma_ens:lam=0.001`` pairs the other λ values of σN-Ens with that one (λ claim)."""
+    rows = []
+    for lam, shift in ((0.0001, 0.0), (0.001, 0.0), (0.01, 0.03)):
+        for s in range(5):
+            rows.append(
+                {
+                    "method": "sigma_ens",
+                    "M": 4,
+                    "seed": s,
+                    "hparams": f"lam={lam}",
+                    "hp_lam": lam,
+                    "acc": 0.8 + shift + 0.001 * s,
+                }
+            )
+    out = paired_differences(_cells(rows), "sigma_ens:lam=1e-3", ["acc"])
+    assert sorted(out["hparams"]) == ["lam=0.0001", "lam=0.01"]
+    by = out.set_index("hparams")
+    assert by.loc["lam=0.0001", "mean_diff"] == 0 and not by.loc["lam=0.0001", "significant"]
+    assert by.loc["lam=0.01", "mean_diff"] == pytest.approx(0.03)
+    assert by.loc["lam=0.01", "significant"]
+    assert set(out["reference"]) == {"sigma_ens M=4 (lam=0.001)"}
+    with pytest.raises(ValueError, match=r"expected method:key=value"):
+        paired_differences(_cells(rows), "sigma_ens:lam", ["acc"])
