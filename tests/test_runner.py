@@ -97,12 +97,12 @@ def test_resume_from_checkpoint_continues_training(tiny, tmp_path, monkeypatch):
 
     def interrupt_second_epoch(*args, **kwargs):
         if calls["n"] == 1:
-            raise KeyboardInterrupt  # like Ctrl-C or a preemption signal
+            raise KeyboardInterrupt("simulated Ctrl-C")  # like Ctrl-C or a preemption
         calls["n"] += 1
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner, "train_epoch", interrupt_second_epoch)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="simulated Ctrl-C"):
         run_cell(cell, tmp_path / "killed", progress=False)
     monkeypatch.setattr(runner, "train_epoch", real)
     part = tmp_path / "killed" / cell.cell_id
