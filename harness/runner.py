@@ -155,6 +155,26 @@ def pretrained_state(
     return load_backbone_state(final)
 
 
+def train_loader(
+    cell: Cell, spec: DatasetSpec, train: ImageSet, device: torch.device
+) -> DeviceLoader:
+    """The training loader: shuffled by (seed, epoch), the dataset's (or recipe's) augmentation,
+    on the device; the same data order for every method of a seed."""
+    recipe = cell.recipe
+    return DeviceLoader(
+        train,
+        recipe.batch_size,
+        device,
+        spec.mean,
+        spec.std,
+        augment=spec.augment if recipe.augment == "default" else recipe.augment,
+        shuffle=True,
+        seed=cell.seed,
+        drop_last=len(train) >= 2 * recipe.batch_size,
+        channels_last=recipe.channels_last and device.type == "cuda",
+    )
+
+
 def train_cell(
     cell: Cell,
     cell_dir: Path,
@@ -168,19 +188,7 @@ def train_cell(
     from tqdm.auto import tqdm
 
     recipe = cell.recipe
-    augment = spec.augment if recipe.augment == "default" else recipe.augment
-    loader = DeviceLoader(
-        splits["train"],
-        recipe.batch_size,
-        device,
-        spec.mean,
-        spec.std,
-        augment=augment,
-        shuffle=True,
-        seed=cell.seed,
-        drop_last=len(splits["train"]) >= 2 * recipe.batch_size,
-        channels_last=recipe.channels_last and device.type == "cuda",
-    )
+    loader = train_loader(cell, spec, splits["train"], device)
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
     history: list[dict] = []
@@ -374,25 +382,12 @@ def loader_throughput(
     """Images/s the training loader delivers (device-resident uint8, augmentation on device),
     to compare with the model's training throughput: a loader slower than the model starves it.
     """
-    import time as _time
-
-    augment = spec.augment if cell.recipe.augment == "default" else cell.recipe.augment
-    loader = DeviceLoader(
-        splits["train"],
-        cell.recipe.batch_size,
-        device,
-        spec.mean,
-        spec.std,
-        augment=augment,
-        shuffle=True,
-        seed=cell.seed,
-        channels_last=cell.recipe.channels_last and device.type == "cuda",
-    )
-    seen, start = 0, _time.perf_counter()
+    loader = train_loader(cell, spec, splits["train"], device)
+    seen, start = 0, time.perf_counter()
     for i, (x, _) in enumerate(loader):
         seen += x.shape[0]
         if i + 1 == batches:
             break
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return seen / (_time.perf_counter() - start)
+    return seen / (time.perf_counter() - start)
