@@ -138,13 +138,25 @@ def make_record(
                 for name in ood_sets
             }
         if k_eff is not None:
+            # The layout of methods/sigma_diversity.sharing_diagnostics plus τ, λ and L_div,
+            # as the runner records it (docs/records.md).
             diagnostics["per_epoch"] = [
                 {
                     "epoch": e,
-                    "k_eff_mean": k_eff + (1 - e) * 0.3,
-                    "importance_mean": 0.5,
+                    "k_eff": k_eff + (1 - e) * 0.3,
+                    "importance": 0.5,
+                    "num_features": 192,
+                    "layers": {
+                        "layer1.bn": {"k_eff": k_eff, "importance": 0.5, "num_features": 64},
+                        "layer2.bn": {
+                            "k_eff": k_eff + (1 - e) * 0.6,
+                            "importance": 0.5,
+                            "num_features": 128,
+                        },
+                    },
+                    "tau": 1.0,
+                    "lam": 0.01,
                     "l_div": -5.0,
-                    "k_eff": {"layer1.bn": k_eff, "layer2.bn": k_eff + (1 - e) * 0.6},
                 }
                 for e in range(2)
             ]
