@@ -68,15 +68,29 @@ def autocast(device: torch.device, recipe: Recipe) -> contextlib.AbstractContext
 def ensemble_loss(
     model: EnsembleModel, x: Tensor, y: Tensor, recipe: Recipe
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Task loss (mean member cross-entropy) + regularizer.
+    """Task loss + regularizer.
+
+    The task loss is each member's mean cross-entropy, combined over members as the method
+    declares (``EnsembleModel.member_loss``): ``"mean"`` for ensembles whose members share
+    weights (the shared weights then get a single model's gradient scale), ``"sum"`` for
+    members with separate weights trained as if alone (deep ensembles, MIMO's subnetworks), so
+    that each member follows the recipe's learning rate instead of 1/M of it.
 
     Returns:
         total loss, member logits (M, B', K), the regularizer value (or None).
     """
     logits, targets = model.training_outputs(x, y)  # (M, B', K), (M, B')
-    task = F.cross_entropy(
-        logits.flatten(0, 1).float(), targets.flatten(), label_smoothing=recipe.label_smoothing
-    )
+    per_member = (
+        F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            targets.flatten(),
+            label_smoothing=recipe.label_smoothing,
+            reduction="none",
+        )
+        .view(targets.shape)
+        .mean(1)
+    )  # (M,)
+    task = per_member.sum() if model.member_loss == "sum" else per_member.mean()
     reg = model.regularizer()
     return (task if reg is None else task + reg), logits, reg
 

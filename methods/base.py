@@ -74,6 +74,9 @@ class EnsembleModel(nn.Module):
     """
 
     num_members: int
+    # How member losses combine (harness.train.ensemble_loss): "mean" when members share
+    # weights, "sum" when each member has its own weights and should train as if alone.
+    member_loss: str = "mean"
 
     def forward(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
         """Args: x (B, C, H, W). Returns: member logits (M, B, K)."""

@@ -26,7 +26,14 @@ class DeepEnsembleHparams:
 
 
 class DeepEnsemble(EnsembleModel):
-    """M independent backbones; forward returns (M, B, K)."""
+    """M independent backbones; forward returns (M, B, K).
+
+    Members have separate weights, so their losses are summed: each member gets the gradient it
+    would get trained alone with the recipe (Lakshminarayanan et al. train members
+    independently); a mean would silently divide every member's learning rate by M.
+    """
+
+    member_loss = "sum"
 
     def __init__(self, ctx: BuildContext, hp: DeepEnsembleHparams) -> None:
         super().__init__()

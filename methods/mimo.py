@@ -59,6 +59,10 @@ class _MIMODigits(nn.Module):
 
 
 class MIMO(EnsembleModel):
+    """MIMO's loss is the sum of the M subnetworks' cross-entropies (Havasi et al., eq. 1)."""
+
+    member_loss = "sum"
+
     def __init__(self, ctx: BuildContext, hp: MIMOHparams) -> None:
         super().__init__()
         from torch_uncertainty.models.classification import mimo_resnet, mimo_wideresnet28x10

@@ -136,3 +136,33 @@ def test_same_seed_builds_the_same_model(name: str) -> None:
     assert states[0].keys() == states[1].keys()
     for key in states[0]:
         assert torch.equal(states[0][key], states[1][key]), key
+
+
+def test_deep_ensemble_members_get_the_gradient_they_would_get_alone():
+    """Summed member losses: a mean would divide every member's learning rate by M."""
+    from harness.suite import Recipe
+    from harness.train import ensemble_loss
+
+    model, in_shape, k = build("deep_ensemble", "digits_cnn", 2)
+    x, y = torch.randn(8, *in_shape), torch.randint(0, k, (8,))
+    model.train()
+    ensemble_loss(model, x, y, Recipe())[0].backward()
+    member = model.ensemble.core_models[0]
+    together = [p.grad.clone() for p in member.parameters()]
+    member.zero_grad()
+    torch.nn.functional.cross_entropy(member(x), y).backward()
+    for a, p in zip(together, member.parameters()):
+        torch.testing.assert_close(a, p.grad)
+
+
+def test_shared_weight_ensembles_average_member_losses():
+    from harness.suite import Recipe
+    from harness.train import ensemble_loss
+
+    model, in_shape, k = build("sigma_ens", "digits_cnn", 4)
+    x, y = torch.randn(8, *in_shape), torch.randint(0, k, (8,))
+    model.train()
+    logits, _ = model.training_outputs(x, y)
+    per_member = [torch.nn.functional.cross_entropy(logits[m], y) for m in range(4)]
+    loss, _, reg = ensemble_loss(model, x, y, Recipe())
+    torch.testing.assert_close(loss - reg, torch.stack(per_member).mean(), rtol=1e-5, atol=1e-6)
