@@ -24,6 +24,7 @@ from harness.cost import throughput
 from harness.environment import environment
 from harness.registries import METHODS
 from harness.runner import pick_device
+from harness.schema import parse_name_values
 from harness.suite import Recipe, expand_hparams
 from methods.base import BuildContext
 
@@ -36,18 +37,6 @@ DEFAULT_METHODS = [
     ("packed_ensemble", {"alpha": 2, "gamma": 2}),
     ("mc_dropout", {"dropout_rate": 0.1}),
 ]
-
-
-def parse_method(text: str) -> tuple[str, dict[str, Any]]:
-    """``name`` or ``name:key=value,key=value`` → (name, hparams)."""
-    import yaml
-
-    name, _, rest = text.partition(":")
-    hp = {}
-    for item in filter(None, rest.split(",")):
-        key, _, value = item.partition("=")
-        hp[key] = yaml.safe_load(value)
-    return name, hp
 
 
 def bench_one(
@@ -207,7 +196,9 @@ def format_rows(result: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
-    methods = [parse_method(t) for t in args.methods] if args.methods else DEFAULT_METHODS
+    methods = (
+        [parse_name_values(t, "method") for t in args.methods] if args.methods else DEFAULT_METHODS
+    )
     result = run_bench(
         args.backbone,
         args.M,

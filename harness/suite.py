@@ -171,7 +171,7 @@ class Cell:
     @property
     def label(self) -> str:
         """Short human-readable name: hyper-parameters at their defaults are left out."""
-        defaults = expand_hparams(METHODS.get(self.method), {})[0]
+        defaults = method_defaults(self.method)
         hp = ",".join(f"{k}={v}" for k, v in sorted(self.hparams.items()) if defaults.get(k) != v)
         return (
             f"{self.dataset}/{self.backbone}/{self.method}(M={self.M}"
@@ -227,6 +227,11 @@ def expand_hparams(spec, values: dict[str, Any]) -> list[dict[str, Any]]:
         hp = {**defaults, **dict(zip(keys, combo))}
         out.append({k: list(v) if isinstance(v, tuple) else v for k, v in hp.items()})
     return out
+
+
+def method_defaults(method: str) -> dict[str, Any]:
+    """Every hyper-parameter of a registered method at its default value."""
+    return expand_hparams(METHODS.get(method), {})[0]
 
 
 def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int, ...]:

@@ -188,12 +188,11 @@ def m_text(m: Any, missing: str = "") -> str:
 
 def method_defaults(method: str | None) -> dict[str, Any]:
     """Default hyper-parameters of a registered method ({} for an unknown one)."""
-    from harness.registries import METHODS
     from harness.registry import UnknownNameError
-    from harness.suite import expand_hparams
+    from harness.suite import method_defaults as defaults_of
 
     try:
-        return expand_hparams(METHODS.get(str(method)), {})[0]
+        return defaults_of(str(method))
     except UnknownNameError:
         return {}
 

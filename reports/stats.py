@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from harness.schema import parse_name_values
 from reports.aggregate import direction, m_text
 
 DEFAULT_METRICS = ("acc", "nll", "ece", "brier", "cAcc", "cECE")
@@ -126,17 +127,8 @@ def default_reference(cells: pd.DataFrame) -> str | None:
 
 def parse_reference(reference: str) -> tuple[str, dict[str, object]]:
     """``"deep_ensemble"`` → (method, {}); ``"sigma_ens:lam=0.001,tau=0.1"`` → the method and
-    the hyper-parameter values its reference configurations must have (YAML scalars)."""
-    import yaml
-
-    method, _, rest = reference.partition(":")
-    values: dict[str, object] = {}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"reference {reference!r}: expected method:key=value,...")
-        values[key.strip()] = yaml.safe_load(value)
-    return method, values
+    the hyper-parameter values its reference configurations must have."""
+    return parse_name_values(reference, "method")
 
 
 def reference_mask(cells: pd.DataFrame, reference: str) -> pd.Series:

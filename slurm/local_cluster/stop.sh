@@ -14,17 +14,8 @@ export SLURM_CONF="$CONF"
 
 say() { echo "stop.sh: $*"; }
 
-# Alive = /proc/PID/comm exists, names the expected program, and the process is not a zombie.
-pid_alive() {
-    local pid="$1" comm="${2:-}" state
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    [ -r "/proc/$pid/comm" ] || return 1
-    if [ -n "$comm" ] && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" != "$comm"* ]]; then
-        return 1
-    fi
-    state=$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-    [ -n "$state" ] && [ "$state" != "Z" ] && [ "$state" != "X" ]
-}
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # stop_pid NAME PIDFILE COMM [SECONDS]: SIGTERM, wait, then SIGKILL.
 stop_pid() {
@@ -56,7 +47,7 @@ stop_pid() {
 
 # 1. Cancel this cluster's jobs while slurmctld still answers, so no job survives the daemons.
 if [ -s "$CONF" ] && [ -s "$RUN/slurmctld.pid" ] \
-    && pid_alive "$(tr -d '[:space:]' <"$RUN/slurmctld.pid")" slurmctld; then
+    && pidfile_alive "$RUN/slurmctld.pid" slurmctld; then
     mapfile -t jobs < <(timeout 10 squeue -h -o %A 2>/dev/null | sort -u || true)
     if [ "${#jobs[@]}" -gt 0 ]; then
         say "cancelling ${#jobs[@]} job(s): ${jobs[*]}"
