@@ -3,11 +3,9 @@
 ``load_results(results_dir)`` reads every cell folder, keeps what validates, and lists every cell
 that did not produce a usable record (failed, invalid, missing) with its reason, so a folder with
 failed or unfinished cells still reports. ``records_to_frame`` flattens records to one row per cell;
-``aggregate`` groups done cells by (dataset, backbone, method, M, hparams, variant) and gives, per
-metric, ``<col>_mean``, ``<col>_std`` (sample std, ddof=1; NaN when fewer than two values) and
-``<col>_n`` (the number of finite values, so a diverged seed shows as a smaller n, never as a
-silently better mean). ``variant`` names config fields (recipe, backbone_kwargs, ...) that differ
-between cells of one group, so cells that are not seeds of one configuration are never averaged.
+``aggregate`` (:mod:`reports.summary`) gives mean, std and n per configuration. ``variant`` names
+config fields (recipe, backbone_kwargs, ...) that differ between cells of one group, so cells
+that are not seeds of one configuration are never averaged.
 """
 
 from __future__ import annotations
@@ -27,27 +25,29 @@ import pandas as pd
 
 from harness.records import RECORD_FILE, RecordError, read_record, validate_record
 
-Direction = Literal["higher", "lower"]
+# Re-exported: the column/format API and aggregate() lived here first; callers import them here.
+from reports.columns import (  # noqa: F401
+    CORRUPTION,
+    COST,
+    DIRECTIONS,
+    DIVERSITY,
+    GROUP_KEYS,
+    ID_COLUMNS,
+    QUALITY,
+    TEXT_COLUMNS,
+    Column,
+    Direction,
+    base_metric,
+    direction,
+    format_cell,
+    format_number,
+    leaderboard_columns,
+    m_text,
+    ood_sets,
+)
+from reports.summary import aggregate, metric_columns  # noqa: F401
 
-GROUP_KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
-ID_COLUMNS = ("suite", "cell_id", "status", *GROUP_KEYS, "seed")
-TEXT_COLUMNS = ("error_type", "error_message", "error_traceback", "started_at", "finished_at")
 _CONFIG_IDENTITY = ("dataset", "backbone", "method", "M", "hparams", "seed")
-
-# The one table of metric directions, by base metric name. A column maps to its base name with
-# base_metric(): "ood/svhn/msp/auroc" → "auroc", "sev3_ece" → "ece". Diversity diagnostics
-# (disagreement, mi, kl, k_eff) have no better direction and are never highlighted.
-DIRECTIONS: dict[str, Direction] = {
-    **dict.fromkeys(
-        ("acc", "member_acc", "val_acc", "cAcc", "auroc", "aupr_in", "aupr_out"), "higher"
-    ),
-    **dict.fromkeys(("train_ips", "eval_ips"), "higher"),
-    **dict.fromkeys(("nll", "brier", "ece", "aece", "aurc", "cNLL", "cECE", "fpr95"), "lower"),
-    **dict.fromkeys(("val_nll", "val_ece"), "lower"),
-    **dict.fromkeys(("params", "params_trainable", "params_overhead", "flops"), "lower"),
-    **dict.fromkeys(("train_mem_mib", "eval_mem_mib"), "lower"),
-    **dict.fromkeys(("train_time_s", "epoch_time_s", "total_time_s"), "lower"),
-}
 
 _COST_KEYS = {  # record cost key → column
     "params_total": "params",
@@ -65,125 +65,10 @@ _COST_KEYS = {  # record cost key → column
 _CLEAN_KEYS = ("acc", "nll", "brier", "ece", "aece", "aurc", "disagreement", "mi", "kl")
 
 
-def base_metric(column: str) -> str:
-    """The metric name a column measures: ``ood/<set>/<score>/auroc`` → ``auroc``."""
-    if column.startswith("ood/"):
-        return column.rsplit("/", 1)[-1]
-    if column.startswith("sev") and "_" in column:
-        return column.split("_", 1)[1]
-    return column
-
-
-def direction(column: str) -> Direction | None:
-    """``"higher"`` or ``"lower"`` if that is better for ``column``; None if neither."""
-    return DIRECTIONS.get(base_metric(column))
-
-
-@dataclass(frozen=True)
-class Column:
-    """A leaderboard column: key in the frames, header label, header group, number format."""
-
-    key: str
-    label: str
-    group: str
-    kind: str  # "pct" (fraction shown ×100), "f3", "f2", "count" (11.2M), "int"
-
-    @property
-    def better(self) -> Direction | None:
-        return direction(self.key)
-
-
-QUALITY = (
-    Column("acc", "Acc (%)", "Quality", "pct"),
-    Column("nll", "NLL", "Quality", "f3"),
-    Column("ece", "ECE (%)", "Quality", "pct"),
-    Column("brier", "Brier", "Quality", "f3"),
-    Column("aece", "aECE (%)", "Quality", "pct"),
-)
-COST = (
-    Column("params", "Params", "Cost", "count"),
-    Column("flops", "FLOPs/img", "Cost", "count"),
-    Column("train_ips", "Train img/s", "Cost", "int"),
-    Column("eval_ips", "Eval img/s", "Cost", "int"),
-    Column("train_mem_mib", "Train mem MiB", "Cost", "int"),
-    Column("eval_mem_mib", "Eval mem MiB", "Cost", "int"),
-)
-CORRUPTION = (
-    Column("cAcc", "cAcc (%)", "Corruption", "pct"),
-    Column("cNLL", "cNLL", "Corruption", "f3"),
-    Column("cECE", "cECE (%)", "Corruption", "pct"),
-)
-DIVERSITY = (
-    Column("disagreement", "Disagr. (%)", "Diversity", "pct"),
-    Column("mi", "MI", "Diversity", "f3"),
-    Column("k_eff", "k_eff", "Diversity", "f2"),
-)
-
-
-def ood_sets(frame: pd.DataFrame) -> list[str]:
-    """OOD set names present in a cell or summary frame, in first-seen order."""
-    seen: dict[str, None] = {}
-    for c in frame.columns:
-        if c.startswith("ood/"):
-            seen[c.split("/")[1]] = None
-    return list(seen)
-
-
-def leaderboard_columns(summary: pd.DataFrame, score: str = "msp") -> list[Column]:
-    """Metric columns shown on the leaderboard, quality then cost, in order; all-empty dropped."""
-    ood = [
-        Column(f"ood/{s}/{score}/{m}", f"{label} {s}", "OOD", "pct")
-        for s in ood_sets(summary)
-        for m, label in (("auroc", "AUROC"), ("fpr95", "FPR95"))
-    ]
-    cols = [*QUALITY, *COST, *CORRUPTION, *ood, *DIVERSITY]
-    return [
-        c for c in cols if f"{c.key}_mean" in summary and summary[f"{c.key}_mean"].notna().any()
-    ]
-
-
-def format_number(value: Any, kind: str) -> str:
-    """One number in a column's format; "–" for a missing value."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    v = float(value)
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if kind == "pct":
-        return f"{100 * v:.2f}"
-    if kind == "f3":
-        return f"{v:.3f}"
-    if kind == "f2":
-        return f"{v:.2f}"
-    if kind == "count":
-        for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-            if abs(v) >= div:
-                return f"{v / div:.2f}{suffix}"
-        return f"{v:.0f}"
-    return f"{v:,.0f}"
-
-
-def format_cell(mean: Any, std: Any, n: Any, kind: str, *, show_n: bool = True) -> str:
-    """``mean ± std (n)``; the ± part is left out when std is NaN (n = 1) or exactly 0."""
-    text = format_number(mean, kind)
-    if text == "–":
-        return text
-    if std is not None and not (isinstance(std, float) and math.isnan(std)) and float(std) != 0:
-        text += f" ± {format_number(std, kind)}"
-    if show_n and n is not None and not pd.isna(n):
-        text += f" ({int(n)})"
-    return text
-
-
 def _num(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan
     return float(value)
-
-
-def m_text(m: Any, missing: str = "") -> str:
-    """An ensemble size for display: ``4``; ``missing`` when absent or NaN."""
-    return missing if m is None or pd.isna(m) else f"{float(m):g}"
 
 
 def method_defaults(method: str | None) -> dict[str, Any]:
@@ -313,48 +198,6 @@ def records_to_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=[*ID_COLUMNS, "acc", "nll", "ece"])
     return frame
-
-
-def metric_columns(cells: pd.DataFrame) -> list[str]:
-    """The numeric measurement columns of a cell frame (not identity, text or hparams)."""
-    skip = set(ID_COLUMNS) | set(TEXT_COLUMNS)
-    return [
-        c
-        for c in cells.columns
-        if c not in skip and not c.startswith("hp_") and pd.api.types.is_numeric_dtype(cells[c])
-    ]
-
-
-def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
-    """Mean, std (ddof=1) and n of every metric over the seeds of each group of done cells.
-
-    Non-finite values (a diverged seed) are left out of mean and std and counted in
-    ``n_nonfinite``; ``n`` is the number of done cells, ``n_failed`` the failed ones of the group.
-    """
-    keys = list(GROUP_KEYS)
-    metrics = metric_columns(cells)
-    done = cells[cells["status"] == "done"]
-    if done.empty:
-        return pd.DataFrame(columns=[*keys, "n", "n_failed", "n_nonfinite", "seeds"])
-    values = done[metrics].astype(float)
-    nonfinite = ~np.isfinite(values[[c for c in ("acc", "nll") if c in values]]).all(axis=1)
-    values = values.where(np.isfinite(values))
-    grouped = values.groupby([done[k] for k in keys], dropna=False, sort=True)
-    parts = {"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}
-    stats = pd.DataFrame({f"{c}_{s}": parts[s][c] for c in metrics for s in ("mean", "std", "n")})
-    by_key = done.groupby(keys, dropna=False, sort=True)
-    failed = cells[cells["status"] == "failed"].groupby(keys, dropna=False).size()
-    front = pd.DataFrame(
-        {
-            "n": by_key.size(),
-            "n_failed": failed.reindex(stats.index, fill_value=0).astype(int),
-            "n_nonfinite": nonfinite.groupby([done[k] for k in keys], dropna=False).sum(),
-            "seeds": by_key["seed"].agg(lambda s: ", ".join(str(x) for x in sorted(s))),
-        }
-    )
-    hp = [c for c in cells.columns if c.startswith("hp_")]
-    stats = pd.concat([front, stats, *([by_key[hp].first()] if hp else [])], axis=1)
-    return stats.reset_index()
 
 
 @dataclass

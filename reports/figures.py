@@ -1,4 +1,8 @@
-"""The leaderboard's figures, each a base64 PNG (for a data URI) or None when its data is absent.
+"""The leaderboard's figures: embedded in the page as PNG, and written as PNG and PDF files.
+
+Each draw function returns a :class:`~matplotlib.figure.Figure`, or None when its data is absent;
+:func:`render_figures` encodes every figure as a base64 PNG for the page and keeps the figure so
+:func:`write_figure_files` can save it as ``<id>.png`` and ``<id>.pdf`` for a paper.
 
 Every figure function takes the per-cell frame of :func:`reports.aggregate.records_to_frame`
 (done cells are used, failed ones ignored), aggregates over seeds itself (error bars are the
@@ -9,14 +13,11 @@ in labels taken from config values is escaped, so they are drawn literally, neve
 
 from __future__ import annotations
 
-import base64
-import io
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -24,115 +25,25 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from reports.aggregate import format_number, m_text
+from reports.columns import format_number, m_text
+from reports.figure_base import (
+    _done,
+    _figure_legend,
+    _finite,
+    _labels,
+    _lines,
+    _literal,
+    _palette,
+    _panels,
+    _png,
+    _settings,
+    _style,
+    pareto_front,
+)
 
 log = logging.getLogger(__name__)
 
 SIGMA_METHOD = "sigma_ens"
-MAX_SETTINGS = 8  # (dataset, backbone) settings per figure
-MAX_PANELS_PER_ROW = 4
-
-
-@contextmanager
-def _style() -> Iterator[None]:
-    with sns.axes_style("whitegrid"), mpl.rc_context({"font.size": 9}):
-        yield
-
-
-def _literal(text: pd.Series) -> pd.Series:
-    """Config strings drawn as text: a ``$`` would start matplotlib math text, so escape it."""
-    return text.astype(str).str.replace("$", r"\$", regex=False)
-
-
-def _done(cells: pd.DataFrame) -> pd.DataFrame:
-    d = cells[cells["status"] == "done"] if "status" in cells else cells
-    setting = _literal(d["dataset"].astype(str) + " / " + d["backbone"].astype(str))
-    return d.assign(label=_labels(d), setting=setting)
-
-
-def _labels(d: pd.DataFrame, with_m: bool = True) -> pd.Series:
-    """``method (hparams) M=4``: one line/bar per configuration, seeds pooled."""
-    hp = d["hparams"].fillna("").astype(str).map(lambda h: f" ({h})" if h else "")
-    label = _literal(d["method"].astype(str) + hp)
-    if with_m:
-        label = label + d["M"].map(lambda m: "" if pd.isna(m) else f" M={m:g}")
-    return label
-
-
-def _settings(d: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    groups = [(str(k), g) for k, g in d.groupby("setting", sort=True)]
-    if len(groups) > MAX_SETTINGS:
-        log.warning("figure shows the first %d of %d settings", MAX_SETTINGS, len(groups))
-    return groups[:MAX_SETTINGS]
-
-
-def _panels(n_settings: int, k: int, width: float = 4.2, height: float = 3.2):
-    """A figure with ``k`` panels per setting, settings wrapped so a row holds ≤ 4 panels.
-
-    Returns the figure and, per setting, its list of ``k`` axes; unused axes are hidden.
-    """
-    per_row = max(1, min(MAX_PANELS_PER_ROW // k, n_settings))
-    nrows = -(-n_settings // per_row)
-    fig = Figure(figsize=(width * per_row * k + 2.2, height * nrows), layout="constrained")
-    axes = fig.subplots(nrows, per_row * k, squeeze=False)
-    out = [[axes[i // per_row, (i % per_row) * k + j] for j in range(k)] for i in range(n_settings)]
-    used = {id(ax) for row in out for ax in row}
-    for ax in axes.flat:
-        if id(ax) not in used:
-            ax.set_axis_off()
-    return fig, out
-
-
-def _png(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96, metadata={"Software": None})
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _figure_legend(fig: Figure, axes: Iterable) -> None:
-    """One legend for the whole figure (right of the panels), entries merged from every panel."""
-    entries: dict[str, object] = {}
-    for ax in axes:
-        leg = ax.get_legend()
-        if leg is not None:
-            pairs = zip(leg.legend_handles, [t.get_text() for t in leg.get_texts()])
-            leg.remove()
-        else:
-            pairs = zip(*ax.get_legend_handles_labels())
-        for handle, label in pairs:
-            entries.setdefault(label, handle)
-    if entries:
-        fig.legend(
-            list(entries.values()),
-            list(entries),
-            loc="outside right upper",
-            fontsize=7.5,
-            frameon=False,
-        )
-
-
-def _palette(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
-    uniq = sorted(set(labels))
-    colors = sns.color_palette("tab10" if len(uniq) <= 10 else "husl", len(uniq))
-    return dict(zip(uniq, colors))
-
-
-def _finite(d: pd.DataFrame, *cols: str) -> pd.DataFrame:
-    if any(c not in d for c in cols):
-        return d.iloc[0:0]
-    values = d[list(cols)].apply(pd.to_numeric, errors="coerce").astype(float)
-    return d[np.isfinite(values).all(axis=1)]
-
-
-def pareto_front(acc: Sequence[float], ece: Sequence[float]) -> list[int]:
-    """Positions of the points no other point beats on both accuracy (↑) and ECE (↓), by ECE."""
-    acc, ece = np.asarray(acc, dtype=float), np.asarray(ece, dtype=float)
-    front, best = [], -np.inf
-    for i in np.lexsort((-acc, ece)):  # ECE ascending, ties broken by accuracy descending
-        if np.isfinite(acc[i]) and np.isfinite(ece[i]) and acc[i] > best:
-            front.append(int(i))
-            best = acc[i]
-    return front
 
 
 def _tau(d: pd.DataFrame) -> pd.DataFrame:
@@ -146,7 +57,7 @@ def _m_text(m: float) -> str:
     return f"M={m_text(m, '?')}"
 
 
-def tau_frontier(cells: pd.DataFrame) -> str | None:
+def tau_frontier(cells: pd.DataFrame) -> Figure | None:
     """σN-Ens accuracy vs ECE, one point per τ (mean over seeds), with the Pareto front per M."""
     d = _finite(_tau(_done(cells)), "tau", "acc", "ece")
     if d["tau"].nunique() < 2:
@@ -218,27 +129,10 @@ def tau_frontier(cells: pd.DataFrame) -> str | None:
         axes = [row[0] for row in panels]
         fig.colorbar(sc, ax=axes, label="τ", shrink=0.8)
         _figure_legend(fig, axes)
-        return _png(fig)
+        return fig
 
 
-def _lines(panels, settings, x: str, ys, pal, xlabel: str) -> None:
-    for row, (title, s) in zip(panels, settings):
-        for ax, (y, name) in zip(row, ys):
-            sns.lineplot(
-                data=s,
-                x=x,
-                y=y,
-                hue="label",
-                hue_order=list(pal),
-                palette=pal,
-                marker="o",
-                errorbar="sd",
-                ax=ax,
-            )
-            ax.set(title=title, xlabel=xlabel, ylabel=name)
-
-
-def quality_vs_members(cells: pd.DataFrame) -> str | None:
+def quality_vs_members(cells: pd.DataFrame) -> Figure | None:
     """Accuracy and NLL vs ensemble size M, one line per method (and hparams)."""
     d = _finite(_done(cells), "M", "acc", "nll")
     if d.empty:
@@ -257,10 +151,10 @@ def quality_vs_members(cells: pd.DataFrame) -> str | None:
             ax.set_xticks(ms, [f"{m:g}" for m in ms])
             ax.minorticks_off()
         _figure_legend(fig, (ax for row in panels for ax in row))
-        return _png(fig)
+        return fig
 
 
-def corruption_severity(cells: pd.DataFrame) -> str | None:
+def corruption_severity(cells: pd.DataFrame) -> Figure | None:
     """Accuracy and ECE vs corruption severity (0 = clean), one line per configuration."""
     d = _done(cells)
     rows = []
@@ -285,10 +179,10 @@ def corruption_severity(cells: pd.DataFrame) -> str | None:
         for ax in (ax for row in panels for ax in row):
             ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
         _figure_legend(fig, (ax for row in panels for ax in row))
-        return _png(fig)
+        return fig
 
 
-def ood_auroc(cells: pd.DataFrame) -> str | None:
+def ood_auroc(cells: pd.DataFrame) -> Figure | None:
     """OOD AUROC (ID positive) per configuration and OOD set; a panel per score (MSP, ...)."""
     d = _done(cells)
     cols = [c for c in d.columns if c.startswith("ood/") and c.endswith("/auroc")]
@@ -328,10 +222,10 @@ def ood_auroc(cells: pd.DataFrame) -> str | None:
                 ax.set_ylim(max(0.0, sc["auroc100"].min() - 10), 100)
                 ax.set(title=f"{title} · {score}", xlabel="OOD set", ylabel="AUROC (%)  ↑")
         _figure_legend(fig, (ax for row in panels for ax in row))
-        return _png(fig)
+        return fig
 
 
-def quality_vs_cost(cells: pd.DataFrame) -> str | None:
+def quality_vs_cost(cells: pd.DataFrame) -> Figure | None:
     """Accuracy vs parameters and vs eval throughput, one point per configuration."""
     d = _finite(_done(cells), "acc")
     costs = [
@@ -375,10 +269,10 @@ def quality_vs_cost(cells: pd.DataFrame) -> str | None:
                     ax.xaxis.set_minor_formatter(NullFormatter())
                 ax.set(title=title, xlabel=name, ylabel="Accuracy (%)  ↑")
         _figure_legend(fig, (ax for row in panels for ax in row))
-        return _png(fig)
+        return fig
 
 
-def keff_vs_tau(cells: pd.DataFrame) -> str | None:
+def keff_vs_tau(cells: pd.DataFrame) -> Figure | None:
     """σN-Ens's effective members sharing a feature (k_eff, last epoch) vs τ, per M."""
     d = _finite(_tau(_done(cells)), "tau", "k_eff")
     if d["tau"].nunique() < 2:
@@ -407,7 +301,7 @@ def keff_vs_tau(cells: pd.DataFrame) -> str | None:
                 ax.set_xscale("log")
             ax.set(title=title, xlabel="τ", ylabel="k_eff (1 = owned, M = shared)")
         _figure_legend(fig, (row[0] for row in panels))
-        return _png(fig)
+        return fig
 
 
 @dataclass(frozen=True)
@@ -473,17 +367,42 @@ class RenderedFigure:
     caption: str
     png: str | None  # base64 PNG, or None when skipped
     note: str = ""  # why it was skipped
+    figure: Figure | None = field(default=None, repr=False, compare=False)  # for the files
 
 
 def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
     """Every figure of :data:`FIGURES`; a skipped or failed one carries the reason in ``note``."""
     out = []
     for spec in FIGURES:
+        fig = None
         try:
-            png = spec.draw(cells) if len(cells) else None
+            with _style():
+                fig = spec.draw(cells) if len(cells) else None
+                png = _png(fig) if fig is not None else None
             note = "" if png else f"skipped: needs {spec.needs}"
         except Exception as e:  # one broken plot must not cost the whole report; it is shown
             log.exception("figure %s failed", spec.id)
-            png, note = None, f"failed: {type(e).__name__}: {e}"
-        out.append(RenderedFigure(spec.id, spec.title, spec.caption, png, note))
+            fig, png, note = None, None, f"failed: {type(e).__name__}: {e}"
+        out.append(RenderedFigure(spec.id, spec.title, spec.caption, png, note, fig))
     return out
+
+
+def write_figure_files(figures: Sequence[RenderedFigure], out_dir: Path) -> list[Path]:
+    """Save every drawn figure as ``<id>.png`` (150 dpi) and ``<id>.pdf`` (vector) in ``out_dir``.
+
+    Returns the paths written, in figure order; skipped figures write nothing. File names are the
+    figure ids, so a paper's ``\\includegraphics{fig-ood}`` keeps working across reports.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in figures:
+        if f.figure is None:
+            continue
+        with _style():
+            for ext, kwargs in (("png", {"dpi": 150}), ("pdf", {})):
+                path = out_dir / f"{f.id}.{ext}"
+                # No timestamps/software in the metadata: identical data give identical files.
+                meta = {"Software": None} if ext == "png" else {"CreationDate": None}
+                f.figure.savefig(path, format=ext, metadata=meta, **kwargs)
+                written.append(path)
+    return written

@@ -1,0 +1,149 @@
+"""Leaderboard columns: metric directions, column definitions and number formats.
+
+Pure data and formatting, no I/O and no torch: :mod:`reports.aggregate` (records → frames),
+:mod:`reports.summary` (per-configuration statistics) and the renderers all read them from here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pandas as pd
+
+Direction = Literal["higher", "lower"]
+
+GROUP_KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
+ID_COLUMNS = ("suite", "cell_id", "status", *GROUP_KEYS, "seed")
+TEXT_COLUMNS = ("error_type", "error_message", "error_traceback", "started_at", "finished_at")
+
+# The one table of metric directions, by base metric name. A column maps to its base name with
+# base_metric(): "ood/svhn/msp/auroc" → "auroc", "sev3_ece" → "ece". Diversity diagnostics
+# (disagreement, mi, kl, k_eff) have no better direction and are never highlighted.
+DIRECTIONS: dict[str, Direction] = {
+    **dict.fromkeys(
+        ("acc", "member_acc", "val_acc", "cAcc", "auroc", "aupr_in", "aupr_out"), "higher"
+    ),
+    **dict.fromkeys(("train_ips", "eval_ips"), "higher"),
+    **dict.fromkeys(("nll", "brier", "ece", "aece", "aurc", "cNLL", "cECE", "fpr95"), "lower"),
+    **dict.fromkeys(("val_nll", "val_ece"), "lower"),
+    **dict.fromkeys(("params", "params_trainable", "params_overhead", "flops"), "lower"),
+    **dict.fromkeys(("train_mem_mib", "eval_mem_mib"), "lower"),
+    **dict.fromkeys(("train_time_s", "epoch_time_s", "total_time_s"), "lower"),
+}
+
+
+def base_metric(column: str) -> str:
+    """The metric name a column measures: ``ood/<set>/<score>/auroc`` → ``auroc``."""
+    if column.startswith("ood/"):
+        return column.rsplit("/", 1)[-1]
+    if column.startswith("sev") and "_" in column:
+        return column.split("_", 1)[1]
+    return column
+
+
+def direction(column: str) -> Direction | None:
+    """``"higher"`` or ``"lower"`` if that is better for ``column``; None if neither."""
+    return DIRECTIONS.get(base_metric(column))
+
+
+@dataclass(frozen=True)
+class Column:
+    """A leaderboard column: key in the frames, header label, header group, number format."""
+
+    key: str
+    label: str
+    group: str
+    kind: str  # "pct" (fraction shown ×100), "f3", "f2", "count" (11.2M), "int"
+
+    @property
+    def better(self) -> Direction | None:
+        return direction(self.key)
+
+
+QUALITY = (
+    Column("acc", "Acc (%)", "Quality", "pct"),
+    Column("nll", "NLL", "Quality", "f3"),
+    Column("ece", "ECE (%)", "Quality", "pct"),
+    Column("brier", "Brier", "Quality", "f3"),
+    Column("aece", "aECE (%)", "Quality", "pct"),
+)
+COST = (
+    Column("params", "Params", "Cost", "count"),
+    Column("flops", "FLOPs/img", "Cost", "count"),
+    Column("train_ips", "Train img/s", "Cost", "int"),
+    Column("eval_ips", "Eval img/s", "Cost", "int"),
+    Column("train_mem_mib", "Train mem MiB", "Cost", "int"),
+    Column("eval_mem_mib", "Eval mem MiB", "Cost", "int"),
+)
+CORRUPTION = (
+    Column("cAcc", "cAcc (%)", "Corruption", "pct"),
+    Column("cNLL", "cNLL", "Corruption", "f3"),
+    Column("cECE", "cECE (%)", "Corruption", "pct"),
+)
+DIVERSITY = (
+    Column("disagreement", "Disagr. (%)", "Diversity", "pct"),
+    Column("mi", "MI", "Diversity", "f3"),
+    Column("k_eff", "k_eff", "Diversity", "f2"),
+)
+
+
+def ood_sets(frame: pd.DataFrame) -> list[str]:
+    """OOD set names present in a cell or summary frame, in first-seen order."""
+    seen: dict[str, None] = {}
+    for c in frame.columns:
+        if c.startswith("ood/"):
+            seen[c.split("/")[1]] = None
+    return list(seen)
+
+
+def leaderboard_columns(summary: pd.DataFrame, score: str = "msp") -> list[Column]:
+    """Metric columns shown on the leaderboard, quality then cost, in order; all-empty dropped."""
+    ood = [
+        Column(f"ood/{s}/{score}/{m}", f"{label} {s}", "OOD", "pct")
+        for s in ood_sets(summary)
+        for m, label in (("auroc", "AUROC"), ("fpr95", "FPR95"))
+    ]
+    cols = [*QUALITY, *COST, *CORRUPTION, *ood, *DIVERSITY]
+    return [
+        c for c in cols if f"{c.key}_mean" in summary and summary[f"{c.key}_mean"].notna().any()
+    ]
+
+
+def format_number(value: Any, kind: str) -> str:
+    """One number in a column's format; "–" for a missing value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    v = float(value)
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if kind == "pct":
+        return f"{100 * v:.2f}"
+    if kind == "f3":
+        return f"{v:.3f}"
+    if kind == "f2":
+        return f"{v:.2f}"
+    if kind == "count":
+        for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+            if abs(v) >= div:
+                return f"{v / div:.2f}{suffix}"
+        return f"{v:.0f}"
+    return f"{v:,.0f}"
+
+
+def format_cell(mean: Any, std: Any, n: Any, kind: str, *, show_n: bool = True) -> str:
+    """``mean ± std (n)``; the ± part is left out when std is NaN (n = 1) or exactly 0."""
+    text = format_number(mean, kind)
+    if text == "–":
+        return text
+    if std is not None and not (isinstance(std, float) and math.isnan(std)) and float(std) != 0:
+        text += f" ± {format_number(std, kind)}"
+    if show_n and n is not None and not pd.isna(n):
+        text += f" ({int(n)})"
+    return text
+
+
+def m_text(m: Any, missing: str = "") -> str:
+    """An ensemble size for display: ``4``; ``missing`` when absent or NaN."""
+    return missing if m is None or pd.isna(m) else f"{float(m):g}"
