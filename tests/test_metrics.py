@@ -82,6 +82,14 @@ def np_top_label(p: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndar
     return p.max(axis=-1), (p.argmax(axis=-1) == labels).astype(float)
 
 
+def np_fpr95_ood_positive(id_s: np.ndarray, ood_s: np.ndarray) -> float:
+    """OpenOOD's ``auc_and_fpr_recall`` (Jingkang50/OpenOOD openood/evaluators/metrics.py @
+    a59cdac): OOD positive, the negated confidence as the detector's score."""
+    y = np.r_[np.zeros(len(id_s)), np.ones(len(ood_s))]
+    fpr, tpr, _ = roc_curve(y, -np.r_[id_s, ood_s], drop_intermediate=False)
+    return float(fpr[np.argmax(tpr >= 0.95)])
+
+
 def np_fpr95_id_positive(id_s: np.ndarray, ood_s: np.ndarray) -> float:
     y = np.r_[np.ones(len(id_s)), np.zeros(len(ood_s))]
     fpr, tpr, _ = roc_curve(y, np.r_[id_s, ood_s], drop_intermediate=False)
@@ -332,12 +340,13 @@ def _sk_ood(id_s: np.ndarray, ood_s: np.ndarray) -> dict[str, float]:
         "auroc": roc_auc_score(y, s),
         "aupr_in": average_precision_score(y, s),
         "aupr_out": average_precision_score(1 - y, -s),
-        "fpr95": np_fpr95_id_positive(id_s, ood_s),
+        "fpr95": np_fpr95_ood_positive(id_s, ood_s),
+        "fpr95_id": np_fpr95_id_positive(id_s, ood_s),
     }
 
 
 @pytest.mark.parametrize("discrete", [False, True])
-def test_ood_metrics_match_sklearn_with_id_positive(discrete: bool) -> None:
+def test_ood_metrics_match_sklearn_in_both_fpr95_conventions(discrete: bool) -> None:
     rng = np.random.default_rng(5)
     id_s, ood_s = rng.normal(1.0, 0.5, 400), rng.normal(0.0, 1.5, 150)  # asymmetric spreads
     if discrete:  # many ties
@@ -347,24 +356,47 @@ def test_ood_metrics_match_sklearn_with_id_positive(discrete: bool) -> None:
     assert got.keys() == ref.keys()
     for key in ref:
         assert got[key] == pytest.approx(ref[key], abs=1e-6), key
-    # Direct definition of FPR95: largest t keeping ≥ 95% of ID; fraction of OOD with s ≥ t.
+    # Direct definition of fpr95_id: largest t keeping ≥ 95% of ID; fraction of OOD with s ≥ t.
     t = np.sort(id_s)[::-1][math.ceil(0.95 * len(id_s)) - 1]
-    assert got["fpr95"] == pytest.approx(np.mean(ood_s >= t), abs=1e-6)
-    # Discriminative: with OOD as positive (torch-uncertainty / OpenOOD v1.5) these differ.
-    y_ood = np.r_[np.zeros(len(id_s)), np.ones(len(ood_s))]
-    fpr, tpr, _ = roc_curve(y_ood, -np.r_[id_s, ood_s], drop_intermediate=False)
-    assert abs(fpr[np.argmax(tpr >= 0.95)] - got["fpr95"]) > 0.05
+    assert got["fpr95_id"] == pytest.approx(np.mean(ood_s >= t), abs=1e-6)
+    # ... and of fpr95: smallest c flagging ≥ 95% of OOD (s ≤ c); fraction of ID with s ≤ c.
+    c = np.sort(ood_s)[math.ceil(0.95 * len(ood_s)) - 1]
+    assert got["fpr95"] == pytest.approx(np.mean(id_s <= c), abs=1e-6)
+    # Discriminative: the two conventions differ on these asymmetric spreads.
+    assert abs(got["fpr95"] - got["fpr95_id"]) > 0.05
     assert abs(got["aupr_in"] - got["aupr_out"]) > 0.05
+
+
+def test_fpr95_both_conventions_on_a_hand_computed_example() -> None:
+    # ID (higher = more ID): 5 and 10..28 (20 samples); OOD: 0..17, 19.5 and 40 (20 samples).
+    id_s = torch.tensor([5.0, *range(10, 29)], dtype=torch.float64)
+    ood_s = torch.tensor([*range(0, 18), 19.5, 40.0], dtype=torch.float64)
+    # fpr95_id (ID positive): keep ≥ 19 of 20 ID → t = 10 (the 19th highest ID score); OOD with
+    # score ≥ 10: 10..17 (8), 19.5 and 40 → 10 of 20 accepted = 0.5.
+    # fpr95 (OOD positive): flag ≥ 19 of 20 OOD → c = 19.5 (the 19th lowest OOD score); ID with
+    # score ≤ 19.5: 5 and 10..19 → 11 of 20 rejected = 0.55.
+    # (torch-uncertainty's FPRx divides integer counts in float32: 1e-7.)
+    got = hm.ood_metrics(id_s, ood_s)
+    assert got["fpr95_id"] == pytest.approx(0.5, abs=1e-7)
+    assert got["fpr95"] == pytest.approx(0.55, abs=1e-7)
+    assert float(hm.fpr_at_tpr(id_s, ood_s, positive="id")) == pytest.approx(0.5, abs=1e-7)
+    assert float(hm.fpr_at_tpr(id_s, ood_s, positive="ood")) == pytest.approx(0.55, abs=1e-7)
+    assert np_fpr95_ood_positive(id_s.numpy(), ood_s.numpy()) == pytest.approx(0.55)
+    assert np_fpr95_id_positive(id_s.numpy(), ood_s.numpy()) == pytest.approx(0.5)
+    assert hm.FPR_POSITIVE == {"fpr95": "ood", "fpr95_id": "id"}
 
 
 def test_ood_perfect_and_reversed_separation() -> None:
     id_s = torch.linspace(1.0, 2.0, 50, dtype=torch.float64)
     ood_s = torch.linspace(-1.0, 0.5, 30, dtype=torch.float64)
     perfect = hm.ood_metrics(id_s, ood_s)
-    assert perfect == pytest.approx({"auroc": 1.0, "aupr_in": 1.0, "aupr_out": 1.0, "fpr95": 0.0})
+    assert perfect == pytest.approx(
+        {"auroc": 1.0, "aupr_in": 1.0, "aupr_out": 1.0, "fpr95": 0.0, "fpr95_id": 0.0}
+    )
     reversed_ = hm.ood_metrics(ood_s, id_s)  # "ID" now scores below "OOD"
     assert reversed_["auroc"] == pytest.approx(0.0, abs=1e-7)
     assert reversed_["fpr95"] == pytest.approx(1.0, abs=1e-7)
+    assert reversed_["fpr95_id"] == pytest.approx(1.0, abs=1e-7)
     same = torch.full((10,), 0.3, dtype=torch.float64)
     assert hm.auroc(same, same) == pytest.approx(0.5, abs=1e-7)
 
@@ -400,7 +432,8 @@ def test_ood_scores_use_the_ensemble_mean() -> None:
         -(entr(p.mean(0)).sum(-1) - entr(p).sum(-1).mean(0)),
         atol=1e-6,
     )
-    assert "ID-positive" in hm.OOD_CONVENTION and "fpr95" in hm.OOD_CONVENTION
+    assert "fpr95 = OpenOOD/torch-uncertainty convention, OOD positive" in hm.OOD_CONVENTION
+    assert "fpr95_id = Hendrycks & Gimpel convention, ID positive" in hm.OOD_CONVENTION
 
 
 def test_ood_scores_streaming_equals_one_shot_and_reset_ood() -> None:
@@ -543,7 +576,9 @@ def test_inputs_are_validated() -> None:
     with pytest.raises(ValueError, match="at least one ID and one OOD sample"):
         ood.compute()
     with pytest.raises(ValueError, match="tpr must be in"):
-        hm.fpr_at_tpr(torch.ones(3), torch.zeros(3), tpr=0.0)
+        hm.fpr_at_tpr(torch.ones(3), torch.zeros(3), tpr=0.0, positive="ood")
+    with pytest.raises(ValueError, match="positive must be 'ood' or 'id', got 'in'"):
+        hm.fpr_at_tpr(torch.ones(3), torch.zeros(3), positive="in")
     with pytest.raises(ValueError, match="ood_scores contains NaN"):
         hm.auroc(torch.ones(3), torch.tensor([0.0, float("nan")]))
     with pytest.raises(ValueError, match="id_scores is empty"):

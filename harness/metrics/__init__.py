@@ -43,6 +43,7 @@ from harness.metrics.diversity import (
     pairwise_kl_per_sample,
 )
 from harness.metrics.ood import (
+    FPR_POSITIVE,
     OOD_CONVENTION,
     OOD_METRICS,
     OOD_SCORES,
@@ -59,6 +60,7 @@ from harness.metrics.ood import (
 
 __all__ = [
     "ENSEMBLE_METRIC_KEYS",
+    "FPR_POSITIVE",
     "MEMBER_METRIC_KEYS",
     "NLL_EPS",
     "N_BINS",

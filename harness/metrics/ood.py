@@ -1,17 +1,28 @@
-"""Out-of-distribution detection: scores, AUROC, AUPR-In, AUPR-Out and FPR@95%TPR.
+"""Out-of-distribution detection: scores, AUROC, AUPR-In, AUPR-Out and FPR95 in both conventions.
 
-Convention (stored verbatim in result records as :data:`OOD_CONVENTION`): every score is
-*higher = more in-distribution*, and **in-distribution (ID) samples are the positive class**, the
-reading of OpenOOD (Yang et al., 2022) and of Hendrycks & Gimpel (2017)'s "in-distribution
-positive" AUPR-In:
+Every score is *higher = more in-distribution*. The metrics (stored verbatim in result records as
+:data:`OOD_CONVENTION`):
 
-- ``auroc``: area under the ROC curve with ID positive = P(score_ID > score_OOD) + ½ P(tie).
-  (AUROC does not change if both the positive class and the sign of the score are flipped.)
+- ``auroc``: area under the ROC curve of separating ID from OOD, = P(score_ID > score_OOD) +
+  ½ P(tie). It is the same whichever class is called positive (flipping both the positive class
+  and the sign of the score leaves it unchanged).
 - ``aupr_in``: average precision (step-wise, scikit-learn's ``average_precision_score``) with ID
   positive and the score as is.
 - ``aupr_out``: average precision with OOD positive and the score negated.
-- ``fpr95``: with ``t`` the largest threshold that keeps at least 95% of ID samples
-  (``score ≥ t``), the fraction of OOD samples that are also kept (falsely accepted as ID).
+- ``fpr95`` — **OpenOOD / torch-uncertainty convention, OOD is the positive class**: with the
+  OOD-ness ``−score`` thresholded so that at least 95% of OOD samples are detected (flagged OOD,
+  ``score ≤ c`` with ``c`` the smallest such cut), the fraction of ID samples that are also
+  flagged OOD (ID wrongly rejected). This is OpenOOD's ``auc_and_fpr_recall``
+  (``roc_curve(ood_indicator, -conf)``, ``fpr[argmax(tpr >= 0.95)]``,
+  Jingkang50/OpenOOD ``openood/evaluators/metrics.py`` @ a59cdac) and torch-uncertainty 0.13's
+  ``FPR95(pos_label=1)`` on OOD targets in its classification routine.
+- ``fpr95_id`` — **Hendrycks & Gimpel (2017) / ODIN convention, ID is the positive class**: with
+  ``t`` the largest threshold that keeps at least 95% of ID samples (``score ≥ t``), the fraction
+  of OOD samples that are also kept (OOD wrongly accepted as ID).
+
+Both are lower-is-better and both use tie-aware thresholds (a group of tied scores is never split,
+as no threshold could split it): torch-uncertainty's ``FPRx`` with the positive label and score
+sign of each convention.
 
 Scores of an ensemble ``(M, B, K)`` with mean ``p̄``:
 
@@ -24,11 +35,7 @@ Implementations: AUROC and both AUPRs are torchmetrics' exact (``thresholds=None
 ``binary_auroc`` / ``binary_average_precision``. torchmetrics applies a sigmoid to scores outside
 [0, 1]; to keep the ranking exact (a float sigmoid can tie distinct large scores) scores are
 first replaced by their normalised dense ranks, which changes none of these rank-based metrics.
-FPR@95 is torch-uncertainty's tie-aware ``FPRx`` with ``pos_label`` set to the ID label — its
-``FPR95`` is documented and used (in its routines) with OOD as the positive class, the opposite
-convention; OpenOOD v1.5's evaluator likewise computes FPR@95 with OOD positive, so its FPR
-values are not comparable with ours (its AUROC is). The entropy is one line of
-``torch.special.entr`` (0 log 0 = 0).
+The entropy is one line of ``torch.special.entr`` (0 log 0 = 0).
 
 References:
     Hendrycks & Gimpel. A Baseline for Detecting Misclassified and Out-of-Distribution Examples
@@ -36,6 +43,8 @@ References:
     Yang, Wang, Zou, Zhou, Ding, Peng, Wang, Chen, Li, Sun, Du, Zhou, Zhang, Hendrycks, Li & Liu.
     OpenOOD: Benchmarking Generalized Out-of-Distribution Detection. NeurIPS 2022 (Datasets and
     Benchmarks).
+    Liang, Li & Srikant. Enhancing The Reliability of Out-of-distribution Image Detection in
+    Neural Networks (ODIN). ICLR 2018.
     Lakshminarayanan, Pritzel & Blundell. Simple and Scalable Predictive Uncertainty Estimation
     using Deep Ensembles. NeurIPS 2017.
 """
@@ -44,7 +53,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -58,16 +67,21 @@ from harness.metrics.diversity import _mutual_information_per_sample
 
 #: How OOD metrics are to be read; stored in every result record and shown in reports.
 OOD_CONVENTION = (
-    "ID-positive (OpenOOD, Yang et al. 2022): scores are higher for more in-distribution "
-    "samples (msp = max p̄, entropy = −H(p̄), mi = −(H(p̄) − mean_m H(p_m)), p̄ = mean of member "
-    "probabilities); auroc = P(score_ID > score_OOD) + ½P(tie); aupr_in = average precision "
-    "(step-wise, as scikit-learn) with ID positive; aupr_out = average precision with OOD "
-    "positive on negated scores; fpr95 = fraction of OOD samples with score ≥ t, t the largest "
-    "threshold keeping ≥ 95% of ID samples (lower is better)."
+    "scores are higher for more in-distribution samples (msp = max p̄, entropy = −H(p̄), "
+    "mi = −(H(p̄) − mean_m H(p_m)), p̄ = mean of member probabilities); "
+    "auroc = P(score_ID > score_OOD) + ½P(tie); aupr_in = average precision (step-wise, as "
+    "scikit-learn) with ID positive; aupr_out = average precision with OOD positive on negated "
+    "scores; fpr95 = OpenOOD/torch-uncertainty convention, OOD positive: fraction of ID samples "
+    "rejected (flagged OOD) at the threshold that flags ≥ 95% of OOD samples; fpr95_id = "
+    "Hendrycks & Gimpel convention, ID positive: fraction of OOD samples accepted at the "
+    "threshold that keeps ≥ 95% of ID samples; both lower is better, tie-aware thresholds."
 )
 
 #: Keys of the dict returned by :func:`ood_metrics`, in order.
-OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
+OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95", "fpr95_id")
+
+#: Which class is positive in each FPR95 convention.
+FPR_POSITIVE = {"fpr95": "ood", "fpr95_id": "id"}
 
 
 def msp_score(probs: Tensor) -> Tensor:
@@ -196,48 +210,62 @@ def aupr_out(id_scores: Tensor, ood_scores: Tensor) -> Tensor:
     return binary_average_precision(ranks, target, thresholds=None).to(torch.float64)
 
 
-def fpr_at_tpr(id_scores: Tensor, ood_scores: Tensor, tpr: float = 0.95) -> Tensor:
-    """False-positive rate at a true-positive rate of ``tpr``, ID positive.
+def fpr_at_tpr(
+    id_scores: Tensor, ood_scores: Tensor, tpr: float = 0.95, *, positive: Literal["ood", "id"]
+) -> Tensor:
+    """False-positive rate at a true-positive rate of ``tpr``, in either convention.
 
-    With ``t`` the largest threshold such that at least ``tpr`` of the ID samples have
-    ``score ≥ t``, returns the fraction of OOD samples with ``score ≥ t``.
+    - ``positive="ood"`` (OpenOOD, torch-uncertainty: ``fpr95``): ``c`` is the smallest cut such
+      that at least ``tpr`` of the OOD samples have ``score ≤ c``; returns the fraction of ID
+      samples with ``score ≤ c`` (ID rejected).
+    - ``positive="id"`` (Hendrycks & Gimpel: ``fpr95_id``): ``t`` is the largest threshold such
+      that at least ``tpr`` of the ID samples have ``score ≥ t``; returns the fraction of OOD
+      samples with ``score ≥ t`` (OOD accepted).
 
     Args:
-        id_scores: Scores of ID samples ``(N_id,)``.
+        id_scores: Scores of ID samples ``(N_id,)``, higher = more in-distribution.
         ood_scores: Scores of OOD samples ``(N_ood,)``.
-        tpr: Fraction of ID samples to keep, in (0, 1].
+        tpr: Recall of the positive class, in (0, 1].
+        positive: Which class is positive; no default, so a call always names its convention.
 
     Returns:
         Scalar float64 tensor in [0, 1]; lower is better.
     """
     if not 0.0 < tpr <= 1.0:
         raise ValueError(f"tpr must be in (0, 1], got {tpr}")
+    if positive not in ("ood", "id"):
+        raise ValueError(f"positive must be 'ood' or 'id', got {positive!r}")
     id_scores, ood_scores = _check_scores(id_scores, ood_scores)
     scores = torch.cat([id_scores, ood_scores.to(id_scores.device)])
     is_id = torch.zeros(scores.numel(), dtype=torch.long, device=scores.device)
     is_id[: id_scores.numel()] = 1
+    if positive == "ood":  # the detector's confidence of OOD-ness is the negated score
+        scores, target = -scores, 1 - is_id
+    else:
+        target = is_id
     with warnings.catch_warnings():  # we store the scores on purpose; silence its memory note
         warnings.filterwarnings("ignore", message=".*will save all targets", category=UserWarning)
         metric = FPRx(recall_level=tpr, pos_label=1).to(scores.device)
-    metric.update(scores, is_id)
+    metric.update(scores, target)
     return metric.compute().to(torch.float64)
 
 
 def ood_metrics(id_scores: Tensor, ood_scores: Tensor) -> dict[str, float]:
-    """All four OOD metrics for one score, as Python floats.
+    """All five OOD metrics for one score, as Python floats.
 
     Args:
         id_scores: Scores of ID samples ``(N_id,)`` (higher = more in-distribution).
         ood_scores: Scores of OOD samples ``(N_ood,)``.
 
     Returns:
-        ``{"auroc", "aupr_in", "aupr_out", "fpr95"}``; see :data:`OOD_CONVENTION`.
+        ``{"auroc", "aupr_in", "aupr_out", "fpr95", "fpr95_id"}``; see :data:`OOD_CONVENTION`.
     """
     return {
         "auroc": float(auroc(id_scores, ood_scores)),
         "aupr_in": float(aupr_in(id_scores, ood_scores)),
         "aupr_out": float(aupr_out(id_scores, ood_scores)),
-        "fpr95": float(fpr_at_tpr(id_scores, ood_scores, 0.95)),
+        "fpr95": float(fpr_at_tpr(id_scores, ood_scores, 0.95, positive="ood")),
+        "fpr95_id": float(fpr_at_tpr(id_scores, ood_scores, 0.95, positive="id")),
     }
 
 
@@ -299,11 +327,11 @@ class OODScores(Metric):
         self._computed = None  # invalidate torchmetrics' cached compute()
 
     def compute(self) -> dict[str, dict[str, float]]:
-        """Compute the four OOD metrics for each score.
+        """Compute the five OOD metrics for each score.
 
         Returns:
             ``{"msp": {...}, "entropy": {...}, "mi": {...}}``, each inner dict with the keys
-            ``"auroc", "aupr_in", "aupr_out", "fpr95"`` as Python floats.
+            ``"auroc", "aupr_in", "aupr_out", "fpr95", "fpr95_id"`` as Python floats.
 
         Raises:
             ValueError: If no ID or no OOD sample was seen.
