@@ -26,7 +26,8 @@ DIRECTIONS: dict[str, Direction] = {
         ("acc", "member_acc", "val_acc", "cAcc", "auroc", "aupr_in", "aupr_out"), "higher"
     ),
     **dict.fromkeys(("train_ips", "eval_ips"), "higher"),
-    **dict.fromkeys(("nll", "brier", "ece", "aece", "aurc", "cNLL", "cECE", "fpr95"), "lower"),
+    **dict.fromkeys(("nll", "brier", "ece", "aece", "aurc", "cNLL", "cECE"), "lower"),
+    **dict.fromkeys(("fpr95", "fpr95_id"), "lower"),  # OOD-positive (OpenOOD) / ID-positive
     **dict.fromkeys(("val_nll", "val_ece"), "lower"),
     **dict.fromkeys(("params", "params_trainable", "params_overhead", "flops"), "lower"),
     **dict.fromkeys(("train_mem_mib", "eval_mem_mib"), "lower"),
