@@ -5,8 +5,13 @@ backbone at batch B and at M·B (the bound for any shared-backbone ensemble: its
 since each input image costs M backbone passes), σN-Ens, FiLM-Ensemble, the deep ensemble
 (torch-uncertainty's loop, and CUDA streams), BatchEnsemble, Packed-Ensembles and MC Dropout.
 Throughput counts input images seen by the ensemble per second, after warm-up, with device
-synchronisation; on GPU with bf16 autocast and channels_last (DESIGN.md §6). Results are printed
-with their ratio to the bound and written as JSON with provenance.
+synchronisation; on GPU with bf16 autocast and channels_last. Results are printed with their
+ratio to the bound and written as JSON with provenance.
+
+``--loop synthetic`` (the default) times a bare training step on one fixed batch;
+``--loop real`` also times every row through the real training loop (``train_epoch``, the
+recipe's optimizer and schedule, the device loader with augmentation; see
+:func:`harness.cost.real_loop_throughput`) and adds the ratio real/synthetic as a column.
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ from typing import Any
 
 import torch
 
-from harness.cost import throughput
+from harness.contract import Recipe
+from harness.cost import real_loop_throughput, throughput
 from harness.environment import environment
 from harness.registries import METHODS
 from harness.runner import pick_device
 from harness.schema import parse_name_values
-from harness.suite import Recipe, expand_hparams
+from harness.suite import expand_hparams
 from methods.base import BuildContext
+
+LOOPS = ("synthetic", "real")
 
 DEFAULT_METHODS = [
     ("sigma_ens", {}),
@@ -52,7 +60,9 @@ def bench_one(
     steps: int,
     warmup: int,
     compile_model: bool,
+    loop: str = "synthetic",
 ) -> dict[str, Any]:
+    """Build one method on the backbone and measure it (see :func:`run_bench`)."""
     spec = METHODS.get(name)
     params = expand_hparams(spec, hp)[0]
     torch.manual_seed(0)
@@ -67,6 +77,13 @@ def bench_one(
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, classes, (batch,), device=device)
     out = throughput(model, x, y, recipe, device, steps=steps, warmup=warmup)
+    if loop == "real":
+        out.update(
+            real_loop_throughput(
+                model, recipe, device, batch, in_shape, classes, steps=steps, warmup=warmup
+            )
+        )
+        out["real_ratio_to_synthetic"] = out["real_train_images_per_s"] / out["train_images_per_s"]
     out["params"] = sum(p.numel() for p in model.parameters())
     del model, x, y
     gc.collect()
@@ -86,7 +103,17 @@ def run_bench(
     compile_model: bool,
     methods: list[tuple[str, dict]],
     device: torch.device,
+    loop: str = "synthetic",
 ) -> dict[str, Any]:
+    """Every row of the table: the plain backbone at B and at M·B (the bound ÷ M), then each
+    method at M members and batch B.
+
+    Args:
+        loop: ``"synthetic"`` times the bare step only; ``"real"`` also times the real training
+            loop and adds ``real_train_images_per_s`` and ``real_ratio_to_synthetic``.
+    """
+    if loop not in LOOPS:
+        raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
     in_ch = 1 if backbone == "digits_cnn" else 3
     in_shape = (in_ch, image_size, image_size)
     recipe = Recipe(amp=True, channels_last=True)
@@ -99,6 +126,7 @@ def run_bench(
         steps=steps,
         warmup=warmup,
         compile_model=compile_model,
+        loop=loop,
     )
     rows = []
     plain_b = bench_one("single", {}, 1, batch, **common)
@@ -167,30 +195,51 @@ def run_bench(
             "classes": classes,
             "steps": steps,
             "warmup": warmup,
+            "loop": loop,
         },
         "rows": rows,
     }
 
 
-def format_rows(result: dict[str, Any]) -> str:
-    def num(v: Any, fmt: str = "{:,.0f}") -> str:
-        return "-" if v is None else fmt.format(v)
+# The table's columns: (header, row key, format); the real-loop ones only with ``--loop real``.
+COLUMNS = [
+    ("train img/s", "train_images_per_s", "{:,.0f}"),
+    ("eval img/s", "eval_images_per_s", "{:,.0f}"),
+    ("train MiB", "peak_train_mem_mib", "{:,.0f}"),
+    ("train/bound", "train_ratio_to_bound", "{:.3f}"),
+    ("eval/bound", "eval_ratio_to_bound", "{:.3f}"),
+    ("mem/bound", "train_mem_ratio_to_bound", "{:.3f}"),
+]
+REAL_COLUMNS = [
+    ("real img/s", "real_train_images_per_s", "{:,.0f}"),
+    ("real MiB", "real_peak_train_mem_mib", "{:,.0f}"),
+    ("real/synth", "real_ratio_to_synthetic", "{:.3f}"),
+]
 
-    lines = [
-        f"{'':52s} {'train img/s':>12s} {'eval img/s':>12s} {'train MiB':>10s} "
-        f"{'train/bound':>11s} {'eval/bound':>10s} {'mem/bound':>9s}"
-    ]
+
+def columns(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The columns of ``result``'s table (the real-loop ones when it was measured)."""
+    return COLUMNS + (REAL_COLUMNS if result["config"].get("loop") == "real" else [])
+
+
+def cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    """One formatted value; ``-`` where it does not apply (memory on a CPU, ratios of the
+    bound's own rows)."""
+    value = row.get(key)
+    return "-" if value is None else fmt.format(value)
+
+
+def format_rows(result: dict[str, Any]) -> str:
+    """The printed table: one line per row, the columns of :func:`columns`."""
+    cols = columns(result)
+    width = [max(len(h), 10) for h, _, _ in cols]
+    lines = [f"{'':52s} " + " ".join(f"{h:>{w}s}" for (h, _, _), w in zip(cols, width))]
     for r in result["rows"]:
         if "error" in r:
             lines.append(f"{r['label']:52s} failed: {r['error']}")
             continue
-        lines.append(
-            f"{r['label'][:52]:52s} {num(r['train_images_per_s']):>12s} "
-            f"{num(r['eval_images_per_s']):>12s} {num(r['peak_train_mem_mib']):>10s} "
-            f"{num(r.get('train_ratio_to_bound'), '{:.3f}'):>11s} "
-            f"{num(r.get('eval_ratio_to_bound'), '{:.3f}'):>10s} "
-            f"{num(r.get('train_mem_ratio_to_bound'), '{:.3f}'):>9s}"
-        )
+        values = [f"{cell(r, k, f):>{w}s}" for (_, k, f), w in zip(cols, width)]
+        lines.append(f"{r['label'][:52]:52s} " + " ".join(values))
     return "\n".join(lines)
 
 
@@ -210,9 +259,10 @@ def main(args: argparse.Namespace) -> int:
         args.compile,
         methods,
         device,
+        loop=args.loop,
     )
     print(
-        f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, "
+        f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop}, "
         f"{result['provenance']['device']}"
     )
     print(format_rows(result))

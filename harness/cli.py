@@ -287,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--steps", type=int, default=20)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--compile", action="store_true")
+    b.add_argument(
+        "--loop",
+        choices=["synthetic", "real"],
+        default="synthetic",
+        help="real: also time the real training loop (train_epoch, device loader, augmentation)",
+    )
     b.add_argument("--methods", nargs="*")
     b.add_argument("--device", default="auto")
     b.add_argument("-o", "--output", default="bench.json")

@@ -1,21 +1,29 @@
 """Cost of a method: parameters, FLOPs, throughput and peak memory.
 
-Throughput counts *input images* seen by the whole ensemble per second (DESIGN.md §6), measured
-after warm-up with device synchronisation before every clock read (as timm's benchmark.py).
-FLOPs per image come from ``torch.utils.flop_counter`` on an eval forward.
+Throughput counts *input images* seen by the whole ensemble per second, measured after warm-up
+with device synchronisation before every clock read (as timm's benchmark.py). FLOPs per image come
+from ``torch.utils.flop_counter`` on an eval forward.
+
+Two training measurements exist: :func:`throughput` times a bare step (forward, loss, backward,
+SGD step on one fixed batch), the ceiling; :func:`real_loop_throughput` times the training loop
+users run (:func:`harness.train.train_epoch` with the recipe's optimizer and schedule, fed by the
+device loader with augmentation). Their ratio says how much the loop itself costs.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.suite import Recipe
-from harness.train import autocast, ensemble_loss
+from harness.contract import Recipe
+from harness.data.base import ImageSet
+from harness.data.loader import DeviceLoader
+from harness.train import autocast, ensemble_loss, make_optimizer, make_scheduler, train_epoch
 from methods.base import BuildContext, EnsembleModel, count_parameters
 
 
@@ -113,4 +121,92 @@ def throughput(
         "peak_train_mem_mib": peak_train,
         "peak_eval_mem_mib": peak_eval,
         "batch_size": b,
+    }
+
+
+class FirstBatches:
+    """The first ``n`` batches of a loader, as a loader of its own (``len`` included).
+
+    :func:`~harness.train.train_epoch` runs one pass over its loader; this lets the benchmark
+    run a warm-up pass and a timed pass of chosen lengths over the same device loader.
+    """
+
+    def __init__(self, loader: DeviceLoader, n: int) -> None:
+        if n > len(loader):
+            raise ValueError(f"asked for {n} batches of a loader that has {len(loader)}")
+        self.loader, self.n = loader, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return itertools.islice(iter(self.loader), self.n)
+
+
+def synthetic_images(n: int, in_shape: tuple[int, ...], classes: int, seed: int = 0) -> ImageSet:
+    """``n`` random uint8 images (N, C, H, W) with random labels in [0, classes)."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (n, *in_shape), dtype=torch.uint8, generator=g)
+    return ImageSet(images, torch.randint(0, classes, (n,), generator=g))
+
+
+def real_loop_throughput(
+    model: EnsembleModel,
+    recipe: Recipe,
+    device: torch.device,
+    batch: int,
+    in_shape: tuple[int, ...],
+    classes: int,
+    steps: int = 5,
+    warmup: int = 2,
+) -> dict[str, Any]:
+    """Training images/s through the real loop, on device-resident synthetic data.
+
+    The data are ``batch · max(steps, warmup)`` random uint8 images of ``in_shape`` kept on the
+    device and served by :class:`~harness.data.loader.DeviceLoader` with its random crop and
+    flip, exactly as a cell's training data; the loop is
+    :func:`~harness.train.train_epoch` with :func:`~harness.train.make_optimizer` and
+    :func:`~harness.train.make_scheduler` of ``recipe``. A warm-up pass of ``warmup`` steps
+    comes first; the timed pass of ``steps`` steps is bracketed by device synchronisation and
+    includes the loop's own end-of-epoch read of its statistics. The model's weights are
+    restored afterwards.
+
+    Returns:
+        ``real_train_images_per_s`` (input images per second), ``real_peak_train_mem_mib``
+        (None on CPU) and ``real_train_loss`` (the timed pass's mean loss, a sanity value).
+    """
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    c = in_shape[0]
+    loader = DeviceLoader(
+        synthetic_images(batch * max(steps, warmup), in_shape, classes),
+        batch,
+        device,
+        mean=(0.5,) * c,
+        std=(0.25,) * c,
+        augment="crop_flip",
+        shuffle=True,
+        drop_last=True,
+        channels_last=recipe.channels_last and device.type == "cuda",
+    )
+    opt = make_optimizer(model, recipe)
+    sched = make_scheduler(opt, recipe, len(loader))
+    if warmup:
+        train_epoch(model, FirstBatches(loader, warmup), opt, sched, recipe, device)
+    loader.set_epoch(1)  # a fresh order and fresh augmentation draws, as in the next epoch
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    stats = train_epoch(model, FirstBatches(loader, steps), opt, sched, recipe, device)
+    sync(device)
+    elapsed = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    del opt, sched, loader
+    model.load_state_dict(state)
+    return {
+        "real_train_images_per_s": batch * steps / elapsed,
+        "real_peak_train_mem_mib": peak,
+        "real_train_loss": stats["train_loss"],
     }

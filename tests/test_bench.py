@@ -1,0 +1,161 @@
+"""``harness bench --loop real``: the real training loop next to the synthetic step, the ratio
+column, the JSON rows and the Markdown fragment of benchmarks/gpu_check.sh. Values are checked
+for consistency (ratios are the quotients of the columns), never against a wall-time bar."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from harness.bench import REAL_COLUMNS, format_rows, run_bench
+from harness.cli import build_parser
+from harness.cli import main as cli_main
+from harness.cost import FirstBatches, real_loop_throughput, synthetic_images
+from harness.registries import METHODS
+from harness.suite import Recipe, expand_hparams
+from methods.base import BuildContext
+from tests.conftest import REPO
+
+CPU = torch.device("cpu")
+TINY = dict(
+    backbone="digits_cnn",
+    m=2,
+    batch=4,
+    image_size=8,
+    classes=5,
+    steps=2,
+    warmup=1,
+    compile_model=False,
+    device=CPU,
+)
+
+
+def load_markdown_module():
+    spec = importlib.util.spec_from_file_location(
+        "bench_markdown", REPO / "benchmarks" / "bench_markdown.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def real_result():
+    return run_bench(methods=[("sigma_ens", {})], loop="real", **TINY)
+
+
+def test_real_loop_rows_have_the_ratio_column(real_result):
+    assert real_result["config"]["loop"] == "real"
+    rows = real_result["rows"]
+    assert [r["method"] for r in rows] == ["single", "single", "sigma_ens"]
+    for r in rows:
+        assert "error" not in r, r
+        assert r["real_train_images_per_s"] > 0
+        assert r["real_ratio_to_synthetic"] == pytest.approx(
+            r["real_train_images_per_s"] / r["train_images_per_s"]
+        )
+        assert r["real_peak_train_mem_mib"] is None  # no accelerator memory on a CPU
+        assert r["real_train_loss"] > 0
+    table = format_rows(real_result)
+    for header, _, _ in REAL_COLUMNS:
+        assert header in table.splitlines()[0]
+    sigma_line = next(line for line in table.splitlines() if line.startswith("sigma_ens"))
+    assert f"{rows[2]['real_ratio_to_synthetic']:.3f}" in sigma_line
+
+
+def test_synthetic_loop_has_no_real_columns():
+    res = run_bench(methods=[], loop="synthetic", **{**TINY, "steps": 1})
+    assert res["config"]["loop"] == "synthetic"
+    assert all("real_train_images_per_s" not in r for r in res["rows"])
+    assert "real/synth" not in format_rows(res)
+
+
+def test_unknown_loop_is_refused():
+    with pytest.raises(ValueError, match="loop must be one of"):
+        run_bench(methods=[], loop="fast", **TINY)
+
+
+def test_real_loop_restores_the_weights():
+    spec = METHODS.get("sigma_ens")
+    torch.manual_seed(0)
+    model = spec.build(
+        BuildContext("digits_cnn", (1, 8, 8), 5, 2), spec.hparams(**expand_hparams(spec, {})[0])
+    )
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = real_loop_throughput(model, Recipe(), CPU, 4, (1, 8, 8), 5, steps=2, warmup=1)
+    assert out["real_train_images_per_s"] > 0
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k], msg=k)
+
+
+def test_first_batches_takes_a_prefix_and_refuses_too_many():
+    from harness.data.loader import DeviceLoader
+
+    data = synthetic_images(12, (1, 8, 8), 3)
+    assert data.images.dtype == torch.uint8 and int(data.labels.max()) < 3
+    loader = DeviceLoader(data, 4, CPU, (0.5,), (0.25,))
+    first = FirstBatches(loader, 2)
+    assert len(first) == 2
+    batches = list(first)
+    assert len(batches) == 2
+    torch.testing.assert_close(batches[1][1], data.labels[4:8])
+    with pytest.raises(ValueError, match="asked for 4 batches of a loader that has 3"):
+        FirstBatches(loader, 4)
+
+
+def test_markdown_fragment_has_every_row_and_an_m_scaling_table(real_result, tmp_path):
+    md = load_markdown_module()
+    other = json.loads(json.dumps(real_result))
+    other["config"]["M"] = 4
+    paths = []
+    for name, res in (("a.json", real_result), ("b.json", other)):
+        (tmp_path / name).write_text(json.dumps(res))
+        paths.append(tmp_path / name)
+    text = md.fragment(paths)
+    assert "### digits_cnn, B=4, M=2, eager, 8×8, K=5, loop=real" in text
+    assert "| row | train img/s | eval img/s |" in text and "| real/synth |" in text
+    ratio = real_result["rows"][2]["real_ratio_to_synthetic"]
+    assert "| sigma_ens | " in text and f"{ratio:.3f} |" in text
+    assert "### M scaling: digits_cnn, eager" in text
+    assert "| method | M=2 | M=4 |" in text
+    assert md.main([]) == 2
+
+
+def test_cli_accepts_loop_real(tmp_path, capsys):
+    args = build_parser().parse_args(["bench", "--loop", "real"])
+    assert args.loop == "real"
+    assert build_parser().parse_args(["bench"]).loop == "synthetic"
+    out = tmp_path / "bench.json"
+    rc = cli_main(
+        [
+            "bench",
+            "--backbone",
+            "digits_cnn",
+            "--image-size",
+            "8",
+            "--classes",
+            "4",
+            "--M",
+            "2",
+            "--batch",
+            "4",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--loop",
+            "real",
+            "--methods",
+            "mc_dropout",
+            "-o",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "loop=real" in printed and "real/synth" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[-1]["method"] == "mc_dropout" and rows[-1]["real_train_images_per_s"] > 0
