@@ -21,21 +21,46 @@ from reports.aggregate import (
     m_text,
 )
 from reports.stats import COLUMNS as PAIRED_COLUMNS
-from reports.stats import default_reference, paired_differences, reference_mask
+from reports.stats import (
+    TEST_NAMES,
+    check_test,
+    default_reference,
+    min_pairs,
+    paired_differences,
+    reference_mask,
+)
 
 
 @dataclass
 class PairedStats:
-    """The paired differences a report shows: against which method, at which confidence level."""
+    """The paired differences a report shows: against which method, with which test and level."""
 
     reference: str | None  # None: no reference method in the results, no statistics section
     frame: pd.DataFrame  # reports.stats.paired_differences (empty without a reference)
     level: float = 0.95
-    n_resamples: int = 10_000
+    test: str = "signflip"
+    holm: bool = False
+
+    @property
+    def alpha(self) -> float:
+        return 1 - self.level
 
     @property
     def title(self) -> str:
-        return f"Δ vs {self.reference}, mean over paired seeds, {100 * self.level:g}% bootstrap CI"
+        return f"Δ vs {self.reference}, mean over paired seeds, {100 * self.level:g}% t-interval"
+
+    @property
+    def rule(self) -> str:
+        """The marking rule in words, for the page, Markdown and LaTeX notes."""
+        test = TEST_NAMES[self.test]
+        need = min_pairs(self.test, self.alpha)
+        text = f"▲/▼: p ≤ {self.alpha:g} by the {test}"
+        if self.holm:
+            text += ", Holm-adjusted across every comparison of the paired table"
+        text += f"; it cannot reach p ≤ {self.alpha:g} with fewer than {need} paired seeds"
+        if need > 2:
+            text += ", so such comparisons never carry a mark (“no mark possible” in their title)"
+        return text + "."
 
 
 def paired_stats(
@@ -43,14 +68,16 @@ def paired_stats(
     reference: str | None = None,
     *,
     level: float = 0.95,
-    n_resamples: int = 10_000,
-    seed: int = 0,
+    test: str = "signflip",
+    holm: bool = False,
 ) -> PairedStats:
     """Paired differences of every configuration to ``reference`` (see :mod:`reports.stats`).
 
     ``reference`` None picks ``deep_ensemble`` if it has done cells, else ``single``, else none
     (no statistics). A named reference without done cells is an error, not a silent omission.
+    ``test`` (``signflip`` or ``t``) decides the marks, ``holm`` adjusts them across the table.
     """
+    check_test(test)
     cells = results.cells
     if reference is None:
         reference = default_reference(cells)
@@ -63,10 +90,8 @@ def paired_stats(
     if reference is None:
         frame = pd.DataFrame(columns=list(PAIRED_COLUMNS))
     else:
-        frame = paired_differences(
-            cells, reference, n_resamples=n_resamples, level=level, seed=seed
-        )
-    return PairedStats(reference, frame, level, n_resamples)
+        frame = paired_differences(cells, reference, level=level, test=test, holm_adjust=holm)
+    return PairedStats(reference, frame, level, test, holm)
 
 
 def group_key(row: Any) -> tuple:
@@ -139,6 +164,12 @@ def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, A
                 if pd.isna(lo)
                 else f"{100 * paired.level:g}% CI [{lo:.6g}, {hi:.6g}]"
             )
+            ci += f", p = {r['p_value']:.3g}" if pd.notna(r["p_value"]) else ""
+            if paired.holm and pd.notna(r["p_adjusted"]):
+                ci += f" (Holm-adjusted {r['p_adjusted']:.3g})"
+            if not r["reachable"]:
+                need = min_pairs(paired.test, paired.alpha)
+                ci += f"; no mark possible: the test needs ≥ {need} pairs"
             cells.append(
                 {
                     "key": c.key,
@@ -193,7 +224,11 @@ def paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any]
         "title": paired.title,
         "reference": paired.reference,
         "level": f"{100 * paired.level:g}%",
-        "n_resamples": f"{paired.n_resamples:,}",
+        "test": TEST_NAMES[paired.test],
+        "holm": paired.holm,
+        "rule": paired.rule,
+        "min_pairs": min_pairs(paired.test, paired.alpha),
+        "n_max": int(paired.frame["n_pairs"].max()) if len(paired.frame) else 0,
         "show_variant": bool(len(paired.frame)) and paired.frame["variant"].astype(bool).any(),
         "columns": [
             {"key": c.key, "label": _delta_label(c), "better": c.better, "group": c.group}
@@ -240,9 +275,7 @@ def markdown_paired(paired: PairedStats, summary: pd.DataFrame) -> list[str]:
         "",
         f"Δ = configuration − {md_escape(paired.reference)} on the same dataset, backbone, "
         f"variant and seed (same M where the reference has it); mean over paired seeds "
-        f"[{ctx['level']} percentile bootstrap interval, {ctx['n_resamples']} resamples]; pp: "
-        "percentage points. **▲**/**▼**: the interval excludes 0 and the difference is "
-        "better/worse. With few seeds the interval is too narrow (with no true difference it "
-        "excludes 0 for about 16% of comparisons at 5 seeds, 9% at 10; nominal 5%).",
+        f"[{ctx['level']} paired t-interval]; pp: percentage points. "
+        + md_escape(paired.rule).replace("▲/▼", "**▲**/**▼**", 1),
     ]
     return lines

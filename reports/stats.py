@@ -5,7 +5,28 @@ so their per-seed results are paired: seed-to-seed noise that both share (the sp
 initialisation stream, the order of batches) cancels in the difference. ``paired_differences``
 pairs the cells of every non-reference configuration with the reference method's cells of the same
 dataset, backbone, variant and seed, and gives, per metric, the mean difference over the paired
-seeds with a percentile-bootstrap confidence interval (``bootstrap_ci``).
+seeds, its paired t-interval and the p-value of a test of "no difference".
+
+Why these methods (the suites ship 2, 3, 5 and 10 seeds):
+
+- **Interval: the paired t-interval** ``mean ± t_{n-1, (1+level)/2} · s/√n`` (Student 1908). It is
+  exact for normal noise at every n ≥ 2 and conservative for symmetric heavy-tailed noise
+  (Student-t, Laplace, Cauchy), which ``tests/test_stats.py`` checks by simulation at n = 2, 3, 5,
+  10. The percentile bootstrap this module used before is a large-sample method: with no true
+  difference its 95% interval excluded 0 in about 49% of cases at 2 seeds, 26% at 3 and 16% at
+  5, so it is gone.
+- **Marks (default): the exact sign-flip permutation test** (Fisher 1935, ch. 21; Good 2005,
+  §3.1). Under "no difference" with the two methods exchangeable on a seed, each paired difference
+  is as likely positive as negative; the p-value is the fraction of the 2ⁿ sign patterns whose
+  |mean| is at least the observed one, enumerated exactly. It needs no normality, so its
+  false-positive rate is at most α whatever the noise. Its price: the smallest possible
+  two-sided p-value is 2/2ⁿ — 0.5 at n = 2, 0.25 at 3, 0.0625 at 5, 0.031 at 6 — so at α = 0.05
+  it can flag nothing below 6 seeds, and the report says so rather than mark noise.
+- **Marks (``test="t"``): the paired t-test**, the one consistent with the interval (a mark iff the
+  interval excludes 0). It can reach significance from n = 2, but its level rests on normal noise,
+  which a handful of seeds cannot check; the report names the test it used.
+- **Holm (1979)** step-down adjustment across every comparison of the table (``holm=True``):
+  controls the family-wise error over all configurations × metrics, named on the page.
 
 Which reference cells a configuration is paired with (its *reference configuration*):
 
@@ -19,11 +40,6 @@ Which reference cells a configuration is paired with (its *reference configurati
 Seeds present on one side only are left out; so is a seed whose value is NaN/inf on either side
 for that metric (``n_pairs`` counts what is left). Two cells of one configuration with the same
 seed (the same config in two suites) are averaged into one value first.
-
-Caveat: the percentile bootstrap is a large-sample method; with few seeds its interval is too
-narrow. For normal noise and no true difference a 95% interval excludes 0 in about 49% of cases
-with 2 seeds, 26% with 3, 16% with 5, 9% with 10 and 7.5% with 20 (nominal: 5%). Many metrics ×
-configurations are tested at once, too, so a few flags are expected by chance alone.
 """
 
 from __future__ import annotations
@@ -36,6 +52,18 @@ import pandas as pd
 
 from harness.schema import parse_name_values
 from reports.aggregate import direction, m_text
+from reports.significance import (  # noqa: F401 (re-exported: one import for callers)
+    TEST_NAMES,
+    TESTS,
+    check_test,
+    holm,
+    min_pairs,
+    min_pvalue,
+    pvalue,
+    signflip_pvalue,
+    t_interval,
+    t_pvalue,
+)
 
 DEFAULT_METRICS = ("acc", "nll", "ece", "brier", "cAcc", "cECE")
 PAIR_KEYS = ("dataset", "backbone", "variant")  # must be equal (besides the seed) to pair
@@ -51,62 +79,14 @@ COLUMNS = (
     "mean_diff",
     "ci_lo",
     "ci_hi",
+    "test",
+    "p_value",
+    "p_adjusted",
+    "reachable",
     "significant",
     "better",
 )
 _ROUNDING = 8 * np.finfo(float).eps  # |a - b| at or below this × max(|a|, |b|) counts as 0
-_MAX_DRAWS = 1 << 24  # resample indices drawn at once (128 MiB of int64); more go in batches
-
-
-def bootstrap_ci(
-    diffs: np.ndarray | Sequence[float],
-    n_resamples: int = 10_000,
-    level: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: the mean of ``diffs`` and its percentile-bootstrap ``level`` interval.
-
-    ``diffs`` holds one paired difference per seed. The seeds are resampled with replacement
-    ``n_resamples`` times (``numpy.random.default_rng(seed)``, so the result is deterministic), the
-    mean of each resample taken, and ``lo``/``hi`` are the ``(1 - level)/2`` and ``(1 + level)/2``
-    quantiles of those means (linear interpolation, NumPy's default). ``mean`` is the mean of
-    ``diffs`` itself. One difference gives ``(d, nan, nan)``; none gives ``(nan, nan, nan)``.
-    Identical differences give an interval of zero width at their value.
-    """
-    # Hand-written rather than scipy.stats.bootstrap(method="percentile"): it is the same
-    # computation (same draws for the same Generator; tests/test_stats.py checks they agree), but
-    # pyproject allows scipy >= 1.11 and scipy has since renamed the generator argument
-    # (random_state → rng, 1.15) and changed the quantile routine it uses, so the published
-    # intervals could shift with the installed scipy; it also refuses n=1, and importing
-    # scipy.stats costs more than these few lines.
-    d = np.asarray(diffs, dtype=float)
-    if d.ndim != 1:
-        raise ValueError(f"diffs must be one-dimensional (one difference per seed), got {d.shape}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive int, got {n_resamples!r}")
-    if not np.isfinite(d).all():
-        raise ValueError("diffs contain NaN or inf; leave those seeds out before bootstrapping")
-    n = len(d)
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(d.mean())
-    if n == 1:
-        return mean, math.nan, math.nan
-    if d.min() == d.max():  # every resample is the same: exactly that value, free of rounding
-        return float(d[0]), float(d[0]), float(d[0])
-    rng = np.random.default_rng(seed)
-    batch = max(1, _MAX_DRAWS // n)
-    means = np.concatenate(
-        [
-            d[rng.integers(0, n, size=(min(batch, n_resamples - k), n))].mean(axis=-1)
-            for k in range(0, n_resamples, batch)
-        ]
-    )
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(means, [alpha, 1 - alpha])
-    return mean, float(lo), float(hi)
 
 
 def default_metrics(cells: pd.DataFrame) -> list[str]:
@@ -173,9 +153,10 @@ def paired_differences(
     reference: str,
     metrics: Sequence[str] | None = None,
     *,
-    n_resamples: int = 10_000,
     level: float = 0.95,
-    seed: int = 0,
+    test: str = "signflip",
+    alpha: float | None = None,
+    holm_adjust: bool = False,
 ) -> pd.DataFrame:
     """Per configuration × reference configuration × metric: the paired difference to ``reference``.
 
@@ -185,12 +166,19 @@ def paired_differences(
     in the module docstring. Columns: the configuration keys (dataset, backbone, method, M,
     hparams, variant); ``reference`` (the reference configuration's label), ``reference_M``,
     ``reference_hparams``; ``metric``; ``n_pairs`` and ``seeds`` (the paired seeds); ``mean_diff``,
-    ``ci_lo``, ``ci_hi`` (:func:`bootstrap_ci`, NaN bounds for one pair); ``significant`` (the
-    interval excludes 0); ``better`` (the mean difference is an improvement in the metric's
-    direction, :data:`reports.aggregate.DIRECTIONS`; NA for a metric without one). No reference
-    cells, or no seeds in common, give no rows. Rows follow the configuration keys, then
-    reference M, then ``metrics`` order.
+    ``ci_lo``, ``ci_hi`` (:func:`t_interval` at ``level``, NaN bounds for one pair); ``test``;
+    ``p_value`` (:func:`pvalue`); ``p_adjusted`` (Holm across every row when ``holm_adjust``,
+    else ``p_value``); ``reachable`` (``test`` can reach p ≤ ``alpha`` at ``n_pairs``, see
+    :func:`min_pvalue`); ``significant`` (reachable and ``p_adjusted`` ≤ ``alpha``, default
+    ``1 - level``); ``better`` (the mean difference is an improvement in the metric's direction,
+    :data:`reports.aggregate.DIRECTIONS`; NA for a metric without one). No reference cells, or no
+    seeds in common, give no rows. Rows follow the configuration keys, then reference M, then
+    ``metrics`` order.
     """
+    check_test(test)
+    alpha = 1 - level if alpha is None else alpha
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     for k in ("dataset", "backbone", "method", "M", "seed"):
         if k not in cells:
             raise ValueError(f"cells has no {k!r} column; pass records_to_frame(records)")
@@ -230,7 +218,7 @@ def paired_differences(
             a, b = mine.loc[common], theirs.loc[common]
             diff = a - b
             # Differences at rounding level (0.8 + 0.02 vs 0.7 + 0.12) are 0, not a tiny effect
-            # that every seed shares and the bootstrap would call significant.
+            # that every seed shares and the t-test would call significant.
             diff = diff.mask(diff.abs() <= _ROUNDING * np.maximum(a.abs(), b.abs()), 0.0)
             label = reference_label(ref_method, groups[ref_key]["M"].iloc[0], ref_key[4])
             for metric in metrics:
@@ -238,7 +226,8 @@ def paired_differences(
                 d = d[np.isfinite(d)]
                 if not len(d):
                     continue
-                mean, lo, hi = bootstrap_ci(d.to_numpy(), n_resamples, level, seed)
+                mean, lo, hi = (float(v) for v in t_interval(d.to_numpy(), level))
+                p = float(pvalue(d.to_numpy(), test))
                 better_dir = direction(metric)
                 better = (
                     pd.NA
@@ -262,24 +251,36 @@ def paired_differences(
                         "mean_diff": mean,
                         "ci_lo": lo,
                         "ci_hi": hi,
-                        "significant": bool(lo > 0 or hi < 0),  # False for NaN bounds
+                        "test": test,
+                        "p_value": p,
+                        "reachable": min_pvalue(test, len(d)) <= alpha,
                         "better": better,
                     }
                 )
     out = pd.DataFrame(rows, columns=list(COLUMNS))
+    p_values = out["p_value"].to_numpy(dtype=float)
+    out["p_adjusted"] = holm(p_values) if holm_adjust else p_values
+    out["reachable"] = out["reachable"].astype(bool)
+    out["significant"] = out["reachable"] & (out["p_adjusted"] <= alpha)  # NaN p: False
     out["better"] = out["better"].astype("boolean")
-    out["significant"] = out["significant"].astype(bool)
     out["n_pairs"] = out["n_pairs"].astype(int)
     return out
 
 
 __all__ = [
     "DEFAULT_METRICS",
-    "bootstrap_ci",
+    "TESTS",
     "default_metrics",
     "default_reference",
+    "holm",
+    "min_pairs",
+    "min_pvalue",
     "paired_differences",
     "parse_reference",
+    "pvalue",
     "reference_label",
     "reference_mask",
+    "signflip_pvalue",
+    "t_interval",
+    "t_pvalue",
 ]

@@ -26,6 +26,7 @@ from reports.aggregate import (
 )
 from reports.figures import FIGURES, pareto_front, render_figures
 from reports.leaderboard import render_html, render_markdown, write_report
+from reports.paired_view import paired_stats
 from reports.terminal import format_results, format_table
 
 HOSTILE = "<script>alert(1)</script>"
@@ -438,9 +439,10 @@ def test_record_without_optional_sections():
 
 
 def _paired_records(single: bool = True) -> list[dict]:
-    """5 seeds: σN-Ens +2 pp accuracy over the deep ensemble, same NLL; single −10 pp, worse NLL."""
+    """6 seeds (the fewest with which the sign-flip test can mark): σN-Ens +2 pp accuracy over the
+    deep ensemble, same NLL; single −10 pp, worse NLL."""
     recs = []
-    for s, acc in enumerate([0.80, 0.84, 0.82, 0.86, 0.83]):
+    for s, acc in enumerate([0.80, 0.84, 0.82, 0.86, 0.83, 0.81]):
         nll = 0.40 + 0.01 * s
         recs.append(make_record(method="deep_ensemble", M=4, seed=s, acc=acc, nll=nll))
         recs.append(
@@ -458,14 +460,15 @@ def test_paired_section_csv_and_markers(tmp_path):
     write_records(tmp_path / "res", _paired_records())
     html = write_report(tmp_path / "res", tmp_path / "out", figures=False).read_text()
     assert '<section id="paired">' in html and "<h1>Leaderboard — toy</h1>" in html
-    assert "Δ vs deep_ensemble, mean over paired seeds, 95% bootstrap CI" in html
+    assert "Δ vs deep_ensemble, mean over paired seeds, 95% t-interval" in html
+    assert "exact sign-flip permutation test" in html and 'id="no-mark-possible"' not in html
     table = parse(html)
     paired = {r["attrs"]["data-method"]: r for r in table.paired}
     assert set(paired) == {"sigma_ens", "single"}  # the reference is not compared with itself
     assert {r["attrs"]["data-reference"] for r in table.paired} == {"deep_ensemble M=4"}
     acc = paired["sigma_ens"]["cells"]["acc"]
     assert acc["text"].split("▲")[0].strip() == "+2.00 [+2.00, +2.00]"  # pp; constant shift
-    assert {"delta", "sig", "better"} <= set(acc["classes"]) and acc["attrs"]["data-n"] == "5"
+    assert {"delta", "sig", "better"} <= set(acc["classes"]) and acc["attrs"]["data-n"] == "6"
     assert float(acc["value"]) == pytest.approx(0.02) and float(acc["attrs"]["data-lo"]) > 0
     nll = paired["sigma_ens"]["cells"]["nll"]
     assert nll["text"].strip() == "0.000 [0.000, 0.000]" and "sig" not in nll["classes"]
@@ -482,12 +485,13 @@ def test_paired_section_csv_and_markers(tmp_path):
     )
     csv = pd.read_csv(tmp_path / "out" / "paired.csv")
     row = csv[(csv["method"] == "sigma_ens") & (csv["metric"] == "acc")].iloc[0]
-    assert row["n_pairs"] == 5 and row["seeds"] == "0, 1, 2, 3, 4"  # seed 7 has no pair
+    assert row["n_pairs"] == 6 and row["seeds"] == "0, 1, 2, 3, 4, 5"  # seed 7 has no pair
     assert row["mean_diff"] == pytest.approx(0.02) and bool(row["significant"])
+    assert row["p_value"] == pytest.approx(2 / 64) and row["test"] == "signflip"
     assert row["ci_lo"] == pytest.approx(float(acc["attrs"]["data-lo"]))
     md = (tmp_path / "out" / "leaderboard.md").read_text()
-    assert "## Δ vs deep_ensemble, mean over paired seeds, 95% bootstrap CI" in md
-    assert "| deep_ensemble M=4 | 5 | **+2.00 [+2.00, +2.00] ▲** |" in md
+    assert "## Δ vs deep_ensemble, mean over paired seeds, 95% t-interval" in md
+    assert "| deep_ensemble M=4 | 6 | **+2.00 [+2.00, +2.00] ▲** |" in md
     assert "▲/▼: significantly better/worse than deep_ensemble" in md
 
 
@@ -529,3 +533,23 @@ def test_paired_section_escapes_hostile_names():
     assert row["attrs"]["data-method"] == HOSTILE  # attribute round-trips
     md = render_markdown(res)
     assert HOSTILE not in md and "&lt;script&gt;" in md
+
+
+def test_two_seeds_never_mark_and_the_page_says_why(tmp_path):
+    """Smoke-like results (n = 2): a clear shift still gets no mark from the sign-flip test."""
+    recs = [
+        make_record(method=m, M=4, seed=s, acc=a + 0.01 * s)
+        for s in (0, 1)
+        for m, a in (("deep_ensemble", 0.8), ("sigma_ens", 0.9), ("single", 0.5))
+    ]
+    res = from_records(recs)
+    html = render_html(res, [])
+    table = parse(html)
+    assert table.paired and not any(
+        "sig" in c["classes"] for r in table.paired for c in r["cells"].values()
+    )
+    assert "▲" not in html.split('id="sig-legend"')[0] and 'id="no-mark-possible"' in html
+    assert "cannot reach p ≤ 0.05 with fewer than 6 paired seeds" in html
+    # the t-test can mark at n = 2; the page then names it
+    by_t = render_html(res, [], paired=paired_stats(res, test="t", holm=True))
+    assert "paired t-test" in by_t and "Holm-adjusted" in by_t

@@ -1,118 +1,130 @@
-"""Paired statistics: the bootstrap against cases with a known answer, and the pairing rules."""
+"""Paired statistics: level and coverage by simulation, exact answers, and the pairing rules."""
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 from record_factory import make_record
+from scipy import stats as scipy_stats
 
 from reports import stats
 from reports.aggregate import records_to_frame
-from reports.stats import bootstrap_ci, default_metrics, default_reference, paired_differences
+from reports.stats import (
+    default_metrics,
+    default_reference,
+    holm,
+    min_pairs,
+    min_pvalue,
+    paired_differences,
+    pvalue,
+    signflip_pvalue,
+    t_interval,
+    t_pvalue,
+)
 
-# --- bootstrap_ci -------------------------------------------------------------------------------
+# --- level and coverage under the null, by simulation -------------------------------------------
 
-
-def test_identical_methods_give_zero_interval():
-    a = np.array([0.81, 0.84, 0.79, 0.86, 0.83, 0.80])
-    assert bootstrap_ci(a - a) == (0.0, 0.0, 0.0)  # covers zero, exactly [0, 0]
-
-
-@pytest.mark.parametrize("n", [2, 5, 10, 30])
-def test_constant_shift_excludes_zero(n):
-    mean, lo, hi = bootstrap_ci(np.full(n, 0.05))
-    assert (mean, lo, hi) == (0.05, 0.05, 0.05)
-    assert lo > 0
-
-
-def _noise(seed: int, n: int, sd: float) -> np.ndarray:
-    """Seeded normal noise with sample mean exactly 0: the known answer does not hang on luck."""
-    z = np.random.default_rng(seed).normal(0.0, sd, size=n)
-    return z - z.mean()
-
-
-def test_noisy_shift_contains_true_mean_and_excludes_zero():
-    diffs = 0.05 + _noise(7, 30, 0.02)
-    mean, lo, hi = bootstrap_ci(diffs)
-    assert mean == pytest.approx(0.05, abs=1e-15)
-    assert lo < 0.05 < hi and lo > 0
-    # Width near the normal-theory 2 · 1.96 · s / √n (the percentile bootstrap is a bit narrower).
-    normal = 2 * 1.96 * diffs.std(ddof=1) / math.sqrt(len(diffs))
-    assert 0.8 * normal < hi - lo < 1.1 * normal
+N_EXPERIMENTS = 4000  # per n and noise; 95% binomial band at 5% is about ±0.7 points
+NOISES = {
+    "normal": lambda rng, shape: rng.normal(0.0, 0.01, size=shape),
+    "student_t2": lambda rng, shape: 0.01 * rng.standard_t(2, size=shape),  # infinite variance
+    "laplace": lambda rng, shape: rng.laplace(0.0, 0.01, size=shape),
+}
 
 
-def test_noise_without_shift_covers_zero():
-    for seed in range(5):
-        mean, lo, hi = bootstrap_ci(_noise(seed, 10, 0.02), seed=seed)
-        assert lo < 0 < hi and mean == pytest.approx(0, abs=1e-15)
+@pytest.mark.parametrize("noise", sorted(NOISES))
+@pytest.mark.parametrize("n", [2, 3, 5, 10])
+def test_marks_hold_their_level_and_intervals_cover(noise, n):
+    """No true difference: a mark ≤ 6% of the time, the 95% interval covers 0 ≥ 93% of the time.
+
+    The paired noise is symmetric (two exchangeable methods on one seed); a shift of the whole
+    difference (the true effect, here 0.003) must not change coverage of the true value.
+    """
+    rng = np.random.default_rng(1000 * n + sorted(NOISES).index(noise))
+    diffs = NOISES[noise](rng, (N_EXPERIMENTS, n))
+    for test in ("signflip", "t"):
+        p = pvalue(diffs, test)
+        marks = (p <= 0.05) & (min_pvalue(test, n) <= 0.05)
+        assert marks.mean() <= 0.06, (test, noise, n, marks.mean())
+    _, lo, hi = t_interval(diffs + 0.003)
+    coverage = ((lo <= 0.003) & (hi >= 0.003)).mean()
+    assert coverage >= 0.93, (noise, n, coverage)
+    if n <= 5:  # the sign-flip test cannot reach 0.05 below 6 pairs: never a mark
+        assert (signflip_pvalue(diffs) >= 2.0 ** (1 - n) - 1e-12).all()
 
 
-def test_coverage_is_near_nominal():
-    """Over 300 seeded data sets of 20 normal differences, ~95% of intervals hold the mean."""
-    rng = np.random.default_rng(11)
-    hits = 0
-    for i in range(300):
-        _, lo, hi = bootstrap_ci(rng.normal(0.3, 1.0, size=20), n_resamples=2000, seed=i)
-        hits += lo <= 0.3 <= hi
-    assert 0.88 <= hits / 300 <= 0.98, hits
+def test_marks_have_power_where_they_can():
+    """A real effect of 1.5 noise std at 10 seeds is flagged by both tests most of the time."""
+    rng = np.random.default_rng(7)
+    diffs = rng.normal(0.015, 0.01, size=(2000, 10))
+    assert (pvalue(diffs, "signflip") <= 0.05).mean() > 0.8
+    assert (pvalue(diffs, "t") <= 0.05).mean() > 0.9
 
 
-def test_one_pair_has_no_interval_and_none_gives_nan():
-    mean, lo, hi = bootstrap_ci(np.array([0.03]))
-    assert mean == 0.03 and math.isnan(lo) and math.isnan(hi)
-    assert all(math.isnan(v) for v in bootstrap_ci(np.array([])))
+# --- exact answers ------------------------------------------------------------------------------
 
 
-def test_deterministic_in_its_seed_and_nested_in_its_level():
-    diffs = np.random.default_rng(5).normal(0.01, 0.03, size=12)
-    assert bootstrap_ci(diffs, seed=4) == bootstrap_ci(diffs, seed=4)
-    other = bootstrap_ci(diffs, seed=5)
-    assert other != bootstrap_ci(diffs, seed=4)
-    assert other == pytest.approx(bootstrap_ci(diffs, seed=4), abs=2e-3)  # Monte Carlo error only
-    _, lo95, hi95 = bootstrap_ci(diffs, level=0.95)
-    _, lo50, hi50 = bootstrap_ci(diffs, level=0.5)
-    assert lo95 < lo50 < hi50 < hi95
+def test_t_interval_and_pvalue_match_scipy():
+    d = np.array([0.3, -0.1, 0.5, 0.2, 0.4, 0.25])
+    ref = scipy_stats.ttest_1samp(d, 0.0)
+    mean, lo, hi = (float(v) for v in t_interval(d, 0.9))
+    ci = ref.confidence_interval(0.9)
+    assert (mean, lo, hi) == pytest.approx((d.mean(), ci.low, ci.high), rel=1e-12)
+    assert float(t_pvalue(d)) == pytest.approx(ref.pvalue, rel=1e-12)
 
 
-def test_matches_scipy_percentile_bootstrap(monkeypatch):
-    """Same draws as scipy.stats.bootstrap(method="percentile") for the same Generator."""
-    scipy_stats = pytest.importorskip("scipy.stats")
-    if "rng" not in inspect.signature(scipy_stats.bootstrap).parameters:
-        pytest.skip("scipy < 1.15 has no rng argument")
-    diffs = np.random.default_rng(1).normal(0.05, 0.02, size=7)
-
-    def scipy_ci(**kw):
-        res = scipy_stats.bootstrap(
-            (diffs,),
-            np.mean,
-            method="percentile",
-            n_resamples=3000,
-            confidence_level=0.9,
-            rng=np.random.default_rng(2),
-            **kw,
-        )
-        return res.confidence_interval.low, res.confidence_interval.high
-
-    ours = bootstrap_ci(diffs, n_resamples=3000, level=0.9, seed=2)[1:]
-    assert ours == pytest.approx(scipy_ci(), rel=1e-12)
-    monkeypatch.setattr(stats, "_MAX_DRAWS", 7 * 400)  # batches of 400 resamples
-    batched = bootstrap_ci(diffs, n_resamples=3000, level=0.9, seed=2)[1:]
-    assert batched == pytest.approx(scipy_ci(batch=400), rel=1e-12)
+def test_signflip_is_exact_and_matches_scipy():
+    d = np.array([0.3, -0.1, 0.5, 0.2, 0.4, 0.25])
+    # Patterns with |sum| ≥ 1.55: all +, and flipping only -0.1 (sum 1.75) or only 0.2? no (1.15):
+    # exactly {all +, flip -0.1} and their negations → 4 / 64.
+    assert float(signflip_pvalue(d)) == pytest.approx(4 / 64)
+    ref = scipy_stats.permutation_test(
+        (d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples"
+    )
+    assert float(signflip_pvalue(d)) == pytest.approx(ref.pvalue)
+    assert float(signflip_pvalue([0.01, 0.02])) == 0.5  # the smallest p at n = 2
+    assert float(signflip_pvalue([0.0, 0.0, 0.0])) == 1.0
+    batch = signflip_pvalue(np.stack([d, -d, np.zeros(6)]))
+    assert batch.tolist() == pytest.approx([4 / 64, 4 / 64, 1.0])
 
 
-def test_bootstrap_rejects_bad_input():
-    with pytest.raises(ValueError, match="NaN or inf"):
-        bootstrap_ci(np.array([0.1, float("nan"), 0.2]))
-    with pytest.raises(ValueError, match="one-dimensional"):
-        bootstrap_ci(np.zeros((3, 2)))
-    with pytest.raises(ValueError, match=r"level must be in \(0, 1\)"):
-        bootstrap_ci(np.zeros(3), level=95)
-    with pytest.raises(ValueError, match="n_resamples must be a positive int"):
-        bootstrap_ci(np.zeros(3), n_resamples=0)
+def test_minimum_pvalues_and_pairs_needed():
+    assert [min_pvalue("signflip", n) for n in (1, 2, 3, 5, 6)] == [1.0, 0.5, 0.25, 0.0625, 0.03125]
+    assert (min_pvalue("t", 1), min_pvalue("t", 2)) == (1.0, 0.0)
+    assert (min_pairs("signflip"), min_pairs("t"), min_pairs("signflip", 0.01)) == (6, 2, 8)
+    with pytest.raises(ValueError, match="unknown test 'wilcoxon'; expected one of: signflip, t"):
+        min_pvalue("wilcoxon", 3)
+
+
+def test_identical_and_constant_differences():
+    assert [float(v) for v in t_interval(np.zeros(4))] == [0.0, 0.0, 0.0]
+    assert [float(v) for v in t_interval(np.full(4, 0.05))] == [0.05, 0.05, 0.05]
+    assert (float(t_pvalue(np.full(4, 0.05))), float(t_pvalue(np.zeros(4)))) == (0.0, 1.0)
+    mean, lo, hi = t_interval(np.array([0.03]))
+    assert float(mean) == 0.03 and math.isnan(lo) and math.isnan(hi)
+    assert all(math.isnan(float(v)) for v in t_interval(np.array([])))
+    assert math.isnan(float(t_pvalue([0.1])))
+
+
+def test_holm_adjustment():
+    # m = 4 finite: sorted 0.005, 0.01, 0.03, 0.04 → ×4, ×3, ×2, ×1 = 0.02, 0.03, 0.06, 0.04 → 0.06
+    out = holm([0.01, 0.04, 0.03, np.nan, 0.005])
+    assert out[[0, 1, 2, 4]].tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert math.isnan(out[3])
+    assert holm([]).shape == (0,)
+    assert holm([0.9, 0.8]).tolist() == [1.0, 1.0]
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="diffs contain NaN or inf"):
+        t_interval(np.array([0.1, float("nan"), 0.2]))
+    with pytest.raises(ValueError, match="at least one axis"):
+        signflip_pvalue(np.float64(0.1))
+    with pytest.raises(ValueError, match=r"level must be in \(0, 1\), got 95"):
+        t_interval(np.zeros(3), level=95)
 
 
 # --- paired_differences -------------------------------------------------------------------------
@@ -149,7 +161,14 @@ def test_constant_shift_and_identical_methods_through_records():
     shifted = _one(out, method="better", metric="acc")
     assert shifted["mean_diff"] == pytest.approx(0.05)
     assert (shifted["ci_lo"], shifted["ci_hi"]) == pytest.approx((0.05, 0.05))
-    assert shifted["significant"] and shifted["better"]
+    # Five pairs: the sign-flip test's smallest p is 2/32 > 0.05, so no mark, however clear.
+    assert (shifted["test"], shifted["p_value"]) == ("signflip", pytest.approx(2 / 32))
+    assert not shifted["reachable"] and not shifted["significant"] and shifted["better"]
+    by_t = _one(
+        paired_differences(records_to_frame(recs), "deep_ensemble", ["acc"], test="t"),
+        method="better",
+    )
+    assert by_t["reachable"] and by_t["significant"] and by_t["p_value"] == 0.0
     assert (shifted["n_pairs"], shifted["seeds"]) == (5, "0, 1, 2, 3, 4")
     assert shifted["reference"] == "deep_ensemble M=4"
     same = _one(out, method="same", metric="acc")
@@ -192,7 +211,7 @@ def test_single_at_m1_is_the_reference_of_m4_methods():
         for t in (0.1, 1)
         for s in range(4)
     ]
-    out = paired_differences(_cells(rows), "single", ["nll"])
+    out = paired_differences(_cells(rows), "single", ["nll"], test="t")
     assert set(out["reference"]) == {"single M=1"} and len(out) == 3
     de = _one(out, method="deep_ensemble")
     assert de["mean_diff"] == pytest.approx(-0.15) and de["M"] == 4
@@ -208,7 +227,8 @@ def test_direction_decides_better():
     rows += [
         {"method": "x", "M": 4, "seed": s, "acc": 0.7, "nll": 0.4, "k_eff": 3.0} for s in (0, 1, 2)
     ]
-    out = paired_differences(_cells(rows), "ref", ["acc", "nll", "k_eff"]).set_index("metric")
+    out = paired_differences(_cells(rows), "ref", ["acc", "nll", "k_eff"], test="t")
+    out = out.set_index("metric")
     assert out.loc["nll", "mean_diff"] == pytest.approx(-0.1) and out.loc["nll", "better"]
     assert out.loc["acc", "mean_diff"] == pytest.approx(-0.1) and not out.loc["acc", "better"]
     assert out.loc[["acc", "nll", "k_eff"], "significant"].all()
@@ -306,7 +326,7 @@ def test_reference_configuration_compares_within_one_method():
                     "acc": 0.8 + shift + 0.001 * s,
                 }
             )
-    out = paired_differences(_cells(rows), "sigma_ens:lam=1e-3", ["acc"])
+    out = paired_differences(_cells(rows), "sigma_ens:lam=1e-3", ["acc"], test="t")
     assert sorted(out["hparams"]) == ["lam=0.0001", "lam=0.01"]
     by = out.set_index("hparams")
     assert by.loc["lam=0.0001", "mean_diff"] == 0 and not by.loc["lam=0.0001", "significant"]
@@ -315,3 +335,23 @@ def test_reference_configuration_compares_within_one_method():
     assert set(out["reference"]) == {"sigma_ens M=4 (lam=0.001)"}
     with pytest.raises(ValueError, match=r"expected method:key=value"):
         paired_differences(_cells(rows), "sigma_ens:lam", ["acc"])
+
+
+def test_signflip_marks_from_six_pairs_and_holm_across_the_table():
+    rows = [{"method": "ref", "M": 4, "seed": s, "acc": 0.8, "nll": 0.5} for s in range(6)]
+    rows += [
+        {"method": "x", "M": 4, "seed": s, "acc": 0.81 + 0.001 * s, "nll": 0.5 + 0.02 * (-1) ** s}
+        for s in range(6)
+    ]
+    out = paired_differences(_cells(rows), "ref", ["acc", "nll"]).set_index("metric")
+    assert out.loc["acc", "p_value"] == pytest.approx(2 / 64) and out.loc["acc", "significant"]
+    assert out.loc["nll", "p_value"] == 1.0 and not out.loc["nll", "significant"]
+    # Holm over the two comparisons: 2/64 × 2 = 0.0625 > 0.05, so the mark goes.
+    adj = paired_differences(_cells(rows), "ref", ["acc", "nll"], holm_adjust=True)
+    adj = adj.set_index("metric")
+    assert adj.loc["acc", "p_adjusted"] == pytest.approx(4 / 64)
+    assert adj.loc["acc", "p_value"] == pytest.approx(2 / 64) and not adj.loc["acc", "significant"]
+    with pytest.raises(ValueError, match="unknown test 'z'"):
+        paired_differences(_cells(rows), "ref", ["acc"], test="z")
+    with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\), got 5"):
+        paired_differences(_cells(rows), "ref", ["acc"], alpha=5)

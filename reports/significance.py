@@ -1,0 +1,153 @@
+"""Small-sample tests and intervals for paired differences; the reasons are in :mod:`reports.stats`.
+
+Every function works along the last axis of its input (one difference per seed), so thousands of
+simulated experiments run at once: ``tests/test_stats.py`` checks the level and coverage with them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+TESTS = ("signflip", "t")  # see the module docstring
+TEST_NAMES = {
+    "signflip": "exact sign-flip permutation test (two-sided)",
+    "t": "paired t-test (two-sided)",
+}
+_EXACT_MAX_N = 16  # 2^16 sign patterns enumerated exactly; above, Monte Carlo
+_MC_DRAWS = 100_000
+
+
+def t_interval(
+    diffs: np.ndarray | Sequence[float], level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mean, lo, hi)`` of the paired differences along the last axis: the paired t-interval.
+
+    ``diffs`` has shape ``(..., n)``: one difference per seed in the last axis (leading axes are
+    independent experiments, so the simulation test runs thousands at once). ``lo, hi = mean ∓
+    t_{n-1,(1+level)/2} · s/√n`` with the sample std ``s`` (ddof=1). n = 1 gives NaN bounds, n = 0
+    a NaN mean too; identical differences give an interval of zero width at their value. Returns
+    arrays of the leading shape (0-d for a 1-D input; ``float()`` them).
+    """
+    d = _diff_array(diffs)
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    n = d.shape[-1]
+    nan = np.full(d.shape[:-1], np.nan)
+    if n == 0:
+        return nan, nan.copy(), nan.copy()
+    mean = d.mean(axis=-1)
+    if n == 1:
+        return mean, nan, nan.copy()
+    # Exactly 0 for identical differences (np.std can leave a rounding residue there).
+    s = np.where(d.max(axis=-1) == d.min(axis=-1), 0.0, d.std(axis=-1, ddof=1))
+    mean = np.where(s == 0, d[..., 0], mean)
+    half = scipy_stats.t.ppf((1 + level) / 2, n - 1) * s / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def t_pvalue(diffs: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Two-sided paired t-test p-values along the last axis (NaN below two differences).
+
+    Identical differences have zero spread: p = 0 when they are not 0, p = 1 when they are.
+    """
+    d = _diff_array(diffs)
+    n = d.shape[-1]
+    if n < 2:
+        return np.full(d.shape[:-1], np.nan)
+    mean = d.mean(axis=-1)
+    s = np.where(d.max(axis=-1) == d.min(axis=-1), 0.0, d.std(axis=-1, ddof=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.abs(mean) / (s / math.sqrt(n))
+    p = 2 * scipy_stats.t.sf(t, n - 1)
+    return np.where(s == 0, np.where(d[..., 0] == 0, 1.0, 0.0), p)
+
+
+def signflip_pvalue(diffs: np.ndarray | Sequence[float], seed: int = 0) -> np.ndarray:
+    """Two-sided exact sign-flip permutation p-values along the last axis.
+
+    p = the fraction of the 2ⁿ sign patterns s for which |Σ sᵢdᵢ| ≥ |Σ dᵢ| (the observed pattern
+    counts, so p ≥ 2/2ⁿ). Enumerated exactly up to n = 16; above, ``100,000`` random patterns
+    (``numpy.random.default_rng(seed)``) with the (1 + hits)/(1 + draws) estimate, which keeps
+    the level. n = 0 gives NaN.
+    """
+    # Hand-written: scipy.stats.permutation_test(permutation_type="samples") computes the same
+    # exact p-value for one comparison, but it loops in Python per call and has no batch axis;
+    # the simulation test needs thousands at once (tests check the two agree).
+    d = _diff_array(diffs)
+    n = d.shape[-1]
+    if n == 0:
+        return np.full(d.shape[:-1], np.nan)
+    if n <= _EXACT_MAX_N:
+        bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
+    else:
+        bits = np.random.default_rng(seed).integers(0, 2, size=(_MC_DRAWS, n))
+    signs = (1 - 2 * bits).astype(float)  # (patterns, n)
+    sums = np.abs(d @ signs.T)  # (..., patterns)
+    observed = np.abs(d.sum(axis=-1, keepdims=True))
+    # Sums of the same numbers in another order may differ in the last bits: count those as ties.
+    tol = 1e-12 * np.abs(d).sum(axis=-1, keepdims=True)
+    hits = (sums >= observed - tol).sum(axis=-1)
+    if n <= _EXACT_MAX_N:
+        return hits / len(signs)
+    return (1 + hits) / (1 + len(signs))
+
+
+def min_pvalue(test: str, n: int) -> float:
+    """The smallest p-value ``test`` can give with ``n`` paired differences (1 below its minimum).
+
+    Sign-flip: 2/2ⁿ (n ≥ 1); t-test: 0 from n = 2 (a large enough effect drives t to infinity).
+    """
+    check_test(test)
+    if test == "signflip":
+        return 1.0 if n < 1 else min(1.0, 2.0 ** (1 - n))
+    return 1.0 if n < 2 else 0.0
+
+
+def min_pairs(test: str, alpha: float = 0.05) -> int:
+    """The fewest paired seeds with which ``test`` can reach p ≤ ``alpha`` (sign-flip: 6)."""
+    return next(n for n in range(1, 64) if min_pvalue(test, n) <= alpha)
+
+
+def holm(pvalues: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Holm's (1979) step-down adjusted p-values; NaN entries stay NaN and are not counted.
+
+    Sorted ascending, p₍ᵢ₎ becomes max_{j ≤ i} min(1, (m − j + 1) p₍ⱼ₎) for m finite p-values;
+    rejecting where the adjusted p ≤ α controls the family-wise error rate at α.
+    """
+    # Hand-written: scipy has only Benjamini–Hochberg (false_discovery_control); statsmodels'
+    # multipletests has Holm but is not a dependency for these few lines.
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    m = len(finite)
+    if m == 0:
+        return out
+    order = finite[np.argsort(p[finite], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+def pvalue(diffs: np.ndarray | Sequence[float], test: str = "signflip") -> np.ndarray:
+    """p-values of ``test`` (``"signflip"`` or ``"t"``) along the last axis of ``diffs``."""
+    check_test(test)
+    return signflip_pvalue(diffs) if test == "signflip" else t_pvalue(diffs)
+
+
+def check_test(test: str) -> None:
+    """Raise a one-line ValueError for a test name other than those of :data:`TESTS`."""
+    if test not in TESTS:
+        raise ValueError(f"unknown test {test!r}; expected one of: {', '.join(TESTS)}")
+
+
+def _diff_array(diffs: np.ndarray | Sequence[float]) -> np.ndarray:
+    d = np.asarray(diffs, dtype=float)
+    if d.ndim < 1:
+        raise ValueError("diffs must have at least one axis (one difference per seed)")
+    if not np.isfinite(d).all():
+        raise ValueError("diffs contain NaN or inf; leave those seeds out before testing")
+    return d
