@@ -399,6 +399,12 @@ def parse_suite(data: dict[str, Any], origins: Origins, source: Path) -> Suite:
     if evaluation is not None:
         for i, o in enumerate(evaluation.ood):
             _lookup(DATASETS, o, f"evaluation.ood[{i}]", errors)
+        from harness.data.corruption_sets import check_corruptions  # names, generators here
+
+        for d in datasets:
+            errors.extend(
+                f"evaluation.corruptions: {p}" for p in check_corruptions(d, evaluation.corruptions)
+            )
         if recipe is not None and recipe.schedule == "multistep" and not recipe.milestones:
             errors.append("recipe.milestones: required when schedule is 'multistep'")
 

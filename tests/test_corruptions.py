@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from harness.data import corruption_sets as cs
 from harness.data import corruptions as cc
 from harness.data.base import DataMissingError, ImageSet
 from harness.data.digits import load_digits_splits
+from harness.metrics.corruption import summarize_corruptions
 from tests import fabricate
 
 # What an 8×8 grey image admits (before asking which optional dependencies are installed).
@@ -136,7 +138,7 @@ def test_corrupted_split_of_cifar10_reads_the_published_files(tmp_path):
     other = ImageSet(test.images, (test.labels + 1) % 10)
     with pytest.raises(ValueError, match="labels do not match cifar10's test split"):
         cc.corrupted_split("cifar10", tmp_path, other, "gaussian_noise", 4)
-    assert cc.corruptions_for("cifar10") == list(cc.ALL_CORRUPTIONS)
+    assert cc.corruptions_for("cifar10") == list(cc.CORRUPTIONS)  # `all`: the 15 benchmark ones
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,13 +289,13 @@ def test_rgb_only_transforms_see_three_channels_and_return_grey(monkeypatch):
     native = cc.corrupt_images(digits, "brightness", 3, seed=0)
     monkeypatch.setattr(cc, "_NEEDS_RGB", {"brightness"})
     seen = []
-    real = cc._transform
+    real = cc.build_transform
 
     def spy(name, severity, seed):
         t = real(name, severity, seed)
         return lambda x: seen.append(x.shape[-3]) or t(x)
 
-    monkeypatch.setattr(cc, "_transform", spy)
+    monkeypatch.setattr(cc, "build_transform", spy)
     via_rgb = cc.corrupt_images(digits, "brightness", 3, seed=0)
     assert seen == [3]
     assert via_rgb.shape == digits.shape
@@ -305,4 +307,130 @@ def test_corrupted_split_generates_for_digits(tmp_path):
     out = cc.corrupted_split("digits", tmp_path, test, "jpeg_compression", 5)
     assert out.images.shape == test.images.shape
     assert (tmp_path / "generated-c" / "digits" / "jpeg_compression.npy").is_file()
-    assert cc.corruptions_for("digits", installed_only=False) == DIGITS_CORRUPTIONS
+    # `all` on digits: its benchmark corruptions that work at 8×8 (speckle_noise is an extra)
+    assert cc.corruptions_for("digits") == [c for c in DIGITS_CORRUPTIONS if c in cc.CORRUPTIONS]
+
+
+# ---------------------------------------------------------------------------------------------
+# What `all` means, validation, and the summary's means
+
+
+def _suite_file(tmp_path, dataset: str, corruptions: str) -> str:
+    path = tmp_path / "suite.yaml"
+    path.write_text(
+        f"name: corr\ngrid:\n  datasets: [{dataset}]\n  backbones: [digits_cnn]\n"
+        "  methods: [single]\n"
+        f"evaluation:\n  corruptions: {corruptions}\n"
+    )
+    return str(path)
+
+
+def test_all_on_cifar100_c_is_exactly_the_15_benchmark_names_whatever_is_installed(monkeypatch):
+    monkeypatch.setattr(cs, "missing_requirement", lambda name: f"{name}: nothing installed")
+    monkeypatch.setattr(cc, "missing_requirement", lambda name: f"{name}: nothing installed")
+    expected = [
+        "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
+        "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
+        "elastic_transform", "pixelate", "jpeg_compression",
+    ]  # fmt: skip
+    assert cs.resolve_corruptions("cifar100", ["all"]) == expected
+    assert cc.corruptions_for("cifar100") == expected
+    assert cs.check_corruptions("cifar100", ["all"]) == []  # published files: nothing to build
+    # extras only when named, after the benchmark ones, each once
+    assert cs.resolve_corruptions("cifar10", ["all", "spatter", "fog"]) == [*expected, "spatter"]
+    assert cs.resolve_corruptions("cifar10", ["saturate", "fog"]) == ["saturate", "fog"]
+
+
+def test_digits_has_its_own_fixed_set_by_image_shape(monkeypatch):
+    digits = cs.corruption_set("digits")
+    assert digits.source is None and digits.in_shape == (1, 8, 8)
+    assert list(digits.benchmark) == [c for c in DIGITS_CORRUPTIONS if c in cs.CORRUPTIONS]
+    assert digits.extras == ("speckle_noise",)
+    monkeypatch.setattr(cs, "missing_requirement", lambda name: "x")  # installs do not matter
+    assert cs.resolve_corruptions("digits", ["all"]) == list(digits.benchmark)
+
+
+def test_check_names_unknown_and_inapplicable_corruptions_with_the_choices():
+    problems = cs.check_corruptions("cifar10", ["all", "rain", "fog", "hail"])
+    assert len(problems) == 2
+    assert problems[0].startswith("unknown corruption 'rain' for dataset 'cifar10'; choose from ")
+    assert "all, gaussian_noise, shot_noise" in problems[0] and problems[0].endswith("saturate")
+    assert "unknown corruption 'hail'" in problems[1]
+    (glass,) = cs.check_corruptions("digits", ["glass_blur"])
+    assert glass.startswith(
+        "corruption 'glass_blur' cannot be produced for 'digits': needs images of at least 32×32"
+    )
+    assert "choose from all, gaussian_noise" in glass
+    (spatter,) = cs.check_corruptions("digits", ["spatter"])
+    assert "no 'spatter' transform (published files only)" in spatter
+    with pytest.raises(ValueError, match=r"unknown corruption 'rain' for dataset 'cifar100'"):
+        cs.resolve_corruptions("cifar100", ["rain"])
+
+
+def test_check_names_a_corruption_whose_generator_is_unavailable_here(monkeypatch):
+    def missing(name):
+        return f"{name} needs torch-uncertainty's image extras (no cv2)" if name == "fog" else None
+
+    monkeypatch.setattr(cs, "missing_requirement", missing)
+    assert cs.check_corruptions("digits", ["all"]) == [
+        "corruption 'fog' cannot be generated on this machine for 'digits': fog needs "
+        "torch-uncertainty's image extras (no cv2)"
+    ]
+    assert cs.check_corruptions("digits", ["brightness"]) == []
+
+
+def test_check_names_missing_published_files_only_for_the_requested_corruptions(tmp_path):
+    fabricate.write_cifar_c(tmp_path, folder="CIFAR-100-C", corruptions=cs.CORRUPTIONS, n=2)
+    assert cs.check_corruptions("cifar100", ["all"], tmp_path) == []
+    (problem,) = cs.check_corruptions("cifar100", ["all", "spatter"], tmp_path)
+    assert f"{tmp_path / 'CIFAR-100-C' / 'spatter'}.npy is missing" in problem
+    assert "harness data download cifar100-c" in problem
+
+
+def test_harness_validate_rejects_unknown_and_unavailable_corruptions(tmp_path, monkeypatch):
+    from harness.suite import SuiteError, load_suite
+
+    with pytest.raises(SuiteError, match=r"evaluation\.corruptions: unknown corruption 'rain'"):
+        load_suite(_suite_file(tmp_path, "digits", "[all, rain]"))
+    with pytest.raises(SuiteError, match=r"'motion_blur' cannot be produced for 'digits'"):
+        load_suite(_suite_file(tmp_path, "digits", "[motion_blur]"))
+    monkeypatch.setattr(
+        cs, "missing_requirement", lambda n: "needs opencv" if n == "zoom_blur" else None
+    )
+    with pytest.raises(SuiteError, match=r"'zoom_blur' cannot be generated on this machine"):
+        load_suite(_suite_file(tmp_path, "digits", "[all]"))
+    assert load_suite(_suite_file(tmp_path, "digits", "[fog, speckle_noise]")).evaluation
+
+
+def _cells(names, acc):
+    return [
+        {"corruption": n, "severity": s, "acc": acc[n] - 0.1 * s, "nll": 1.0 + s, "ece": 0.01 * s}
+        for n in names
+        for s in (1, 2, 3, 4, 5)
+    ]
+
+
+def test_summary_means_only_benchmark_corruptions_and_reports_extras_apart():
+    acc = {n: 0.9 for n in cs.CORRUPTIONS} | {"spatter": 0.2, "saturate": 0.3}
+    out = summarize_corruptions(
+        _cells([*cs.CORRUPTIONS, "spatter", "saturate"], acc), "cifar10", (1, 2, 3, 4, 5)
+    )
+    assert out["mean"]["acc"] == pytest.approx(0.9 - 0.3)  # mean over s of 0.9 − 0.1·s
+    assert out["mean"]["nll"] == pytest.approx(4.0) and out["mean"]["ece"] == pytest.approx(0.03)
+    assert out["per_severity"]["5"]["acc"] == pytest.approx(0.4)
+    assert out["ece_slope"] == pytest.approx(0.01)
+    assert out["mean_corruptions"] == list(cs.CORRUPTIONS)
+    assert out["corruptions_used"] == [*cs.CORRUPTIONS, "spatter", "saturate"]
+    assert out["extras"]["corruptions"] == ["spatter", "saturate"]
+    assert out["extras"]["mean"]["acc"] == pytest.approx(0.25 - 0.3)
+    assert out["corruption_mean_over"] == (
+        "all 15 benchmark corruptions of CIFAR-10-C × severities 1, 2, 3, 4, 5; "
+        "extras reported apart: spatter, saturate"
+    )
+    part = summarize_corruptions(_cells(["fog", "snow"], acc), "cifar10", (1, 2, 3, 4, 5))
+    assert part["corruption_mean_over"] == (
+        "2 of the 15 benchmark corruptions of CIFAR-10-C (fog, snow) × severities 1, 2, 3, 4, 5"
+    )
+    assert part["extras"] is None
+    with pytest.raises(ValueError, match=r"corruptions \(spatter\) is a benchmark"):
+        summarize_corruptions(_cells(["spatter"], acc), "cifar10", (1, 2, 3, 4, 5))

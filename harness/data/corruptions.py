@@ -10,22 +10,22 @@ clean test split they were made from (a changed split regenerates them).
 Generation uses torch-uncertainty's corruption transforms (``torch_uncertainty.transforms.
 corruption``, PyTorch ports of the originals), seeded per (dataset, corruption, severity), so a
 cache rebuilt on another machine is the same up to library versions. Some transforms need the
-``torch-uncertainty[image]`` extras (kornia, opencv, torch-uncertainty-assets); where they are not
-installed those corruptions are left out of :func:`applicable_corruptions` and asking for one
-raises with the install command.
+``torch-uncertainty[image]`` extras (opencv for elastic_transform); asking for one that cannot be
+built here raises with the install command, and ``harness validate`` reports it beforehand.
+
+The corruption names, what ``all`` means for each dataset and the validation live in
+:mod:`harness.data.corruption_sets` (re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import inspect
 import json
 import os
 import tempfile
 import warnings
 import zlib
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -33,77 +33,47 @@ import torch
 from torch import Tensor
 
 from harness.data.base import DATA_ROOT_ENV, DataMissingError, ImageSet
-
-CORRUPTIONS: tuple[str, ...] = (
-    "gaussian_noise",
-    "shot_noise",
-    "impulse_noise",
-    "defocus_blur",
-    "glass_blur",
-    "motion_blur",
-    "zoom_blur",
-    "snow",
-    "frost",
-    "fog",
-    "brightness",
-    "contrast",
-    "elastic_transform",
-    "pixelate",
-    "jpeg_compression",
+from harness.data.corruption_sets import (
+    ALL_CORRUPTIONS,
+    CIFAR_C_FOLDERS,
+    CORRUPTIONS,
+    EXTRA_CORRUPTIONS,
+    SEVERITIES,
+    applicable_corruptions,
+    build_transform,
+    check_corruption,
+    check_corruptions,
+    corruption_set,
+    missing_requirement,
+    resolve_corruptions,
+    why_not_applicable,
 )
-EXTRA_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
-ALL_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS + EXTRA_CORRUPTIONS
-SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
 
-CIFAR_C_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C"}
+__all__ = [
+    "ALL_CORRUPTIONS",
+    "CIFAR_C_FOLDERS",
+    "CORRUPTIONS",
+    "EXTRA_CORRUPTIONS",
+    "GENERATED_DIR",
+    "SEVERITIES",
+    "applicable_corruptions",
+    "check_corruptions",
+    "cifar_c_location",
+    "corrupt_images",
+    "corrupted_split",
+    "corruption_seed",
+    "corruption_set",
+    "corruptions_for",
+    "generated_corruption",
+    "generated_location",
+    "read_cifar_c",
+    "require_cifar_c",
+    "resolve_corruptions",
+    "why_not_applicable",
+]
+
 GENERATED_DIR = "generated-c"
 
-# Class names in torch_uncertainty.transforms.corruption. "spatter" has no port there: it exists
-# only in the published files.
-_TRANSFORMS = {
-    "gaussian_noise": "GaussianNoise",
-    "shot_noise": "ShotNoise",
-    "impulse_noise": "ImpulseNoise",
-    "defocus_blur": "DefocusBlur",
-    "glass_blur": "GlassBlur",
-    "motion_blur": "MotionBlur",
-    "zoom_blur": "ZoomBlur",
-    "snow": "Snow",
-    "frost": "Frost",
-    "fog": "Fog",
-    "brightness": "Brightness",
-    "contrast": "Contrast",
-    "elastic_transform": "Elastic",
-    "pixelate": "Pixelate",
-    "jpeg_compression": "JPEGCompression",
-    "speckle_noise": "SpeckleNoise",
-    "gaussian_blur": "GaussianBlur",
-    "saturate": "Saturation",
-}
-
-# Smallest image side each transform works on, found by running every transform at every
-# severity on 1×8×8 digits and 3×32×32 images (torch-uncertainty 0.13):
-# - defocus_blur: its disk kernel is 17×17 (21×21 at severity 5) and reflect padding needs the
-#   side to exceed half the kernel: crashes below 11.
-# - gaussian_blur: kernel 25×25 at severity 5: crashes below 13.
-# - snow: motion-blurs its snow layer with a 25-pixel kernel at severity 5: crashes below 13.
-# - motion_blur: kernel 31 at severity 5: crashes below 16.
-# - glass_blur, elastic_transform: ImageNet-sized parameters. They run on 8×8 but destroy the
-#   image (a logistic-regression digits classifier at 98 % clean falls to 33 % / 22 % at
-#   severity 1, and elastic's severities 1–2 are far stronger than 3–5); they are sensible at
-#   CIFAR's 32×32, where CIFAR-10-C uses them, and are left out below that.
-# - pixelate: shrinks to 25 % of the side at severity 5 (8×8 → 2×2, already harsh).
-_MIN_SIDE = {
-    "defocus_blur": 11,
-    "gaussian_blur": 13,
-    "snow": 13,
-    "motion_blur": 16,
-    "glass_blur": 32,
-    "elastic_transform": 32,
-}
-_ANY_MIN_SIDE = 4  # fog's plasma fractal and pixelate's 25 % shrink need a few pixels
-# saturate is a no-op on grey images (identical output at every severity).
-_COLOUR_ONLY = {"saturate"}
 # These call RGB-only code (kornia's rgb_to_grayscale, the colour frost photos, cv2's warp that
 # drops a singleton channel); grey images go through a 3-channel copy and back by luma.
 _NEEDS_RGB = {"snow", "frost", "elastic_transform"}
@@ -121,20 +91,10 @@ _BATCHABLE = {
     "saturate",
 }
 _CHUNK = 500
-_INSTALL_HINT = 'pip install "torch-uncertainty[image]"'
 
 
 # --------------------------------------------------------------------------------------------
 # Published CIFAR-10-C / CIFAR-100-C
-
-
-def _check_corruption(corruption: str, severity: int) -> None:
-    if corruption not in ALL_CORRUPTIONS:
-        raise ValueError(
-            f"unknown corruption {corruption!r}; choose from {', '.join(ALL_CORRUPTIONS)}"
-        )
-    if isinstance(severity, bool) or severity not in SEVERITIES:
-        raise ValueError(f"severity must be one of 1..5, got {severity!r}")
 
 
 def cifar_c_location(root: Path, name: str) -> Path:
@@ -184,7 +144,7 @@ def read_cifar_c(root: Path, name: str, corruption: str, severity: int) -> Image
         DataMissingError: a file is absent (the message names it and the fetch command).
         ValueError: unknown name/corruption/severity, or a file not in the published layout.
     """
-    _check_corruption(corruption, severity)
+    check_corruption(corruption, severity)
     folder = cifar_c_location(root, name)
     path, labels_path = folder / f"{corruption}.npy", folder / "labels.npy"
     for p in (path, labels_path):
@@ -204,83 +164,14 @@ def read_cifar_c(root: Path, name: str, corruption: str, severity: int) -> Image
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Which corruptions a shape admits
-
-
-def why_not_applicable(corruption: str, in_shape: tuple[int, int, int]) -> str | None:
-    """Why a corruption cannot be generated for images of ``in_shape`` (None if it can)."""
-    c, h, w = in_shape
-    side = min(h, w)
-    if corruption not in _TRANSFORMS:
-        return f"torch-uncertainty has no {corruption!r} transform (published files only)"
-    if c not in (1, 3):
-        return f"the transforms take 1- or 3-channel images, not {c}"
-    if corruption in _COLOUR_ONLY and c != 3:
-        return "a no-op on grey images"
-    need = max(_MIN_SIDE.get(corruption, 0), _ANY_MIN_SIDE)
-    if side < need:
-        return f"needs images of at least {need}×{need}, got {h}×{w}"
-    return None
-
-
-@cache
-def missing_requirement(corruption: str) -> str | None:
-    """None when the transform can be built here, else what to install."""
-    try:
-        _transform(corruption, 1, seed=0)
-    except ImportError as err:
-        return f"{corruption} needs torch-uncertainty's image extras ({err}): {_INSTALL_HINT}"
-    return None
-
-
-def applicable_corruptions(
-    in_shape: tuple[int, int, int], installed_only: bool = True
-) -> list[str]:
-    """Corruptions that can be generated for images of ``in_shape`` (C, H, W).
-
-    With 8×8 grey digits: gaussian_noise, shot_noise, impulse_noise, zoom_blur, frost, fog,
-    brightness, contrast, pixelate, jpeg_compression, speckle_noise; with 3×32×32 every corruption
-    but spatter. See ``_MIN_SIDE`` for why the blurs, snow and elastic are left out at 8×8.
-    ``installed_only`` also drops those whose optional dependencies are missing here.
-    """
-    return [
-        name
-        for name in ALL_CORRUPTIONS
-        if why_not_applicable(name, in_shape) is None
-        and (not installed_only or missing_requirement(name) is None)
-    ]
-
-
-def corruptions_for(dataset_name: str, installed_only: bool = True) -> list[str]:
-    """The corruptions evaluated for a dataset: all 19 where files are published, else those
-    :func:`applicable_corruptions` admits."""
-    from harness.registries import DATASETS
-
-    spec = DATASETS.get(dataset_name)
-    if spec.corruption_source:
-        return list(ALL_CORRUPTIONS)
-    return applicable_corruptions(spec.in_shape, installed_only)
+def corruptions_for(dataset_name: str) -> list[str]:
+    """The corruptions ``all`` evaluates for a dataset: its benchmark set
+    (:func:`~harness.data.corruption_sets.corruption_set`), whatever is installed."""
+    return list(corruption_set(dataset_name).benchmark)
 
 
 # --------------------------------------------------------------------------------------------
 # Generation
-
-
-def _transform(corruption: str, severity: int, seed: int):
-    from torch_uncertainty.transforms import corruption as tu
-
-    cls = getattr(tu, _TRANSFORMS[corruption])
-    if "seed" in inspect.signature(cls.__init__).parameters:
-        transform = cls(severity, seed=seed)
-    else:
-        transform = cls(severity)
-    if corruption == "frost":
-        # Frost decodes one of its five large JPEG photos on every call; decode them once (the
-        # same tensors, indexed as before).
-        frost_ds = transform.frost_ds
-        transform.frost_ds = [frost_ds[i] for i in range(len(frost_ds))]
-    return transform
 
 
 def corruption_seed(dataset_name: str, corruption: str, severity: int) -> int:
@@ -299,14 +190,14 @@ def corrupt_images(images: Tensor, corruption: str, severity: int, seed: int) ->
     Returns:
         uint8 (N, C, H, W).
     """
-    _check_corruption(corruption, severity)
+    check_corruption(corruption, severity)
     reason = why_not_applicable(corruption, tuple(images.shape[1:]))
     if reason:
         raise ValueError(f"corruption {corruption!r} does not apply to these images: {reason}")
     missing = missing_requirement(corruption)
     if missing:
         raise ImportError(missing)
-    transform = _transform(corruption, severity, seed)
+    transform = build_transform(corruption, severity, seed)
     x = images.float().div(255)
     grey_via_rgb = corruption in _NEEDS_RGB and x.shape[1] == 1
     if grey_via_rgb:
@@ -389,7 +280,7 @@ def generated_corruption(
     ``<root>/generated-c/<dataset>/<corruption>.npy`` (uint8 (5·N, H, W, C), written atomically);
     later calls read only the requested rows.
     """
-    _check_corruption(corruption, severity)
+    check_corruption(corruption, severity)
     folder = generated_location(root, dataset_name)
     _prepare_folder(folder, test)
     path = folder / f"{corruption}.npy"
