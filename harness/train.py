@@ -1,9 +1,10 @@
 """Training: optimizer, schedule and one epoch of the shared recipe, for any method.
 
-The loss is the mean over members of the cross-entropy of each member's logits (every member is
-trained on its own prediction, as in deep ensembles), plus the method's own regularizer (σN-Ens's
-L_div) when it has one. A non-finite or exploding loss raises :class:`DivergenceError`, which the
-runner records as the cell's failure reason.
+The task loss is each member's cross-entropy on the rows the method says it trained on
+(:class:`methods.base.TrainOutput`), combined over members as the method declares ("mean" or
+"sum"), plus the method's own regularizer (σN-Ens's L_div) when it has one. A non-finite or
+exploding loss raises :class:`DivergenceError`, which the runner records as the cell's failure
+reason.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.suite import Recipe
-from methods.base import EnsembleModel
+from harness.contract import Recipe
+from methods.base import EnsembleModel, TrainOutput
 
 
 class DivergenceError(RuntimeError):
@@ -67,32 +68,40 @@ def autocast(device: torch.device, recipe: Recipe) -> contextlib.AbstractContext
 
 def ensemble_loss(
     model: EnsembleModel, x: Tensor, y: Tensor, recipe: Recipe
-) -> tuple[Tensor, Tensor, Tensor | None]:
+) -> tuple[Tensor, TrainOutput, Tensor | None]:
     """Task loss + regularizer.
 
-    The task loss is each member's mean cross-entropy, combined over members as the method
-    declares (``EnsembleModel.member_loss``): ``"mean"`` for ensembles whose members share
-    weights (the shared weights then get a single model's gradient scale), ``"sum"`` for
-    members with separate weights trained as if alone (deep ensembles, MIMO's subnetworks), so
-    that each member follows the recipe's learning rate instead of 1/M of it.
+    The task loss is each member's mean cross-entropy over its rows, combined over members with
+    the reduction the method returned in its :class:`TrainOutput` (see there for why some
+    methods sum and others average).
+
+    Args:
+        x: the step's inputs in the layout the method's batch feeding declares.
+        y: the matching targets.
 
     Returns:
-        total loss, member logits (M, B', K), the regularizer value (or None).
+        total loss, the method's TrainOutput (logits (M, B', K), targets (M, B')), the
+        regularizer value (or None).
     """
-    logits, targets = model.training_outputs(x, y)  # (M, B', K), (M, B')
+    out = model.training_outputs(x, y)
+    if not isinstance(out, TrainOutput):
+        raise TypeError(
+            f"{type(model).__name__}.training_outputs must return a TrainOutput, "
+            f"got {type(out).__name__}"
+        )
     per_member = (
         F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            targets.flatten(),
+            out.logits.flatten(0, 1).float(),
+            out.targets.flatten(),
             label_smoothing=recipe.label_smoothing,
             reduction="none",
         )
-        .view(targets.shape)
+        .view(out.targets.shape)
         .mean(1)
     )  # (M,)
-    task = per_member.sum() if model.member_loss == "sum" else per_member.mean()
+    task = per_member.sum() if out.reduction == "sum" else per_member.mean()
     reg = model.regularizer()
-    return (task if reg is None else task + reg), logits, reg
+    return (task if reg is None else task + reg), out, reg
 
 
 def train_epoch(
@@ -104,13 +113,19 @@ def train_epoch(
     device: torch.device,
     progress: Any = None,
 ) -> dict[str, float]:
-    """One pass over ``loader``; returns mean loss, regularizer and training accuracy."""
+    """One pass over ``loader``; returns mean loss, regularizer and training accuracy.
+
+    Training accuracy is the fraction of (member, row) pairs whose member predicts the row's
+    target, from the targets the method returned (members averaged, not the ensemble's mean
+    prediction: members may see different images in one step).
+    """
     model.train()
-    total = reg_total = correct = seen = 0.0
+    total = reg_total = seen = 0.0
+    correct = torch.zeros((), dtype=torch.long, device=device)
     steps = 0
     for x, y in loader:
         with autocast(device, recipe):
-            loss, logits, reg = ensemble_loss(model, x, y, recipe)
+            loss, out, reg = ensemble_loss(model, x, y, recipe)
         value = loss.detach()
         if not torch.isfinite(value) or value.item() > recipe.max_loss:
             raise DivergenceError(
@@ -125,11 +140,8 @@ def train_epoch(
         sched.step()
         total += value.item()
         reg_total += float(reg.detach()) if reg is not None else 0.0
-        with torch.no_grad():
-            pred = logits.float().softmax(-1).mean(0).argmax(-1)  # (B',) when members share x
-            if pred.shape[0] == y.shape[0]:
-                correct += (pred == y).sum().item()
-                seen += y.shape[0]
+        correct += out.num_correct().to(device)  # stays on the device: no sync per step
+        seen += out.num_rows
         steps += 1
         if progress is not None:
             progress.update(1)
@@ -137,6 +149,6 @@ def train_epoch(
     return {
         "train_loss": total / max(steps, 1),
         "train_reg": reg_total / max(steps, 1),
-        "train_acc": correct / seen if seen else float("nan"),
+        "train_acc": correct.item() / seen if seen else float("nan"),
         "steps": steps,
     }

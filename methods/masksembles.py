@@ -1,27 +1,93 @@
 """`masksembles`: Masksembles (Durasov et al., "Masksembles for Uncertainty Estimation",
 CVPR 2021), torch-uncertainty's models and layers.
 
-M fixed binary channel masks with controlled overlap (``scale``) applied to one shared network;
-training gives each member a B/M slice of the batch ("paper" strategy), evaluation repeats it.
+M fixed binary channel masks with controlled overlap (``scale``) applied to one shared network.
+Batch feeding (``batch``): ``repeat`` (default, the harness rule: every member sees every image
+of the step) or ``split`` (each member a B/M slice, torch-uncertainty's "paper" strategy and the
+Masksembles reference code); evaluation repeats the batch. Member losses are averaged.
+
+The masks are drawn from an explicit generator seeded by the cell's seed:
+torch-uncertainty 0.13 draws them from an unseeded ``np.random.default_rng()`` with no way to
+pass one, so the same cell got different masks on every run.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from unittest import mock
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 from methods.base import BuildContext, MethodSpec, register_method
-from methods.tu_common import TU_BACKBONES, RepeatInEval, SplitBatchEnsemble, build_tu, digits_cnn
+from methods.tu_common import (
+    TU_FAMILIES,
+    RepeatInEval,
+    RepeatOrSplitEnsemble,
+    build_tu,
+    digits_cnn,
+    repeat_or_split,
+)
 
 
 @dataclass(frozen=True)
 class MasksemblesHparams:
     scale: float = field(default=2.0, metadata={"gt": 1, "help": "mask overlap scale"})
+    batch: Literal["repeat", "split"] = field(
+        default="repeat",
+        metadata={"help": "training: every member sees the whole batch, or a B/M slice each"},
+    )
+
+
+def _masks(m: int, n: int, s: float, rng: np.random.Generator) -> np.ndarray:
+    """n binary masks of m ones among int(m·s) positions, all-zero columns dropped (the
+    algorithm of torch-uncertainty's ``_generate_masks``, with the generator passed in)."""
+    total = int(m * s)
+    masks = np.zeros((n, total))
+    for row in masks:
+        row[rng.choice(total, m, replace=False)] = 1
+    return masks[:, ~np.all(masks == 0, axis=0)]
+
+
+def seeded_masks(c: int, n: int, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """(n, c) masks as torch-uncertainty's ``generation_wrapper`` makes them (the same search
+    for the scale that yields exactly c channels), drawn from ``rng``. Re-implemented because
+    the library's version cannot take a generator."""
+    active = int(c / (scale * (1 - (1 - 1 / scale) ** n)))
+
+    def sized(s: float) -> np.ndarray:  # torch-uncertainty's generate_masks
+        expected = int(active * s * (1 - (1 - 1 / s) ** n))
+        while (masks := _masks(active, n, s, rng)).shape[1] != expected:
+            pass
+        return masks
+
+    up, down = 4 * scale, max(0.2 * scale, 1.0)
+    s = (down + up) / 2
+    masks = sized(s)
+    while masks.shape[1] != c:
+        if masks.shape[1] < c:
+            down = s
+        else:
+            up = s
+        s = (down + up) / 2
+        masks = sized(s)
+    return masks
+
+
+@torch.no_grad()
+def reseed_masks(net: nn.Module, scale: float, rng: np.random.Generator) -> int:
+    """Redraw every torch-uncertainty mask of ``net`` (all built with ``scale``, as in the
+    library's masked ResNet/WRN and our digits CNN) from ``rng``; returns how many."""
+    from torch_uncertainty.layers.masksembles import Mask1d, Mask2d
+
+    count = 0
+    for module in net.modules():
+        if isinstance(module, Mask1d | Mask2d):
+            n, c = module.masks.shape
+            module.masks.copy_(torch.from_numpy(seeded_masks(c, n, scale, rng)))
+            count += 1
+    return count
 
 
 def _digits(ctx: BuildContext, hp: MasksemblesHparams):
@@ -37,43 +103,23 @@ def _digits(ctx: BuildContext, hp: MasksemblesHparams):
     core = digits_cnn(
         ctx, conv=conv, linear=lambda fi, fo: MaskedLinear(fi, fo, num_estimators=m, scale=hp.scale)
     )
-    return RepeatInEval(core, m)
+    return RepeatInEval(core, m, split_in_training=hp.batch == "split")
 
 
-@contextlib.contextmanager
-def seeded_mask_generation():
-    """torch-uncertainty 0.13 draws the masks from an unseeded ``np.random.default_rng()``, so
-    the same cell gave different masks, and different results, on every run. Within this
-    context an unseeded ``default_rng()`` is seeded from torch's generator, which the runner
-    seeds with the cell's seed."""
-    real = np.random.default_rng
-
-    def seeded(seed=None, *args, **kwargs):
-        if seed is None:
-            seed = int(torch.randint(0, 2**31 - 1, ()).item())
-        return real(seed, *args, **kwargs)
-
-    with mock.patch.object(np.random, "default_rng", seeded):
-        yield
-
-
-def build(ctx: BuildContext, hp: MasksemblesHparams) -> SplitBatchEnsemble:
+def build(ctx: BuildContext, hp: MasksemblesHparams) -> RepeatOrSplitEnsemble:
     from torch_uncertainty.models.classification import masked_resnet, masked_wideresnet28x10
 
-    with seeded_mask_generation():
-        return _build(ctx, hp, masked_resnet, masked_wideresnet28x10)
-
-
-def _build(ctx, hp, masked_resnet, masked_wideresnet28x10) -> SplitBatchEnsemble:
+    split = hp.batch == "split"
     net = build_tu(
         ctx,
         masked_resnet,
         masked_wideresnet28x10,
         lambda c: _digits(c, hp),
         scale=hp.scale,
-        repeat_strategy="paper",
+        repeat_strategy="paper" if split else "legacy",  # legacy: repeat in training too
     )
-    return SplitBatchEnsemble(net, ctx.num_members)
+    reseed_masks(net, hp.scale, ctx.numpy_rng("masksembles"))
+    return RepeatOrSplitEnsemble(net, ctx.num_members, split)
 
 
 register_method(
@@ -81,8 +127,9 @@ register_method(
         name="masksembles",
         build=build,
         hparams=MasksemblesHparams,
-        backbones=TU_BACKBONES,
+        families=TU_FAMILIES,
         min_members=2,
         reference="Durasov et al., CVPR 2021",
+        batch_feeding=repeat_or_split,
     )
 )

@@ -43,5 +43,6 @@ register_method(
         build=lambda ctx, hp: MCDropout(ctx, hp),
         hparams=MCDropoutHparams,
         reference="Gal & Ghahramani, ICML 2016",
+        stochastic_eval=True,
     )
 )

@@ -1,10 +1,14 @@
 """`mimo`: multi-input multi-output networks (Havasi et al., "Training independent subnetworks
 for robust prediction", ICLR 2021), torch-uncertainty's models.
 
-M inputs are stacked along channels and M predictions read from a widened head. In training
-member m gets its own shuffle of the batch (independent subnetworks); with probability ``rho``
-a sample is shared by all members (input repetition, Havasi et al. §3.4); in evaluation every
-member gets the same input.
+M inputs are stacked along channels and M predictions read from a widened head. Training follows
+uncertainty-baselines' ``baselines/cifar/mimo.py``: the batch is tiled ``batch_repetitions``
+times (default 4, UB's), one shared shuffle is drawn, and every member re-shuffles the first
+(1 − ``rho``) of it, so each member sees every image of the step ``batch_repetitions`` times in
+its own order while a fraction ``rho`` of rows is shared by all members (input repetition,
+Havasi et al. §3.4). UB also divides the loader batch by the repetitions; the harness keeps the
+recipe's batch (set ``batch_size`` to B/R to match UB exactly). In evaluation every member gets
+the same input. The loss sums the members' cross-entropies (Havasi et al. eq. 1, UB).
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from methods.base import (
+    BatchFeeding,
     BuildContext,
     EnsembleModel,
     MethodSpec,
+    TrainOutput,
     register_method,
     repeat_members,
     to_members,
 )
-from methods.tu_common import TU_BACKBONES, build_tu, digits_cnn
+from methods.tu_common import TU_FAMILIES, build_tu, digits_cnn
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,30 @@ class MIMOHparams:
     rho: float = field(
         default=0.0, metadata={"ge": 0, "le": 1, "help": "input repetition probability"}
     )
+    batch_repetitions: int = field(
+        default=4, metadata={"ge": 1, "help": "times each image appears per member and step"}
+    )
+
+
+def feeding(hp: MIMOHparams) -> BatchFeeding:
+    return BatchFeeding("shared", repetitions=hp.batch_repetitions)
+
+
+def member_orders(batch: int, members: int, repetitions: int, rho: float) -> Tensor:
+    """Row order of every member for one training step (uncertainty-baselines' MIMO).
+
+    Returns:
+        (M, B·R) indices into the batch: one shuffle of the batch tiled R times, of which each
+        member re-shuffles the first (1 − rho) and keeps the rest (the rows all members share).
+        Drawn on the CPU from torch's generator (seeded per cell and checkpointed by the runner).
+    """
+    main = torch.arange(batch).repeat(repetitions)[torch.randperm(batch * repetitions)]
+    to_shuffle = int(batch * repetitions * (1.0 - rho))
+    orders = []
+    for _ in range(members):
+        head = main[:to_shuffle][torch.randperm(to_shuffle)]
+        orders.append(torch.cat([head, main[to_shuffle:]]))
+    return torch.stack(orders)  # (M, B·R)
 
 
 class _MIMODigits(nn.Module):
@@ -61,29 +91,24 @@ class _MIMODigits(nn.Module):
 class MIMO(EnsembleModel):
     """MIMO's loss is the sum of the M subnetworks' cross-entropies (Havasi et al., eq. 1)."""
 
-    member_loss = "sum"
-
     def __init__(self, ctx: BuildContext, hp: MIMOHparams) -> None:
         super().__init__()
         from torch_uncertainty.models.classification import mimo_resnet, mimo_wideresnet28x10
 
         self.num_members = ctx.num_members
         self.rho = hp.rho
+        self.repetitions = hp.batch_repetitions
         self.net = build_tu(ctx, mimo_resnet, mimo_wideresnet28x10, _MIMODigits)
 
     def forward(self, x: Tensor) -> Tensor:
         return to_members(self.net(x), self.num_members)  # (M·B, K) → (M, B, K)
 
-    def training_outputs(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        m, b = self.num_members, x.shape[0]
-        idx = [torch.arange(b, device=x.device)]
-        for _ in range(m - 1):
-            perm = torch.randperm(b, device=x.device)
-            shared = torch.rand(b, device=x.device) < self.rho
-            idx.append(torch.where(shared, idx[0], perm))
-        order = torch.cat(idx)  # (M·B,) member-major
-        logits = self.net(x[order])  # (M·B, K)
-        return to_members(logits, m), y[order].view(m, b)  # (M, B, K), (M, B)
+    def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
+        m = self.num_members
+        order = member_orders(x.shape[0], m, self.repetitions, self.rho)  # (M, B·R)
+        order = order.flatten().to(x.device, non_blocking=True)  # (M·B·R,) member-major
+        logits = to_members(self.net(x[order]), m)  # (M·B·R, K) → (M, B·R, K)
+        return TrainOutput(logits, y[order].view(m, -1), "sum")  # targets (M, B·R)
 
 
 register_method(
@@ -91,7 +116,8 @@ register_method(
         name="mimo",
         build=lambda ctx, hp: MIMO(ctx, hp),
         hparams=MIMOHparams,
-        backbones=TU_BACKBONES,
+        families=TU_FAMILIES,
+        batch_feeding=feeding,
         reference="Havasi et al., ICLR 2021",
     )
 )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from methods.base import BuildContext, EnsembleModel, MethodSpec, register_method, to_members
-from methods.tu_common import TU_BACKBONES, build_tu, digits_cnn
+from methods.tu_common import TU_FAMILIES, build_tu, digits_cnn
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ register_method(
         name="packed_ensemble",
         build=build,
         hparams=PackedHparams,
-        backbones=TU_BACKBONES,
+        families=TU_FAMILIES,
         reference="Laurent et al., ICLR 2023",
         check=check,
     )

@@ -1,7 +1,8 @@
 """Shared plumbing for methods built from torch-uncertainty's dedicated ensemble models.
 
-torch-uncertainty has one builder per (method, architecture); this module maps the harness's
-backbone names onto them and builds the digits CNN variant from the same library layers.
+torch-uncertainty has one builder per (method, architecture); this module picks it by the
+backbone's family (``BackboneSpec.family``), never by backbone name, and builds the digits CNN
+variant from the same library layers.
 """
 
 from __future__ import annotations
@@ -12,10 +13,18 @@ from typing import Any
 from torch import Tensor, nn
 
 from harness.backbones import DigitsCNN
-from methods.base import BuildContext, EnsembleModel, repeat_members, to_members
+from methods.base import (
+    BatchFeeding,
+    BuildContext,
+    EnsembleModel,
+    TrainOutput,
+    repeat_members,
+    to_members,
+)
 
-# Backbones that have a torch-uncertainty builder for every dedicated ensemble model.
-TU_BACKBONES = ("digits_cnn", "resnet18", "resnet50", "wrn28_10")
+# Backbone families with a torch-uncertainty builder for every dedicated ensemble model: "cnn"
+# is the digits CNN rebuilt from the library's layers, "resnet" needs ``BackboneSpec.tu_arch``.
+TU_FAMILIES = ("cnn", "resnet", "wideresnet")
 
 
 def build_tu(
@@ -25,18 +34,24 @@ def build_tu(
     digits_builder: Callable[[BuildContext], nn.Module],
     **kwargs: Any,
 ) -> nn.Module:
-    """Build torch-uncertainty's model of a method for the cell's backbone (CIFAR style)."""
+    """Build torch-uncertainty's model of a method for the cell's backbone family (CIFAR style)."""
     from harness.registries import BACKBONES
 
-    if ctx.backbone == "digits_cnn":
+    spec = BACKBONES.get(ctx.backbone)
+    if spec.family == "cnn":
         return digits_builder(ctx)
     c, k, m = ctx.in_shape[0], ctx.num_classes, ctx.num_members
     extra = {key: v for key, v in ctx.backbone_kwargs.items() if key == "dropout_rate"}
-    if ctx.backbone == "wrn28_10":
+    if spec.family == "wideresnet":
         return wrn_builder(
             in_channels=c, num_classes=k, num_estimators=m, style="cifar", **extra, **kwargs
         )
-    arch = BACKBONES.get(ctx.backbone).tu_arch
+    if spec.family != "resnet" or spec.tu_arch is None:
+        raise ValueError(
+            f"backbone {ctx.backbone!r} (family {spec.family!r}) has no torch-uncertainty "
+            f"builder; supported families: {', '.join(TU_FAMILIES)}"
+        )
+    arch = spec.tu_arch
     return resnet_builder(
         in_channels=c, num_classes=k, arch=arch, num_estimators=m, style="cifar", **extra, **kwargs
     )
@@ -55,40 +70,54 @@ def digits_cnn(ctx: BuildContext, **kwargs: Any) -> DigitsCNN:
 
 
 class RepeatInEval(nn.Module):
-    """Repeat the batch member-major in eval only (torch-uncertainty's "paper" strategy)."""
+    """Repeat the batch member-major in eval, and in training too unless ``split_in_training``
+    (torch-uncertainty's "legacy" vs "paper" strategies, for the digits CNN)."""
 
-    def __init__(self, core: nn.Module, num_members: int) -> None:
+    def __init__(self, core: nn.Module, num_members: int, split_in_training: bool = True) -> None:
         super().__init__()
         self.core = core
         self.num_members = num_members
+        self.split_in_training = split_in_training
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.core(x if self.training else repeat_members(x, self.num_members))
+        if self.training and self.split_in_training:
+            return self.core(x)
+        return self.core(repeat_members(x, self.num_members))
 
 
-class SplitBatchEnsemble(EnsembleModel):
-    """Models whose members each take a B/M slice of the batch in training (BatchEnsemble's and
-    Masksembles' "paper" strategy) and the whole batch, repeated, in evaluation.
+def repeat_or_split(hp: Any) -> BatchFeeding:
+    """The feeding of a method with ``batch: repeat | split``."""
+    return BatchFeeding("split" if hp.batch == "split" else "shared")
 
-    In training the model's (B, K) output is member-major: rows m·B/M … (m+1)·B/M − 1 belong to
-    member m, so it is viewed as (M, B/M, K) with the targets split the same way. A batch whose
-    size is not a multiple of M drops its last B mod M samples.
+
+class RepeatOrSplitEnsemble(EnsembleModel):
+    """Shared-weight models whose members either all see the tiled batch (``repeat``, as
+    uncertainty-baselines' BatchEnsemble: ``tf.tile`` of the images) or each take a B/M slice
+    (``split``, torch-uncertainty's "paper" strategy) in training; eval always repeats.
+
+    In both cases the network's training output is member-major: (M·B, K) when repeating,
+    (B, K) in M slices of B/M rows when splitting. A split batch whose size is not a multiple
+    of M drops its last B mod M samples. Member losses are averaged (shared weights).
     """
 
-    def __init__(self, net: nn.Module, num_members: int) -> None:
+    def __init__(self, net: nn.Module, num_members: int, split: bool) -> None:
         super().__init__()
         self.net = net
         self.num_members = num_members
+        self.split = split
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training:
             raise RuntimeError("use training_outputs() in training mode")
         return to_members(self.net(x), self.num_members)  # (M·B, K) → (M, B, K)
 
-    def training_outputs(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
         m = self.num_members
+        if not self.split:
+            logits = to_members(self.net(x), m)  # (M·B, K) → (M, B, K)
+            return TrainOutput(logits, y.unsqueeze(0).expand(m, -1), "mean")  # (M, B)
         b = (x.shape[0] // m) * m
         if b == 0:
             raise ValueError(f"batch of {x.shape[0]} is smaller than M={m}")
         logits = self.net(x[:b])  # (B, K), member-major slices
-        return to_members(logits, m), y[:b].view(m, b // m)  # (M, B/M, K), (M, B/M)
+        return TrainOutput(to_members(logits, m), y[:b].view(m, b // m), "mean")  # (M, B/M)

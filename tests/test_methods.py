@@ -28,25 +28,34 @@ CASES = [
 ]
 
 
-def build(name: str, backbone: str, m: int):
+def build(name: str, backbone: str, m: int, **overrides):
     spec = METHODS.get(name)
-    hp = expand_hparams(spec, {})[0]
+    hp = expand_hparams(spec, overrides)[0]
     in_shape, k = BACKBONE_INPUTS[backbone]
     torch.manual_seed(0)
     model = spec.build(BuildContext(backbone, in_shape, k, m), spec.hparams(**hp))
     return model, in_shape, k
 
 
+def step_batch(name: str, m: int, b: int, in_shape, k: int):
+    """Inputs and targets of one training step in the layout the method's feeding declares."""
+    spec = METHODS.get(name)
+    streams = spec.feeding_for(expand_hparams(spec, {})[0]).streams(m)
+    lead = (streams, b) if streams > 1 else (b,)
+    return torch.randn(*lead, *in_shape), torch.randint(0, k, lead)
+
+
 @pytest.mark.parametrize(("name", "backbone", "m"), CASES)
 def test_method_contract(name: str, backbone: str, m: int) -> None:
     model, in_shape, k = build(name, backbone, m)
     b = 8
-    x = torch.randn(b, *in_shape)
-    y = torch.randint(0, k, (b,))
+    x, y = step_batch(name, m, b, in_shape, k)
 
     model.train()
-    logits, targets = model.training_outputs(x, y)
-    assert logits.dim() == 3 and logits.shape[-1] == k
+    step = model.training_outputs(x, y)
+    logits, targets = step.logits, step.targets
+    # M rows of members, or one when a single network trains (MC Dropout's one stochastic pass).
+    assert logits.dim() == 3 and logits.shape[0] in (1, m) and logits.shape[-1] == k
     assert targets.shape == logits.shape[:2]
     assert torch.isfinite(logits).all()
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
@@ -59,14 +68,15 @@ def test_method_contract(name: str, backbone: str, m: int) -> None:
     ]
     assert not no_grad, f"parameters without gradient: {no_grad[:5]}"
 
+    x = x[0] if x.dim() == 5 else x  # evaluation always feeds one batch to every member
     model.eval()
     with torch.no_grad():
         out = model(x)
         again = model(x)
     assert out.shape == (m, b, k)
     assert torch.isfinite(out).all()
-    if name == "mc_dropout":
-        assert m == 1 or not torch.allclose(out, again), "MC Dropout passes should be stochastic"
+    if METHODS.get(name).stochastic_eval:
+        assert m == 1 or not torch.allclose(out, again), "declared stochastic eval must vary"
     else:
         torch.testing.assert_close(out, again, msg="eval mode must be deterministic")
     if m > 1:
@@ -85,13 +95,23 @@ def test_to_members_is_member_major():
     assert repeat_members(x, 3).flatten().tolist() == [1, 2, 1, 2, 1, 2]
 
 
-def test_batch_ensemble_splits_batch_between_members_in_training():
-    model, in_shape, k = build("batch_ensemble", "digits_cnn", 4)
+def test_batch_ensemble_split_gives_each_member_a_slice_in_training():
+    model, in_shape, k = build("batch_ensemble", "digits_cnn", 4, batch="split")
     model.train()
     x, y = torch.randn(10, *in_shape), torch.arange(10) % k
-    logits, targets = model.training_outputs(x, y)
-    assert logits.shape == (4, 2, k)  # 10 → 8 usable rows, B/M = 2 per member
-    assert targets.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    out = model.training_outputs(x, y)
+    assert out.logits.shape == (4, 2, k)  # 10 → 8 usable rows, B/M = 2 per member
+    assert out.targets.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert out.reduction == "mean"
+
+
+def test_batch_ensemble_repeat_tiles_the_batch_in_training():
+    model, in_shape, k = build("batch_ensemble", "digits_cnn", 4)
+    model.train()
+    x, y = torch.randn(6, *in_shape), torch.arange(6) % k
+    out = model.training_outputs(x, y)
+    assert out.logits.shape == (4, 6, k)
+    assert out.targets.tolist() == [list(range(6))] * 4
 
 
 def test_batch_ensemble_fast_weights_have_no_weight_decay():
@@ -102,7 +122,7 @@ def test_batch_ensemble_fast_weights_have_no_weight_decay():
     assert names and all(n.endswith(("r_group", "s_group")) for n in names)
 
 
-REFERENCE_COUNTS = [  # DESIGN.md §3, torch-uncertainty 0.13, M=4, K=100, CIFAR style
+REFERENCE_COUNTS = [  # torch-uncertainty 0.13, M=4, K=100, CIFAR style
     ("single", "resnet18", {}, 1, 11_220_132),
     ("packed_ensemble", "resnet18", {"alpha": 2, "gamma": 1}, 4, 11_282_960),
     ("packed_ensemble", "resnet18", {"alpha": 2, "gamma": 2}, 4, 8_268_304),
@@ -162,7 +182,7 @@ def test_shared_weight_ensembles_average_member_losses():
     model, in_shape, k = build("sigma_ens", "digits_cnn", 4)
     x, y = torch.randn(8, *in_shape), torch.randint(0, k, (8,))
     model.train()
-    logits, _ = model.training_outputs(x, y)
+    logits = model.training_outputs(x, y).logits
     per_member = [torch.nn.functional.cross_entropy(logits[m], y) for m in range(4)]
     loss, _, reg = ensemble_loss(model, x, y, Recipe())
     torch.testing.assert_close(loss - reg, torch.stack(per_member).mean(), rtol=1e-5, atol=1e-6)
