@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from harness.contract import Evaluation, Recipe
 from harness.data.base import DatasetSpec, ImageSet, adapt_images
 from harness.data.loader import DeviceLoader
 from harness.metrics.collection import EnsembleMetrics, OODScores
-from harness.suite import Evaluation, Recipe
 from harness.train import autocast
 from methods.base import EnsembleModel
 

@@ -1,9 +1,15 @@
-"""The three registries of the harness and the modules that fill them."""
+"""The three registries of the harness. Each finds its plugins by scanning a package: a new
+method is one new module in ``methods/``, a new dataset one in ``harness/data/``, a new backbone
+one ``harness/backbones*.py`` module — no list to edit. Extra packages: ``Registry.add_package``
+or the environment variables ``HARNESS_METHOD_PACKAGES``, ``HARNESS_BACKBONE_PACKAGES``,
+``HARNESS_DATASET_PACKAGES`` (comma-separated importable package names).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from harness.contract.config import hparam_defaults
 from harness.registry import Registry
 
 if TYPE_CHECKING:
@@ -12,20 +18,20 @@ if TYPE_CHECKING:
     from methods.base import MethodSpec
 
 METHODS: Registry[MethodSpec] = Registry(
-    "method",
-    modules=(
-        "methods.single",
-        "methods.deep_ensemble",
-        "methods.sigma_ens",
-        "methods.film_ensemble",
-        "methods.batch_ensemble",
-        "methods.packed_ensemble",
-        "methods.mc_dropout",
-        "methods.mimo",
-        "methods.masksembles",
-    ),
+    "method", packages=("methods",), env="HARNESS_METHOD_PACKAGES"
 )
-BACKBONES: Registry[BackboneSpec] = Registry("backbone", modules=("harness.backbones",))
+BACKBONES: Registry[BackboneSpec] = Registry(
+    "backbone", packages=("harness",), prefix="backbones", env="HARNESS_BACKBONE_PACKAGES"
+)
 DATASETS: Registry[DatasetSpec] = Registry(
-    "dataset", modules=("harness.data.digits", "harness.data.torchvision_sets")
+    "dataset", packages=("harness.data",), env="HARNESS_DATASET_PACKAGES"
 )
+
+
+def method_defaults(method: str) -> dict[str, Any]:
+    """Every hyper-parameter of a registered method at its default value (JSON form).
+
+    Raises:
+        UnknownNameError: ``method`` is not registered.
+    """
+    return hparam_defaults(METHODS.get(method).hparams)

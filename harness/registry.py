@@ -2,16 +2,19 @@
 
 Modelled on lm-evaluation-harness's registry: registering a name twice raises, looking up an
 unknown name raises with the closest match and the list of valid choices. Plugins register at
-import time; a registry may name the modules that populate it so that lookups import them
-lazily (the heavy torch-uncertainty/timm imports only happen when a name is actually used).
+import time; a registry scans its packages lazily, on the first lookup (so the heavy
+torch-uncertainty/timm imports only happen when a name is actually used).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
+import os
+import pkgutil
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
+
+from harness.contract.build import closest
 
 T = TypeVar("T")
 
@@ -37,31 +40,62 @@ class UnknownNameError(RegistryError):
         self.suggestion = suggestion
 
 
-def closest(name: str, choices: list[str]) -> str | None:
-    """Return the choice most similar to ``name``, or None if nothing is close."""
-    matches = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
-    return matches[0] if matches else None
-
-
 class Registry(Generic[T]):
     """A name → object mapping for one kind of plugin (methods, backbones, datasets).
 
+    Plugins register by being there: on the first lookup every module of ``packages`` whose name
+    starts with ``prefix`` (and not with ``_``) is imported (``pkgutil`` scan), and importing a
+    module registers what it defines. Nothing keeps a hand-written list of modules. Extra plugin
+    packages come from :meth:`add_package` or the environment variable ``env`` (comma-separated
+    package names importable from ``sys.path``), which worker processes inherit.
+
     Args:
         kind: Human-readable kind used in error messages, e.g. ``"method"``.
-        modules: Modules imported on first lookup; importing them registers the plugins.
+        packages: Packages scanned on first lookup.
+        prefix: Only modules whose name starts with it are imported (``"backbones"``).
+        env: Environment variable naming extra packages to scan.
     """
 
-    def __init__(self, kind: str, modules: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        kind: str,
+        packages: tuple[str, ...] = (),
+        prefix: str = "",
+        env: str | None = None,
+    ) -> None:
         self.kind = kind
-        self._modules = modules
-        self._loaded = not modules
+        self.prefix = prefix
+        self.env = env
+        self._packages = list(packages)
+        self._scanned: set[str] = set()
         self._items: dict[str, T] = {}
 
+    def add_package(self, package: str) -> None:
+        """Scan ``package`` for plugins too (at the next lookup)."""
+        if package not in self._packages:
+            self._packages.append(package)
+
+    def packages(self) -> list[str]:
+        """The packages scanned: the built-in ones, then those added, then ``$env``'s."""
+        extra = os.environ.get(self.env, "") if self.env else ""
+        names = [p.strip() for p in extra.split(",") if p.strip()]
+        return list(dict.fromkeys([*self._packages, *names]))
+
     def _load(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            for mod in self._modules:
-                importlib.import_module(mod)
+        for package in self.packages():
+            if package in self._scanned:
+                continue
+            self._scanned.add(package)  # before importing: a plugin may look names up
+            try:
+                pkg = importlib.import_module(package)
+            except ImportError as exc:
+                raise RegistryError(
+                    f"{self.kind} package {package!r} cannot be imported: {exc}"
+                ) from exc
+            for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
+                if info.name.startswith("_") or not info.name.startswith(self.prefix):
+                    continue
+                importlib.import_module(f"{package}.{info.name}")
 
     def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
         """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted.

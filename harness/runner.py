@@ -23,31 +23,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.contract import CONVENTIONS, Cell, hparams_values, new_record
 from harness.cost import flops_per_image, parameter_counts, throughput
 from harness.data.base import DataMissingError, DatasetSpec, ImageSet, default_data_root
 from harness.data.loader import DeviceLoader
 from harness.environment import environment
 from harness.evaluate import evaluate_all, evaluate_split
 from harness.records import atomic_write_text, read_record, write_record
-from harness.registries import DATASETS, METHODS
-from harness.suite import Cell
+from harness.registries import DATASETS, METHODS, method_defaults
 from harness.train import make_optimizer, make_scheduler, train_epoch
 from methods.base import BuildContext, EnsembleModel
 
 log = logging.getLogger("harness")
 
-CONVENTIONS = {
-    "ensemble": "prediction = mean of member softmax probabilities",
-    "ece": "15 equal-width confidence bins, L1 (top-label); aece: 15 equal-mass bins",
-    "brier": "sum over classes of squared error, mean over samples",
-    "nll": "natural log, of the mean probability of the true class",
-    "ood": "ID is the positive class (OpenOOD); scores: msp = max mean prob, "
-    "entropy = -H(mean prob), mi = -mutual information; FPR95 = fraction of OOD "
-    "accepted at 95% ID recall",
-    "throughput": "input images per second seen by the whole ensemble, after warm-up, "
-    "device-synchronised",
-    "flops": "eval-mode FLOPs of the whole ensemble per input image (torch.utils.flop_counter)",
-}
+__all__ = ["CONVENTIONS", "run_cell"]  # CONVENTIONS: one copy, in harness.contract.record
 
 
 def now() -> str:
@@ -82,10 +71,7 @@ def build_model(
         dict(cell.backbone_kwargs),
         pretrained,
     )
-    hp = mspec.hparams(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in cell.hparams.items()}
-    )
-    return mspec.build(ctx, hp), ctx
+    return mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams))), ctx
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
@@ -259,6 +245,7 @@ def run_cell(
     data_root: Path | None = None,
     force: bool = False,
     progress: bool = True,
+    shared_device: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate one cell; always leaves a record unless interrupted.
 
@@ -268,6 +255,8 @@ def run_cell(
         data_root: where datasets live (defaults: $HARNESS_DATA_ROOT, then the user cache).
         force: redo a finished cell from scratch.
         progress: show a progress bar for the epochs.
+        shared_device: other cells run on the same device at the same time (recorded in
+            ``cost.shared_device``: throughput measured under contention).
 
     Returns:
         The result record (also written to ``<results_dir>/<cell_id>/record.json``).
@@ -288,22 +277,11 @@ def run_cell(
     atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
     device = pick_device(cell.recipe.device)
     started, t0 = now(), time.perf_counter()
-    rec: dict[str, Any] = {
-        "schema_version": 1,
-        "suite": cell.suite,
-        "cell_id": cell.cell_id,
-        "config": cell.config(),
-        "evaluation": cell.to_json()["evaluation"],
-        "metrics": {},
-        "cost": {},
-        "history": [],
-        "diagnostics": {},
-        "timings": {},
-        "environment": environment(device),
-        "conventions": CONVENTIONS,
-        "error": None,
-        "started_at": started,
-    }
+    # The engine knows the method's defaults: the label and shown hparams are fixed here, at
+    # run time, and written into the record (the reporter never re-derives them).
+    cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+    rec = new_record(cell, environment(device), started)
+    rec["cost"] = run_conditions(cell, device, shared_device)
     try:
         spec, splits = load_data(cell, data_root)
         pre = pretrained_state(cell, cell_dir, spec, splits, device, progress)
@@ -321,7 +299,7 @@ def run_cell(
             model, splits, spec, cell.evaluation, cell.recipe, device, data_root
         )
         eval_s = time.perf_counter() - t_eval
-        rec["cost"] = measure_cost(model, ctx, cell, spec, splits, device)
+        rec["cost"].update(measure_cost(model, ctx, cell, spec, splits, device))
         rec["cost"]["train_time_s"] = train_s
         rec["cost"]["epoch_time_s"] = train_s / max(len(history), 1)
         rec["timings"] = {"train_s": train_s, "eval_s": eval_s}
@@ -341,6 +319,21 @@ def run_cell(
     if rec["status"] == "done":
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     return rec
+
+
+def run_conditions(cell: Cell, device: torch.device, shared_device: bool) -> dict[str, Any]:
+    """How the cost numbers were measured: device name, precision, and whether the device was
+    shared with other cells running at the same time (their throughput is then contended)."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        name = f"cuda:{index} {torch.cuda.get_device_name(index)}"
+    else:
+        name = "cpu"
+    return {
+        "device": name,
+        "precision": "bf16" if cell.recipe.amp and device.type == "cuda" else "fp32",
+        "shared_device": bool(shared_device),
+    }
 
 
 def measure_cost(
@@ -368,7 +361,6 @@ def measure_cost(
     cost["loader_images_per_s"] = loader_throughput(cell, spec, splits, device)
     cost["flops_per_image"] = flops_per_image(model, x)
     cost.update(throughput(model, x, y, cell.recipe, device, steps=cell.evaluation.cost_steps))
-    cost["device"] = environment(device)["device"]
     return cost
 
 

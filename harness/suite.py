@@ -8,83 +8,40 @@ without training and raises :class:`SuiteError` listing every problem with its f
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from harness.registries import BACKBONES, DATASETS, METHODS
+from harness.contract.build import build_dataclass, check_constraints, coerce, unknown_keys
+from harness.contract.config import (
+    BackboneEntry,
+    Cell,
+    Evaluation,
+    MethodEntry,
+    Recipe,
+    expand_values,
+    hparam_defaults,
+    hparams_values,
+)
+from harness.registries import BACKBONES, DATASETS, METHODS, method_defaults
 from harness.registry import UnknownNameError
-from harness.schema import build_dataclass, check_constraints, coerce, unknown_keys
 from harness.suite_io import Origins, SuiteError, load_suite_yaml
 
-__all__ = ["Cell", "Evaluation", "Recipe", "Suite", "SuiteError", "load_suite"]
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Training recipe shared by every cell of a suite (fair comparison: same for all methods)."""
-
-    epochs: int = field(default=20, metadata={"ge": 0, "help": "training epochs"})
-    batch_size: int = field(default=64, metadata={"ge": 1, "help": "images per step (B)"})
-    optimizer: Literal["sgd", "adamw"] = "sgd"
-    lr: float = field(default=0.05, metadata={"gt": 0})
-    momentum: float = field(default=0.9, metadata={"ge": 0, "lt": 1})
-    nesterov: bool = False
-    weight_decay: float = field(default=5e-4, metadata={"ge": 0})
-    schedule: Literal["cosine", "multistep", "constant"] = "cosine"
-    milestones: tuple[int, ...] = field(
-        default=(), metadata={"ge": 1, "help": "epochs of lr decay (multistep)"}
-    )
-    lr_decay: float = field(default=0.2, metadata={"gt": 0, "help": "multistep factor"})
-    warmup_epochs: int = field(default=0, metadata={"ge": 0})
-    augment: Literal["default", "none", "crop_flip"] = field(
-        default="default", metadata={"help": "default: the dataset's standard augmentation"}
-    )
-    label_smoothing: float = field(default=0.0, metadata={"ge": 0, "lt": 1})
-    grad_clip: float | None = field(default=None, metadata={"gt": 0})
-    amp: bool = field(default=True, metadata={"help": "bf16 autocast on GPU"})
-    channels_last: bool = field(default=True, metadata={"help": "channels_last on GPU"})
-    compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
-    eval_batch_size: int = field(default=512, metadata={"ge": 1})
-    max_loss: float = field(
-        default=1e4,
-        metadata={"gt": 0, "help": "a loss above this (or non-finite) marks the cell failed"},
-    )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What to evaluate after training. Not part of the cell id: adding an OOD set or a
-    corruption re-evaluates finished cells (``harness evaluate``) instead of retraining them."""
-
-    corruptions: tuple[str, ...] = field(
-        default=(),
-        metadata={"help": "corruption names, or [all] for every one that applies to the dataset"},
-    )
-    severities: tuple[int, ...] = field(default=(1, 2, 3, 4, 5), metadata={"ge": 1, "le": 5})
-    ood: tuple[str, ...] = field(default=(), metadata={"help": "OOD dataset names"})
-    cost: bool = field(default=True, metadata={"help": "measure params, FLOPs, throughput"})
-    cost_steps: int = field(default=5, metadata={"ge": 1, "help": "timed steps after warm-up"})
-
-
-@dataclass(frozen=True)
-class MethodEntry:
-    """One method of the grid with the values to sweep (each hparam value list → product)."""
-
-    name: str
-    M: tuple[int, ...] | None = None
-    hparams: dict[str, Any] = field(default_factory=dict)
-    recipe: dict[str, Any] = field(default_factory=dict)  # this method's recipe deltas
-
-
-@dataclass(frozen=True)
-class BackboneEntry:
-    name: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
+# The config types live in the contract layer; re-exported so ``from harness.suite import Cell``
+# keeps working for callers that read suites.
+__all__ = [
+    "BackboneEntry",
+    "Cell",
+    "Evaluation",
+    "MethodEntry",
+    "Recipe",
+    "Suite",
+    "SuiteError",
+    "expand_hparams",
+    "load_suite",
+    "method_defaults",
+]
 
 
 @dataclass(frozen=True)
@@ -112,7 +69,8 @@ class Suite:
             self.grid.datasets, self.grid.backbones, self.grid.methods
         ):
             spec = METHODS.get(me.name)
-            for hp in expand_hparams(spec, me.hparams):
+            defaults = hparam_defaults(spec.hparams)
+            for hp in expand_values(defaults, me.hparams):
                 for m in members_for(spec, me, self.grid.M):
                     for seed in self.grid.seeds:
                         out.append(
@@ -127,6 +85,7 @@ class Suite:
                                 seed,
                                 dataclasses.replace(self.recipe, **me.recipe),
                                 self.evaluation,
+                                defaults,
                             )
                         )
         seen: dict[str, Cell] = {}
@@ -135,103 +94,9 @@ class Suite:
         return list(seen.values())
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One resolved configuration: the unit of training, scheduling and result records."""
-
-    suite: str
-    dataset: str
-    backbone: str
-    backbone_kwargs: dict[str, Any]
-    method: str
-    M: int
-    hparams: dict[str, Any]
-    seed: int
-    recipe: Recipe
-    evaluation: Evaluation
-
-    def config(self) -> dict[str, Any]:
-        """The training-relevant configuration; its hash is the cell id."""
-        return {
-            "dataset": self.dataset,
-            "backbone": self.backbone,
-            "backbone_kwargs": dict(sorted(self.backbone_kwargs.items())),
-            "method": self.method,
-            "M": self.M,
-            "hparams": dict(sorted(self.hparams.items())),
-            "seed": self.seed,
-            "recipe": _jsonable(dataclasses.asdict(self.recipe)),
-        }
-
-    @property
-    def cell_id(self) -> str:
-        blob = json.dumps(self.config(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    @property
-    def label(self) -> str:
-        """Short human-readable name: hyper-parameters at their defaults are left out."""
-        defaults = method_defaults(self.method)
-        hp = ",".join(f"{k}={v}" for k, v in sorted(self.hparams.items()) if defaults.get(k) != v)
-        return (
-            f"{self.dataset}/{self.backbone}/{self.method}(M={self.M}"
-            f"{',' + hp if hp else ''})/seed{self.seed}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """Everything needed to rebuild the cell in another process (Slurm tasks, workers)."""
-        return {
-            "suite": self.suite,
-            **self.config(),
-            "evaluation": _jsonable(dataclasses.asdict(self.evaluation)),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Cell:
-        rec = dict(data["recipe"])
-        rec["milestones"] = tuple(rec["milestones"])
-        ev = {k: tuple(v) if isinstance(v, list) else v for k, v in data["evaluation"].items()}
-        return cls(
-            data["suite"],
-            data["dataset"],
-            data["backbone"],
-            data["backbone_kwargs"],
-            data["method"],
-            data["M"],
-            data["hparams"],
-            data["seed"],
-            Recipe(**rec),
-            Evaluation(**ev),
-        )
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, tuple | list):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    return obj
-
-
 def expand_hparams(spec, values: dict[str, Any]) -> list[dict[str, Any]]:
     """Product of swept hyper-parameter values, completed with the method's defaults."""
-    defaults = {
-        f.name: f.default
-        for f in dataclasses.fields(spec.hparams)
-        if f.default is not dataclasses.MISSING
-    }
-    keys = sorted(values)
-    lists = [v if isinstance(v, list | tuple) else [v] for v in (values[k] for k in keys)]
-    out = []
-    for combo in itertools.product(*lists):
-        hp = {**defaults, **dict(zip(keys, combo))}
-        out.append({k: list(v) if isinstance(v, tuple) else v for k, v in hp.items()})
-    return out
-
-
-def method_defaults(method: str) -> dict[str, Any]:
-    """Every hyper-parameter of a registered method at its default value."""
-    return expand_hparams(METHODS.get(method), {})[0]
+    return expand_values(hparam_defaults(spec.hparams), values)
 
 
 def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int, ...]:
@@ -263,6 +128,33 @@ def _lookup(registry, name: Any, where: str, errors: list[str]) -> Any:
     except UnknownNameError as exc:
         errors.append(f"{where}: {exc}")
         return None
+
+
+def expand_all(
+    items: list[Any], backbones: list[BackboneEntry], grid_m: tuple[int, ...]
+) -> list[Any]:
+    """Replace ``all`` in a method list by every registered method, at its defaults, that runs on
+    every backbone of the grid and accepts the grid's M (fixed-size methods always do); methods
+    also listed by name keep only their explicit entry."""
+    if "all" not in items:
+        return items
+    named = {i if isinstance(i, str) else i.get("name") for i in items if isinstance(i, str | dict)}
+    ms = [m for m in grid_m if isinstance(m, int)]
+    eligible = []
+    for name, spec in METHODS.items():
+        if name in named:
+            continue
+        if spec.backbones is not None and any(b.name not in spec.backbones for b in backbones):
+            continue
+        fits = spec.max_members == 1 or all(
+            spec.min_members <= m and (not spec.max_members or m <= spec.max_members) for m in ms
+        )
+        if fits:
+            eligible.append(name)
+    out: list[Any] = []
+    for item in items:
+        out.extend(eligible if item == "all" else [item])
+    return out
 
 
 def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
@@ -357,8 +249,10 @@ def parse_suite(data: dict[str, Any], origins: Origins, source: Path) -> Suite:
         )
         if entry and _lookup(BACKBONES, entry.name, f"grid.backbones[{i}]", errors):
             backbones.append(entry)
-    methods = _parse_methods(grid_raw.get("methods", []), errors)
     grid_m = coerce(_as_list(grid_raw.get("M", [4])), tuple[int, ...], "grid.M", errors)
+    methods = _parse_methods(
+        expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m), errors
+    )
     seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
 
     for me in methods:
@@ -381,9 +275,7 @@ def parse_suite(data: dict[str, Any], origins: Origins, source: Path) -> Suite:
                     errors.extend(
                         f"{where}: {p}"
                         for p in spec.check(
-                            spec.hparams(
-                                **{k: tuple(v) if isinstance(v, list) else v for k, v in hp.items()}
-                            ),
+                            spec.hparams(**hparams_values(hp)),
                             m,
                         )
                     )

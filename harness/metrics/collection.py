@@ -22,6 +22,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
+# The top-level keys of EnsembleMetrics.compute besides "members": one list, defined with the
+# record format, so the engine writes exactly what the reporter reads.
+from harness.contract.record import ENSEMBLE_METRIC_KEYS
 from harness.metrics.calibration import N_BINS, CalibrationAccumulator
 from harness.metrics.classification import NLL_EPS, ClassificationAccumulator, as_ensemble
 from harness.metrics.diversity import DiversityAccumulator
@@ -35,8 +38,6 @@ __all__ = [
     "OODScores",
 ]
 
-#: Top-level keys of :meth:`EnsembleMetrics.compute` besides ``"members"``, in order.
-ENSEMBLE_METRIC_KEYS = ("acc", "nll", "brier", "ece", "aece", "aurc", "disagreement", "mi", "kl")
 #: Keys of ``compute()["members"]``; each maps to a list of M floats.
 MEMBER_METRIC_KEYS = ("acc", "nll", "brier", "ece")
 

@@ -62,20 +62,10 @@ from torchmetrics import Metric
 from torchmetrics.functional.classification import binary_auroc, binary_average_precision
 from torchmetrics.utilities.data import dim_zero_cat
 
+# How OOD metrics are to be read: one text, defined with the record format and stored in it.
+from harness.contract.record import OOD_CONVENTION as OOD_CONVENTION
 from harness.metrics.classification import as_ensemble, ensemble_mean
 from harness.metrics.diversity import _mutual_information_per_sample
-
-#: How OOD metrics are to be read; stored in every result record and shown in reports.
-OOD_CONVENTION = (
-    "scores are higher for more in-distribution samples (msp = max p̄, entropy = −H(p̄), "
-    "mi = −(H(p̄) − mean_m H(p_m)), p̄ = mean of member probabilities); "
-    "auroc = P(score_ID > score_OOD) + ½P(tie); aupr_in = average precision (step-wise, as "
-    "scikit-learn) with ID positive; aupr_out = average precision with OOD positive on negated "
-    "scores; fpr95 = OpenOOD/torch-uncertainty convention, OOD positive: fraction of ID samples "
-    "rejected (flagged OOD) at the threshold that flags ≥ 95% of OOD samples; fpr95_id = "
-    "Hendrycks & Gimpel convention, ID positive: fraction of OOD samples accepted at the "
-    "threshold that keeps ≥ 95% of ID samples; both lower is better, tie-aware thresholds."
-)
 
 #: Keys of the dict returned by :func:`ood_metrics`, in order.
 OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95", "fpr95_id")

@@ -1,0 +1,73 @@
+"""The contract layer: the types and formats every other layer agrees on.
+
+Configuration (:class:`Recipe`, :class:`Evaluation`, :class:`Cell` with its id and JSON form), the
+result record (construction, keys, metric names, conventions, label), and the results folder's
+manifest. It imports only the standard library — never torch, never the rest of the project — so
+the YAML parser produces it, and the engine, the executors and the reporter all consume it
+(``tests/test_import_graph.py`` holds every layer to that).
+"""
+
+from harness.contract.build import build_dataclass, closest, field_doc
+from harness.contract.config import (
+    BackboneEntry,
+    Cell,
+    Evaluation,
+    MethodEntry,
+    Recipe,
+    cell_label,
+    expand_values,
+    format_hparams,
+    hparam_defaults,
+    hparams_json,
+    hparams_values,
+    shown_hparams,
+)
+from harness.contract.manifest import SUITE_FILE, build_manifest, expected_cells, read_manifest
+from harness.contract.record import (
+    CONVENTIONS,
+    ENSEMBLE_METRIC_KEYS,
+    OOD_CONVENTION,
+    RECORD_FILE,
+    SCHEMA_VERSION,
+    RecordError,
+    identity,
+    iter_records,
+    label_of,
+    new_record,
+    read_record,
+    validate_record,
+)
+
+__all__ = [
+    "CONVENTIONS",
+    "ENSEMBLE_METRIC_KEYS",
+    "OOD_CONVENTION",
+    "RECORD_FILE",
+    "SCHEMA_VERSION",
+    "SUITE_FILE",
+    "BackboneEntry",
+    "Cell",
+    "Evaluation",
+    "MethodEntry",
+    "Recipe",
+    "RecordError",
+    "build_dataclass",
+    "build_manifest",
+    "cell_label",
+    "closest",
+    "expand_values",
+    "expected_cells",
+    "field_doc",
+    "format_hparams",
+    "hparam_defaults",
+    "hparams_json",
+    "hparams_values",
+    "identity",
+    "iter_records",
+    "label_of",
+    "new_record",
+    "read_manifest",
+    "read_record",
+    "shown_hparams",
+    "validate_record",
+]

@@ -1,0 +1,259 @@
+"""The configuration types every layer shares: training recipe, evaluation, grid entries, cell.
+
+A :class:`Cell` is one resolved configuration — the unit of training, scheduling and result
+records — identified by a hash of its training-relevant content (:attr:`Cell.cell_id`). The YAML
+parser (``harness.suite``) produces these types; the engine, the executors and the reporter
+consume them. Standard library only: reading a cell back from JSON never imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from harness.contract.build import build_dataclass
+
+__all__ = [
+    "BackboneEntry",
+    "Cell",
+    "Evaluation",
+    "MethodEntry",
+    "Recipe",
+    "cell_label",
+    "expand_values",
+    "format_hparams",
+    "hparam_defaults",
+    "hparams_json",
+    "hparams_values",
+    "jsonable",
+    "shown_hparams",
+]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Training recipe shared by every cell of a suite (fair comparison: same for all methods)."""
+
+    epochs: int = field(default=20, metadata={"ge": 0, "help": "training epochs"})
+    batch_size: int = field(default=64, metadata={"ge": 1, "help": "images per step (B)"})
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    lr: float = field(default=0.05, metadata={"gt": 0})
+    momentum: float = field(default=0.9, metadata={"ge": 0, "lt": 1})
+    nesterov: bool = False
+    weight_decay: float = field(default=5e-4, metadata={"ge": 0})
+    schedule: Literal["cosine", "multistep", "constant"] = "cosine"
+    milestones: tuple[int, ...] = field(
+        default=(), metadata={"ge": 1, "help": "epochs of lr decay (multistep)"}
+    )
+    lr_decay: float = field(default=0.2, metadata={"gt": 0, "help": "multistep factor"})
+    warmup_epochs: int = field(default=0, metadata={"ge": 0})
+    augment: Literal["default", "none", "crop_flip"] = field(
+        default="default", metadata={"help": "default: the dataset's standard augmentation"}
+    )
+    label_smoothing: float = field(default=0.0, metadata={"ge": 0, "lt": 1})
+    grad_clip: float | None = field(default=None, metadata={"gt": 0})
+    amp: bool = field(default=True, metadata={"help": "bf16 autocast on GPU"})
+    channels_last: bool = field(default=True, metadata={"help": "channels_last on GPU"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    eval_batch_size: int = field(default=512, metadata={"ge": 1})
+    max_loss: float = field(
+        default=1e4,
+        metadata={"gt": 0, "help": "a loss above this (or non-finite) marks the cell failed"},
+    )
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What to evaluate after training. Not part of the cell id: adding an OOD set or a
+    corruption re-evaluates finished cells (``harness evaluate``) instead of retraining them."""
+
+    corruptions: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "corruption names, or [all] for every one that applies to the dataset"},
+    )
+    severities: tuple[int, ...] = field(default=(1, 2, 3, 4, 5), metadata={"ge": 1, "le": 5})
+    ood: tuple[str, ...] = field(default=(), metadata={"help": "OOD dataset names"})
+    cost: bool = field(default=True, metadata={"help": "measure params, FLOPs, throughput"})
+    cost_steps: int = field(default=5, metadata={"ge": 1, "help": "timed steps after warm-up"})
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """One method of the grid with the values to sweep (each hparam value list → product)."""
+
+    name: str
+    M: tuple[int, ...] | None = None
+    hparams: dict[str, Any] = field(default_factory=dict)
+    recipe: dict[str, Any] = field(default_factory=dict)  # this method's recipe deltas
+
+
+@dataclass(frozen=True)
+class BackboneEntry:
+    """One backbone of the grid with its constructor keyword arguments."""
+
+    name: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def jsonable(obj: Any) -> Any:
+    """Tuples → lists, recursively: the JSON form of a dataclass's ``asdict``."""
+    if isinstance(obj, tuple | list):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    return obj
+
+
+def hparams_json(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """Hyper-parameters as stored in a cell (tuples → lists, so they hash and print as JSON)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in hparams.items()}
+
+
+def hparams_values(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """Hyper-parameters as a method's frozen dataclass takes them (lists → tuples).
+
+    The inverse of :func:`hparams_json`; the one place the list → tuple conversion is written.
+    """
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in hparams.items()}
+
+
+def hparam_defaults(hparams_cls: type) -> dict[str, Any]:
+    """Every field of a method's hyper-parameter dataclass that has a default, in JSON form."""
+    return hparams_json(
+        {
+            f.name: f.default
+            for f in dataclasses.fields(hparams_cls)
+            if f.default is not dataclasses.MISSING
+        }
+    )
+
+
+def expand_values(defaults: Mapping[str, Any], values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Product of swept values (a list is a sweep, a scalar one value), completed with defaults."""
+    keys = sorted(values)
+    lists = [v if isinstance(v, list | tuple) else [v] for v in (values[k] for k in keys)]
+    return [
+        hparams_json({**defaults, **dict(zip(keys, combo))}) for combo in itertools.product(*lists)
+    ]
+
+
+def shown_hparams(hparams: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters that differ from the method's defaults (sorted by name)."""
+    return {
+        k: hparams[k] for k in sorted(hparams) if k not in defaults or defaults[k] != hparams[k]
+    }
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One resolved configuration: the unit of training, scheduling and result records.
+
+    ``defaults`` (the method's hyper-parameter defaults when the cell was made) only shortens the
+    human label; it is not part of the configuration or the id.
+    """
+
+    suite: str
+    dataset: str
+    backbone: str
+    backbone_kwargs: dict[str, Any]
+    method: str
+    M: int
+    hparams: dict[str, Any]
+    seed: int
+    recipe: Recipe
+    evaluation: Evaluation
+    defaults: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def config(self) -> dict[str, Any]:
+        """The training-relevant configuration; its hash is the cell id."""
+        return {
+            "dataset": self.dataset,
+            "backbone": self.backbone,
+            "backbone_kwargs": dict(sorted(self.backbone_kwargs.items())),
+            "method": self.method,
+            "M": self.M,
+            "hparams": dict(sorted(self.hparams.items())),
+            "seed": self.seed,
+            "recipe": jsonable(dataclasses.asdict(self.recipe)),
+        }
+
+    @property
+    def cell_id(self) -> str:
+        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`config`."""
+        blob = json.dumps(self.config(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def shown_hparams(self) -> dict[str, Any]:
+        """The hyper-parameters that differ from the method's defaults."""
+        return shown_hparams(self.hparams, self.defaults)
+
+    @property
+    def label(self) -> str:
+        """Short human-readable name: hyper-parameters at their defaults are left out."""
+        return cell_label(self.config(), self.shown_hparams())
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything needed to rebuild the cell in another process (Slurm tasks, workers)."""
+        return {
+            "suite": self.suite,
+            **self.config(),
+            "evaluation": jsonable(dataclasses.asdict(self.evaluation)),
+            "hparam_defaults": dict(sorted(self.defaults.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Cell:
+        """Rebuild a cell from :meth:`to_json` (or a ``cell.json`` written before defaults were
+        stored). Recipe and evaluation go through the same validating builder as the YAML.
+
+        Raises:
+            ValueError: naming every invalid recipe or evaluation entry.
+        """
+        errors: list[str] = []
+        recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
+        evaluation = build_dataclass(Evaluation, data.get("evaluation"), "evaluation", errors)
+        if errors:
+            raise ValueError("invalid cell JSON: " + "; ".join(errors))
+        return cls(
+            data["suite"],
+            data["dataset"],
+            data["backbone"],
+            dict(data["backbone_kwargs"]),
+            data["method"],
+            data["M"],
+            dict(data["hparams"]),
+            data["seed"],
+            recipe,
+            evaluation,
+            dict(data.get("hparam_defaults") or {}),
+        )
+
+
+def format_value(value: Any) -> str:
+    """One hyper-parameter value for labels and tables (floats in their shortest exact form, so
+    two different values never print the same)."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str | int | bool):
+        return str(value)
+    return json.dumps(value, sort_keys=True)
+
+
+def format_hparams(shown: Mapping[str, Any], sep: str = ", ") -> str:
+    """``lam=0.1, tau=0.5``: sorted, order-independent, one-to-one for a given method."""
+    return sep.join(f"{k}={format_value(shown[k])}" for k in sorted(shown))
+
+
+def cell_label(config: Mapping[str, Any], shown: Mapping[str, Any]) -> str:
+    """``dataset/backbone/method(M=4,tau=0.5)/seed0``: the label logs and records carry."""
+    hp = format_hparams(shown, sep=",")
+    return (
+        f"{config.get('dataset')}/{config.get('backbone')}/{config.get('method')}"
+        f"(M={config.get('M')}{',' + hp if hp else ''})/seed{config.get('seed')}"
+    )
