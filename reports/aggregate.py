@@ -13,10 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +43,15 @@ from reports.columns import (  # noqa: F401
     m_text,
     ood_sets,
 )
-from reports.summary import aggregate, metric_columns  # noqa: F401
+from reports.provenance import conventions as _conventions
+from reports.provenance import provenance as _provenance
+from reports.record_extras import extra_columns
+from reports.summary import (  # noqa: F401 (metric_columns: re-exported)
+    MCE_BASELINE,
+    aggregate,
+    metric_columns,
+    relative_corruption_error,
+)
 
 _CONFIG_IDENTITY = ("dataset", "backbone", "method", "M", "hparams", "seed")
 
@@ -181,6 +187,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     row["k_eff"] = _num(last.get("k_eff"))  # σN-Ens's sharing diagnostics, last epoch
     row["importance_mean"] = _num(last.get("importance"))
     row["l_div"] = _num(last.get("l_div"))
+    row.update(extra_columns(rec))  # per corruption, near/far OOD, cost conditions
     error = rec.get("error") or {}
     row["error_type"] = str(error.get("type", "")) if error else ""
     row["error_message"] = str(error.get("message", "")) if error else ""
@@ -222,6 +229,14 @@ class Results:
     conventions: dict[str, list[str]]
     source: str = ""
     suites: list[str] = field(default_factory=list)
+    mce_baseline: str | None = MCE_BASELINE  # the method the mCE column is relative to
+
+    def with_mce_baseline(self, baseline: str | None) -> Results:
+        """These results with the mCE recomputed against ``baseline`` (None: no mCE column)."""
+        cells = relative_corruption_error(self.cells, baseline)
+        return dataclasses.replace(
+            self, cells=cells, summary=aggregate(cells), mce_baseline=baseline
+        )
 
     @property
     def n_done(self) -> int:
@@ -294,33 +309,6 @@ def missing_cells(
     return out
 
 
-def _provenance(records: list[Mapping[str, Any]]) -> dict[str, list[str]]:
-    def counted(values: Iterable[Any]) -> list[str]:
-        counts = Counter(str(v) for v in values if v not in (None, ""))
-        return [f"{v} ({n} cells)" if len(counts) > 1 else v for v, n in counts.most_common()]
-
-    envs = [r.get("environment") or {} for r in records]
-    keys = ["git_commit", "python", "torch", "torch_uncertainty", "platform", "device", "cpu"]
-    keys += [*sorted({k for e in envs for k in e} - {*keys, "hostname"}), "hostname"]
-    out = {"suite": counted(r.get("suite") for r in records)}
-    out.update({k: counted(e.get(k) for e in envs) for k in keys})
-    started = [str(r["started_at"]) for r in records if r.get("started_at")]
-    finished = [str(r["finished_at"]) for r in records if r.get("finished_at")]
-    if started and finished:
-        out["runs"] = [f"{min(started)} → {max(finished)}"]
-    out["report generated"] = [datetime.now(timezone.utc).isoformat(timespec="seconds")]
-    return {k: v for k, v in out.items() if v}
-
-
-def _conventions(records: list[Mapping[str, Any]]) -> dict[str, list[str]]:
-    out: dict[str, dict[str, None]] = {}
-    for r in records:
-        for k, v in (r.get("conventions") or {}).items():
-            text = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
-            out.setdefault(str(k), {})[text] = None
-    return {k: list(v) for k, v in out.items()}
-
-
 def from_records(
     records: Iterable[Mapping[str, Any]],
     expected: Iterable[Any] | None = None,
@@ -330,7 +318,7 @@ def from_records(
     """:class:`Results` from records already read (each must validate)."""
     records = list(records)
     problems = list(problems)
-    cells = records_to_frame(records)
+    cells = relative_corruption_error(records_to_frame(records), MCE_BASELINE)
     for r in records:
         if r.get("status") == "failed":
             err = r.get("error") or {}

@@ -31,13 +31,17 @@ DIRECTIONS: dict[str, Direction] = {
     **dict.fromkeys(("val_nll", "val_ece"), "lower"),
     **dict.fromkeys(("params", "params_trainable", "params_overhead", "flops"), "lower"),
     **dict.fromkeys(("train_mem_mib", "eval_mem_mib"), "lower"),
-    **dict.fromkeys(("train_time_s", "epoch_time_s", "total_time_s"), "lower"),
+    **dict.fromkeys(("train_time_s", "epoch_time_s", "total_time_s", "train_device_h"), "lower"),
+    "mCE": "lower",  # corruption error relative to a baseline (Hendrycks & Dietterich 2019)
 }
 
 
 def base_metric(column: str) -> str:
-    """The metric name a column measures: ``ood/<set>/<score>/auroc`` → ``auroc``."""
-    if column.startswith("ood/"):
+    """The metric name a column measures: ``ood/<set>/<score>/auroc`` → ``auroc``.
+
+    Every slash-separated key ends with its metric: ``ood_near/msp/auroc``, ``corr/fog/acc``.
+    """
+    if "/" in column:
         return column.rsplit("/", 1)[-1]
     if column.startswith("sev") and "_" in column:
         return column.split("_", 1)[1]
@@ -51,12 +55,17 @@ def direction(column: str) -> Direction | None:
 
 @dataclass(frozen=True)
 class Column:
-    """A leaderboard column: key in the frames, header label, header group, number format."""
+    """A leaderboard column: key in the frames, header label, header group, number format.
+
+    ``hidden``: left out of the page's default view (the column picker shows it) and of the
+    Markdown/LaTeX tables unless asked for; it crowds the table more than most readers need.
+    """
 
     key: str
     label: str
     group: str
     kind: str  # "pct" (fraction shown ×100), "f3", "f2", "count" (11.2M), "int"
+    hidden: bool = False
 
     @property
     def better(self) -> Direction | None:
@@ -68,26 +77,40 @@ QUALITY = (
     Column("nll", "NLL", "Quality", "f3"),
     Column("ece", "ECE (%)", "Quality", "pct"),
     Column("brier", "Brier", "Quality", "f3"),
-    Column("aece", "aECE (%)", "Quality", "pct"),
+    Column("aece", "aECE (%)", "Quality", "pct", hidden=True),
+    Column("aurc", "AURC (%)", "Quality", "pct"),
 )
 COST = (
     Column("params", "Params", "Cost", "count"),
     Column("flops", "FLOPs/img", "Cost", "count"),
-    Column("train_ips", "Train img/s", "Cost", "int"),
+    Column("train_ips", "Train img/s", "Cost", "int", hidden=True),
     Column("eval_ips", "Eval img/s", "Cost", "int"),
-    Column("train_mem_mib", "Train mem MiB", "Cost", "int"),
-    Column("eval_mem_mib", "Eval mem MiB", "Cost", "int"),
+    Column("train_mem_mib", "Train mem MiB", "Cost", "int", hidden=True),
+    Column("eval_mem_mib", "Eval mem MiB", "Cost", "int", hidden=True),
+    Column("train_device_h", "Train device-h", "Cost", "f3"),
 )
+THROUGHPUT = ("train_ips", "eval_ips")  # measured while running: greyed when the device was shared
 CORRUPTION = (
     Column("cAcc", "cAcc (%)", "Corruption", "pct"),
     Column("cNLL", "cNLL", "Corruption", "f3"),
     Column("cECE", "cECE (%)", "Corruption", "pct"),
+    Column("mCE", "mCE (%)", "Corruption", "pct"),
 )
 DIVERSITY = (
-    Column("disagreement", "Disagr. (%)", "Diversity", "pct"),
-    Column("mi", "MI", "Diversity", "f3"),
-    Column("k_eff", "k_eff", "Diversity", "f2"),
+    Column("disagreement", "Disagr. (%)", "Diversity", "pct", hidden=True),
+    Column("mi", "MI", "Diversity", "f3", hidden=True),
+    Column("k_eff", "k_eff", "Diversity", "f2", hidden=True),
 )
+OOD_SCORES = {"msp": "MSP", "entropy": "entropy", "mi": "MI"}
+OOD_METRICS = {
+    "auroc": "AUROC",
+    "aupr_in": "AUPR-In",
+    "aupr_out": "AUPR-Out",
+    "fpr95": "FPR95",
+    "fpr95_id": "FPR95-ID",
+}
+OOD_SHOWN = {("msp", "auroc"), ("msp", "fpr95")}  # the rest waits in the column picker
+OOD_GROUPS = {"ood_near": "near", "ood_far": "far"}  # near-/far-OOD means (reports.ood_groups)
 
 
 def ood_sets(frame: pd.DataFrame) -> list[str]:
@@ -99,16 +122,56 @@ def ood_sets(frame: pd.DataFrame) -> list[str]:
     return list(seen)
 
 
-def leaderboard_columns(summary: pd.DataFrame, score: str = "msp") -> list[Column]:
-    """Metric columns shown on the leaderboard, quality then cost, in order; all-empty dropped."""
-    ood = [
-        Column(f"ood/{s}/{score}/{m}", f"{label} {s}", "OOD", "pct")
-        for s in ood_sets(summary)
-        for m, label in (("auroc", "AUROC"), ("fpr95", "FPR95"))
+def ood_columns(summary: pd.DataFrame) -> list[Column]:
+    """Near/far means, then each OOD set: every score × metric (MSP AUROC/FPR95 shown)."""
+    out = [
+        Column(
+            f"{prefix}/{score}/{m}",
+            f"{mlabel} {kind} ({slabel})",
+            "OOD",
+            "pct",
+            hidden=(score, m) not in OOD_SHOWN,
+        )
+        for prefix, kind in OOD_GROUPS.items()
+        for score, slabel in OOD_SCORES.items()
+        for m, mlabel in OOD_METRICS.items()
     ]
-    cols = [*QUALITY, *COST, *CORRUPTION, *ood, *DIVERSITY]
+    out += [
+        Column(
+            f"ood/{s}/{score}/{m}",
+            f"{mlabel} {s} ({slabel})",
+            "OOD",
+            "pct",
+            hidden=(score, m) not in OOD_SHOWN,
+        )
+        for s in ood_sets(summary)
+        for score, slabel in OOD_SCORES.items()
+        for m, mlabel in OOD_METRICS.items()
+    ]
+    return out
+
+
+def corruption_names(frame: pd.DataFrame) -> list[str]:
+    """Corruption names with per-corruption columns (``corr/<name>/acc``), in first-seen order."""
+    seen: dict[str, None] = {}
+    for c in frame.columns:
+        if c.startswith("corr/"):
+            seen[c.split("/")[1]] = None
+    return list(seen)
+
+
+def leaderboard_columns(summary: pd.DataFrame, *, hidden: bool = True) -> list[Column]:
+    """Metric columns of the leaderboard, grouped, in order; all-empty ones dropped.
+
+    ``hidden=False`` leaves out the columns hidden by default (Markdown, LaTeX, terminal).
+    """
+    cols = [*QUALITY, *COST, *CORRUPTION, *ood_columns(summary), *DIVERSITY]
     return [
-        c for c in cols if f"{c.key}_mean" in summary and summary[f"{c.key}_mean"].notna().any()
+        c
+        for c in cols
+        if f"{c.key}_mean" in summary
+        and summary[f"{c.key}_mean"].notna().any()
+        and (hidden or not c.hidden)
     ]
 
 

@@ -3,20 +3,30 @@
 ``aggregate`` groups done cells by (dataset, backbone, method, M, hparams, variant) and gives, per
 metric, ``<col>_mean``, ``<col>_std`` (sample std, ddof=1; NaN when fewer than two values) and
 ``<col>_n`` (the number of finite values, so a diverged seed shows as a smaller n, never as a
-silently better mean).
+silently better mean) and ``<col>_ci`` (the half-width of the 95% t-interval of the mean,
+t_{n-1,0.975}·std/√n: the alternative view to ± std; NaN below two values).
+
+``relative_corruption_error`` adds the mCE column (Hendrycks & Dietterich 2019) to the cell frame.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from reports.columns import GROUP_KEYS, ID_COLUMNS, TEXT_COLUMNS
+from reports.record_extras import TEXT as CONDITION_TEXT
+
+CI_LEVEL = 0.95
+MCE_BASELINE = "single"  # the default mCE baseline: one plain network, as in the paper
 
 
 def metric_columns(cells: pd.DataFrame) -> list[str]:
     """The numeric measurement columns of a cell frame (not identity, text or hparams)."""
-    skip = set(ID_COLUMNS) | set(TEXT_COLUMNS)
+    skip = set(ID_COLUMNS) | set(TEXT_COLUMNS) | set(CONDITION_TEXT)
     return [
         c
         for c in cells.columns
@@ -29,6 +39,8 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
 
     Non-finite values (a diverged seed) are left out of mean and std and counted in
     ``n_nonfinite``; ``n`` is the number of done cells, ``n_failed`` the failed ones of the group.
+    ``<col>_ci`` is the 95% t-interval half-width; the text columns of
+    :mod:`reports.record_extras` (device, precision, corruption list) are joined per group.
     """
     keys = list(GROUP_KEYS)
     metrics = metric_columns(cells)
@@ -40,7 +52,10 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
     values = values.where(np.isfinite(values))
     grouped = values.groupby([done[k] for k in keys], dropna=False, sort=True)
     parts = {"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}
-    stats = pd.DataFrame({f"{c}_{s}": parts[s][c] for c in metrics for s in ("mean", "std", "n")})
+    parts["ci"] = parts["std"] * t_factor(parts["n"])
+    stats = pd.DataFrame(
+        {f"{c}_{s}": parts[s][c] for c in metrics for s in ("mean", "std", "n", "ci")}
+    )
     by_key = done.groupby(keys, dropna=False, sort=True)
     failed = cells[cells["status"] == "failed"].groupby(keys, dropna=False).size()
     front = pd.DataFrame(
@@ -51,6 +66,59 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
             "seeds": by_key["seed"].agg(lambda s: ", ".join(str(x) for x in sorted(s))),
         }
     )
+    for c in CONDITION_TEXT:
+        if c in done:
+            front[c] = by_key[c].agg(lambda s: "; ".join(sorted({str(x) for x in s if x})))
     hp = [c for c in cells.columns if c.startswith("hp_")]
     stats = pd.concat([front, stats, *([by_key[hp].first()] if hp else [])], axis=1)
     return stats.reset_index()
+
+
+def t_factor(n: pd.DataFrame | np.ndarray, level: float = CI_LEVEL) -> pd.DataFrame | np.ndarray:
+    """t_{n-1,(1+level)/2}/√n for each count (NaN below 2): std × this = the interval half-width."""
+    n_arr = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = scipy_stats.t.ppf((1 + level) / 2, np.maximum(n_arr - 1, 1))
+        f = np.where(n_arr >= 2, t / np.sqrt(n_arr), np.nan)
+    return pd.DataFrame(f, index=n.index, columns=n.columns) if isinstance(n, pd.DataFrame) else f
+
+
+def relative_corruption_error(
+    cells: pd.DataFrame, baseline: str | None = MCE_BASELINE
+) -> pd.DataFrame:
+    """``cells`` with an ``mCE`` column: each cell's corruption error relative to ``baseline``.
+
+    Hendrycks & Dietterich (ICLR 2019, §3): CE_c = Σ_s E_{c,s} / Σ_s E_{c,s}^baseline and mCE =
+    the mean of CE_c over corruptions c. Here E = 1 − accuracy; per corruption, the cell's mean
+    error over its severities (``corr/<c>/acc``) is divided by the baseline's, the baseline being
+    the done cells of method ``baseline`` on the same dataset, backbone and variant, averaged over
+    their seeds (and over its configurations when it has several, e.g. M=1 only for ``single``).
+    Only the corruptions in the cell's ``mce_over`` (its benchmark corruptions) that the baseline
+    also has count. Cells without a baseline, or without per-corruption results, get NaN; so does
+    the whole column when ``baseline`` is None. The baseline's own cells get their ratio to
+    the baseline mean (about 1 = 100%).
+    """
+    out = cells.copy()
+    out["mCE"] = math.nan
+    names = [c.split("/")[1] for c in cells.columns if c.startswith("corr/") and c.endswith("/acc")]
+    if baseline is None or not names or "method" not in cells:
+        return out
+    done = cells["status"] == "done" if "status" in cells else pd.Series(True, index=cells.index)
+    err = 1 - cells[[f"corr/{n}/acc" for n in names]].astype(float)
+    err.columns = names
+    keys = ["dataset", "backbone", "variant"]
+    base = (
+        err[done & (cells["method"] == baseline)]
+        .groupby([cells[k] for k in keys], dropna=False)
+        .mean()
+    )
+    for idx in cells.index[done]:
+        key = tuple(cells.loc[idx, k] for k in keys)
+        if key not in base.index:
+            continue
+        over = [c for c in str(cells.loc[idx].get("mce_over", "") or "").split(", ") if c]
+        ratio = err.loc[idx, over or names] / base.loc[key, over or names]
+        ratio = ratio[np.isfinite(ratio)]
+        if len(ratio):
+            out.loc[idx, "mCE"] = float(ratio.mean())
+    return out
