@@ -22,6 +22,7 @@ from harness.contract.record import (
     read_record,
     validate_record,
 )
+from harness.safe_files import fault_hook, honour_umask
 
 # The schema (keys, versions, validation) and reading are defined once, in the contract layer,
 # so the reporter reads records without importing the engine; re-exported for the engine.
@@ -40,14 +41,19 @@ __all__ = [
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see either the old or the new file, whole."""
+    """Write ``text`` to ``path`` so that readers see either the old or the new file, whole.
+
+    The file gets the same mode as one made by a plain ``open(path, "w")`` (umask honoured).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
+            fault_hook(path, f)
             os.fsync(f.fileno())
+        honour_umask(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -2,9 +2,17 @@
 
 Each cell lives in ``<results>/<cell_id>/``: ``cell.json`` (the resolved config), ``checkpoint.pt``
 (training state after the last finished epoch, written atomically), ``final.pt`` (final weights,
-for ``harness evaluate``), ``record.json`` (the result, written last and atomically). A finished
-cell is skipped; an interrupted one resumes from its checkpoint; a cell that raises or diverges
-gets a ``failed`` record with the reason, and the grid goes on.
+for ``harness evaluate``), ``trained.json`` (history, written after ``final.pt``: training is
+over), ``record.json`` (the result, written last and atomically), ``events.jsonl`` (who trained,
+resumed, evaluated, when) and, while a process works on it, ``lease.json`` (harness.lease).
+
+A finished cell is skipped; a cell leased by another live process is skipped and reported. A cell
+that raises or diverges gets a ``failed`` record with the reason and the phase (setup, train,
+evaluate), and the grid goes on. Nothing trained is thrown away on a retry: a failure after
+training (evaluation, cost, record) re-evaluates ``final.pt`` without training; a failure or kill
+during training resumes from the last epoch checkpoint, unless the cause was divergence (resuming
+would diverge again); ``force`` redoes everything. Every file is written atomically with the
+mode a plain ``open()`` gives; weights are loaded without running code (harness.checkpoint).
 """
 
 from __future__ import annotations
@@ -23,18 +31,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.checkpoint import load_weights, log_event, rng_state, save_atomic, set_rng_state
 from harness.contract import CONVENTIONS, Cell, hparams_values, new_record
 from harness.cost import flops_per_image, parameter_counts, throughput
 from harness.data.base import DataMissingError, DatasetSpec, ImageSet, default_data_root
 from harness.data.loader import DeviceLoader
 from harness.environment import environment
 from harness.evaluate import evaluate_all, evaluate_split
+from harness.lease import LeaseHeld, acquire
 from harness.records import atomic_write_text, read_record, write_record
 from harness.registries import DATASETS, METHODS, method_defaults
-from harness.train import make_optimizer, make_scheduler, train_epoch
+from harness.train import DivergenceError, make_optimizer, make_scheduler, train_epoch
 from methods.base import BuildContext, EnsembleModel
 
 log = logging.getLogger("harness")
+
+TRAINED_FILE = "trained.json"  # written after final.pt: training is over, evaluation may retry
 
 __all__ = ["CONVENTIONS", "run_cell"]  # CONVENTIONS: one copy, in harness.contract.record
 
@@ -75,9 +87,7 @@ def build_model(
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
+    save_atomic(obj, path)  # unique temp name, fsync, umask-honouring mode
 
 
 def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, ImageSet]]:
@@ -88,8 +98,9 @@ def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Image
 
 def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
     """A plain backbone's state dict from a harness ``final.pt``/``checkpoint.pt`` of a `single`
-    cell (keys prefixed ``net.``) or from any state dict the backbone accepts."""
-    state = torch.load(Path(path).expanduser(), map_location="cpu", weights_only=False)
+    cell (keys prefixed ``net.``) or from any state dict the backbone accepts. Loaded without
+    running code from the file: one that needs full unpickling raises ``UnsafeWeightsError``."""
+    state = load_weights(path, map_location="cpu")
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]
     if isinstance(state, dict) and "state_dict" in state:
@@ -158,6 +169,7 @@ def train_loader(
         seed=cell.seed,
         drop_last=len(train) >= 2 * recipe.batch_size,
         channels_last=recipe.channels_last and device.type == "cuda",
+        # M batches per step for methods whose members train on independent data.
     )
 
 
@@ -182,14 +194,18 @@ def train_cell(
     start_epoch, train_s = 0, 0.0
     ckpt_path = cell_dir / "checkpoint.pt"
     if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        ckpt = load_weights(ckpt_path, map_location=device)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
         history, diagnostics = ckpt["history"], ckpt["diagnostics"]
         start_epoch, train_s = ckpt["epoch"] + 1, ckpt["train_s"]
-        torch.set_rng_state(ckpt["rng_cpu"])
+        if "rng" in ckpt:
+            set_rng_state(ckpt["rng"])
+        else:  # a checkpoint written before every random state was saved: CPU only
+            torch.set_rng_state(ckpt["rng_cpu"].cpu())
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
+    log_event(cell_dir, "train", from_epoch=start_epoch)
     bar = tqdm(
         total=recipe.epochs * len(loader),
         initial=start_epoch * len(loader),
@@ -231,7 +247,7 @@ def train_cell(
                 "history": history,
                 "diagnostics": diagnostics,
                 "train_s": train_s,
-                "rng_cpu": torch.get_rng_state(),
+                "rng": rng_state(),  # CPU, CUDA, NumPy, Python: resume is bit-identical
             },
             ckpt_path,
         )
@@ -259,21 +275,47 @@ def run_cell(
             ``cost.shared_device``: throughput measured under contention).
 
     Returns:
-        The result record (also written to ``<results_dir>/<cell_id>/record.json``).
+        The result record (also written to ``<results_dir>/<cell_id>/record.json``), or, when
+        another live process holds the cell's lease, ``{"cell_id", "status": "leased", "lease":
+        owner}`` (nothing written: the cell is that process's).
     """
     data_root = default_data_root(data_root)
     cell_dir = Path(results_dir) / cell.cell_id
     existing = read_record(cell_dir)
     if existing and existing["status"] == "done" and not force:
         return existing
+    try:
+        lease = acquire(cell_dir)
+    except LeaseHeld as exc:
+        log.warning("cell %s skipped: %s", cell.label, exc)
+        return {"cell_id": cell.cell_id, "status": "leased", "lease": exc.owner}
+    try:
+        return _run_leased(cell, cell_dir, data_root, force, progress, shared_device)
+    finally:
+        lease.release()
+
+
+def _run_leased(
+    cell: Cell,
+    cell_dir: Path,
+    data_root: Path,
+    force: bool,
+    progress: bool,
+    shared_device: bool,
+) -> dict[str, Any]:
+    """:func:`run_cell`'s work, done while holding the cell's lease."""
+    existing = read_record(cell_dir)  # again, under the lease: another run may just have finished
+    if existing and existing["status"] == "done" and not force:
+        return existing
     if force:
-        for name in ("checkpoint.pt", "final.pt", "record.json"):
+        for name in ("checkpoint.pt", "final.pt", TRAINED_FILE, "record.json"):
             (cell_dir / name).unlink(missing_ok=True)
         shutil.rmtree(cell_dir / "pretrain", ignore_errors=True)
-    elif existing:  # a failed cell is retried from scratch
+    elif existing:  # a failed cell: keep what its training produced (final.pt, checkpoint.pt)
         (cell_dir / "record.json").unlink(missing_ok=True)
-        (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
-    cell_dir.mkdir(parents=True, exist_ok=True)
+        if (existing.get("error") or {}).get("type") == DivergenceError.__name__:
+            # Resuming would diverge again from the same state: that training starts over.
+            (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
     device = pick_device(cell.recipe.device)
     started, t0 = now(), time.perf_counter()
@@ -282,6 +324,7 @@ def run_cell(
     cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
     rec = new_record(cell, environment(device), started)
     rec["cost"] = run_conditions(cell, device, shared_device)
+    phase = "setup"  # setup → train → evaluate: the record says where a failure happened
     try:
         spec, splits = load_data(cell, data_root)
         pre = pretrained_state(cell, cell_dir, spec, splits, device, progress)
@@ -291,9 +334,13 @@ def run_cell(
             model.to(memory_format=torch.channels_last)
         if cell.recipe.compile:
             model.compile()  # in place: state_dict keys and the method's hooks stay as they are
-        history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device, progress)
+        phase = "train"
+        history, diag, train_s = trained_model(
+            cell, cell_dir, model, spec, splits, device, progress
+        )
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
-        _save_atomic(model.state_dict(), cell_dir / "final.pt")
+        phase = "evaluate"
+        seed_everything(cell.seed)  # evaluation draws (MC Dropout) do not depend on the path here
         t_eval = time.perf_counter()
         rec["metrics"] = evaluate_all(
             model, splits, spec, cell.evaluation, cell.recipe, device, data_root
@@ -311,14 +358,54 @@ def run_cell(
             "message": str(exc),
             "traceback": traceback.format_exc(limit=20)[-4000:],
             "data_missing": isinstance(exc, DataMissingError),
+            "phase": phase,
         }
+        log_event(cell_dir, "failed", phase=phase, error=type(exc).__name__)
         log.warning("cell %s failed: %s: %s", cell.label, type(exc).__name__, exc)
     rec["timings"]["total_s"] = time.perf_counter() - t0
     rec["finished_at"] = now()
     write_record(cell_dir, rec)
     if rec["status"] == "done":
+        log_event(cell_dir, "done")
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     return rec
+
+
+def trained_model(
+    cell: Cell,
+    cell_dir: Path,
+    model: EnsembleModel,
+    spec: DatasetSpec,
+    splits: dict[str, ImageSet],
+    device: torch.device,
+    progress: bool,
+) -> tuple[list[dict], list[dict], float]:
+    """Train the model, or, when an earlier attempt finished training (``final.pt`` and
+    ``trained.json`` exist: it failed or was killed later, in evaluation, cost or reporting),
+    load its weights so that only the evaluation is redone.
+
+    ``final.pt`` is written before ``trained.json``, both atomically: ``trained.json`` present
+    means the weights are whole.
+
+    Returns:
+        history, per-epoch diagnostics, training seconds (of the run that trained).
+    """
+    trained_path = cell_dir / TRAINED_FILE
+    if trained_path.exists() and (cell_dir / "final.pt").exists():
+        model.load_state_dict(load_weights(cell_dir / "final.pt", map_location=device))
+        # Schedules that depend on training progress (σN-Ens τ, λ) stand where training ended.
+        model.set_progress(cell.recipe.epochs - 1, cell.recipe.epochs)
+        done = json.loads(trained_path.read_text())
+        log_event(cell_dir, "evaluate_only")
+        return done["history"], done["diagnostics"], done["train_s"]
+    history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device, progress)
+    _save_atomic(model.state_dict(), cell_dir / "final.pt")
+    atomic_write_text(
+        trained_path,
+        json.dumps({"history": history, "diagnostics": diag, "train_s": train_s}) + "\n",
+    )
+    log_event(cell_dir, "trained")
+    return history, diag, train_s
 
 
 def run_conditions(cell: Cell, device: torch.device, shared_device: bool) -> dict[str, Any]:

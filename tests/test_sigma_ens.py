@@ -48,7 +48,7 @@ def test_conversion_of_trained_digits_model_reproduces_its_predictions(cells, tm
     assert rec["status"] == "done"
     spec, splits = load_data(single, tmp_path)
     trained, _ = build_model(single, spec)
-    trained.load_state_dict(torch.load(tmp_path / single.cell_id / "final.pt"))
+    trained.load_state_dict(torch.load(tmp_path / single.cell_id / "final.pt", weights_only=True))
     state = load_backbone_state(tmp_path / single.cell_id / "final.pt")
     sig = METHODS.get("sigma_ens")
     hp = sig.hparams(**expand_hparams(sig, {"tau": 0.5})[0])

@@ -1,0 +1,58 @@
+"""File-writing helpers shared by the atomic writers (records, checkpoints): the umask-honouring
+mode, and the fault-injection hook the crash-safety tests use. No torch: records import it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import IO
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (``/proc/self/status`` on Linux ≥ 4.7);
+    elsewhere set-and-restore, which is racy only against threads creating files meanwhile."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(path: str | Path) -> None:
+    """Give ``path`` the mode a plain ``open(path, "w")`` would: 0666 minus the umask.
+
+    ``mkstemp`` creates its files 0600 whatever the umask; renamed into place they would make
+    records private to their writer on a shared results folder.
+    """
+    os.chmod(path, 0o666 & ~current_umask())
+
+
+_fault_writes: dict[str, int] = {}
+
+
+def fault_hook(path: Path, f: IO) -> None:
+    """Fault injection for the crash-safety tests, inert unless its environment variables are set.
+
+    ``HARNESS_FAULT_WRITE_SLEEP_S``: sleep that long inside every atomic write, after the data is
+    in the temporary file and before it is renamed, so that an outside SIGKILL can land there.
+    ``HARNESS_FAULT_KILL_WRITE=NAME:N``: SIGKILL this process during its N-th atomic write of a
+    file called NAME, after truncating the temporary file to half (a torn write).
+    """
+    sleep_s = os.environ.get("HARNESS_FAULT_WRITE_SLEEP_S")
+    if sleep_s:
+        time.sleep(float(sleep_s))
+    target = os.environ.get("HARNESS_FAULT_KILL_WRITE")
+    if target:
+        name, _, nth = target.rpartition(":")
+        if name == path.name:
+            _fault_writes[name] = _fault_writes.get(name, 0) + 1
+            if _fault_writes[name] == int(nth):
+                f.truncate(max(f.tell() // 2, 1))
+                f.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
