@@ -1,7 +1,9 @@
 """``harness status``: where each cell of a suite stands.
 
-done / failed come from the result records; for cells without a record the Slurm state comes
-from ``sacct`` (``squeue`` forgets finished jobs, and submitit too reads sacct).
+done / failed come from the result records; a cell that a live process works on, wherever it
+runs, holds a lease whose owner is shown (host:pid, Slurm job); for the other cells without a
+record the Slurm state comes from ``sacct`` (``squeue`` forgets finished jobs, and submitit too
+reads sacct).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.dispatch import read_manifest
+from harness.lease import describe, live_leases
 from harness.records import read_record
 from slurm.submit import SLURM_DIR, read_jobs
 
@@ -104,6 +107,7 @@ def cell_states(results_dir: Path) -> list[CellState]:
     manifest = read_manifest(results_dir)
     jobs = read_jobs(results_dir)
     slurm = sacct_states(list(jobs.values()))
+    leases = live_leases(results_dir)
     out = []
     for cell_id in manifest["current"]:
         label = manifest["cells"][cell_id]["label"]
@@ -112,8 +116,21 @@ def cell_states(results_dir: Path) -> list[CellState]:
         # sacct lags behind the task by a second or two: once the task has written its result
         # file it is over, whatever sacct still says (submitit's done() decides the same way).
         active = job and slurm.get(job) in RUNNING | QUEUED and not task_returned(results_dir, job)
+        lease = leases.get(cell_id)
         if rec and rec["status"] == "done":
             out.append(CellState(cell_id, label, "done", job))
+        elif lease:  # trained or evaluated right now (a failed cell being retried, too)
+            owner = describe(lease)
+            age = f"heartbeat {lease['heartbeat_age_s']:.0f} s ago"
+            out.append(
+                CellState(
+                    cell_id,
+                    label,
+                    "running",
+                    lease.get("slurm_job_id") or job,
+                    f"leased by {owner} since {lease.get('started', '?')}, {age}",
+                )
+            )
         elif rec and not active:  # a failed cell that was re-submitted is running/queued again
             err = rec["error"]
             tail = log_tail(results_dir, job) or err.get("traceback", "")[-600:]
@@ -147,7 +164,7 @@ def print_status(results_dir: Path) -> int:
         counts[s.state] = counts.get(s.state, 0) + 1
         job = f" job {s.job_id}" if s.job_id else ""
         print(f"{s.state:8s} {s.cell_id}{job}  {s.label}")
-        if s.state in ("failed", "lost") and s.detail:
+        if s.state in ("failed", "lost", "running") and s.detail:
             for line in s.detail.strip().splitlines():
                 print(f"           | {line}")
     print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
