@@ -11,7 +11,7 @@ import torch
 
 from harness.data import download as dl
 from harness.data import torchvision_sets as tvs
-from harness.data.base import DataMissingError, stratified_split
+from harness.data.base import DataMissingError, ImageSet, stratified_holdout, training_splits
 from harness.registries import DATASETS
 from tests import fabricate
 
@@ -26,7 +26,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 # CIFAR
 
 
-def test_cifar10_reads_back_pixels_labels_and_holds_out_a_stratified_val_split(tmp_path):
+def test_cifar10_reads_back_pixels_and_labels_and_keeps_every_training_image(tmp_path):
     written = fabricate.write_cifar10(tmp_path, train_per_class=10, test_per_class=3)
     spec = DATASETS.get("cifar10")
     assert spec.is_available(tmp_path)
@@ -34,32 +34,70 @@ def test_cifar10_reads_back_pixels_labels_and_holds_out_a_stratified_val_split(t
     x_train, y_train = written["train"]
     x_test, y_test = written["test"]
 
-    assert set(splits) == {"train", "val", "test"}
+    # The whole training set, in file order: published numbers train on all 50,000 images.
+    assert set(splits) == {"train", "test"}
+    np.testing.assert_array_equal(_np(splits["train"].images), x_train)
+    np.testing.assert_array_equal(_np(splits["train"].labels), y_train)
     np.testing.assert_array_equal(_np(splits["test"].images), x_test)
     np.testing.assert_array_equal(_np(splits["test"].labels), y_test)
     assert splits["test"].images.shape == (30, 3, 32, 32)
     assert splits["test"].images.dtype == torch.uint8
     assert splits["test"].labels.dtype == torch.int64
-
-    # 90 % / 10 % of every class (45k/5k on the real set), with the fixed seed.
-    assert (len(splits["train"]), len(splits["val"])) == (90, 10)
-    assert torch.bincount(splits["val"].labels, minlength=10).tolist() == [1] * 10
-    tr_idx, val_idx = stratified_split(torch.from_numpy(y_train), (0.9, 0.1), tvs.CIFAR_SPLIT_SEED)
-    assert set(tr_idx.tolist()).isdisjoint(val_idx.tolist())
-    assert sorted(tr_idx.tolist() + val_idx.tolist()) == list(range(100))
-    np.testing.assert_array_equal(_np(splits["train"].images), x_train[tr_idx.numpy()])
-    np.testing.assert_array_equal(_np(splits["train"].labels), y_train[tr_idx.numpy()])
-    np.testing.assert_array_equal(_np(splits["val"].images), x_train[val_idx.numpy()])
-    np.testing.assert_array_equal(_np(splits["val"].labels), y_train[val_idx.numpy()])
+    assert "train 50,000" in spec.description
 
 
-def test_cifar10_split_is_deterministic_across_copies(tmp_path):
+def test_no_validation_split_unless_asked_and_then_stratified_seeded_and_exact(tmp_path):
+    written = fabricate.write_cifar10(tmp_path, train_per_class=10, test_per_class=3)
+    loaded = DATASETS.get("cifar10").load(tmp_path)
+    y_train = torch.from_numpy(written["train"][1])
+
+    none = training_splits(loaded, 0)
+    assert set(none) == {"train", "test"} and len(none["train"]) == 100
+
+    held = training_splits(loaded, 20)
+    assert set(held) == {"train", "val", "test"}
+    assert (len(held["train"]), len(held["val"])) == (80, 20)
+    assert torch.bincount(held["val"].labels, minlength=10).tolist() == [2] * 10  # stratified
+    idx = stratified_holdout(y_train, 20)
+    np.testing.assert_array_equal(_np(held["val"].images), written["train"][0][idx.numpy()])
+    rest = sorted(set(range(100)) - set(idx.tolist()))
+    np.testing.assert_array_equal(_np(held["train"].labels), written["train"][1][rest])
+    again = training_splits(DATASETS.get("cifar10").load(tmp_path), 20)  # fixed seed
+    assert torch.equal(again["val"].images, held["val"].images)
+    assert training_splits(loaded, 20, seed=1)["val"].labels.tolist() != []
+    assert not torch.equal(training_splits(loaded, 20, seed=1)["val"].images, held["val"].images)
+    assert torch.equal(held["test"].images, loaded["test"].images)
+
+
+def test_holdout_counts_are_exact_with_uneven_classes_and_reject_bad_sizes():
+    labels = torch.tensor([0] * 7 + [1] * 2 + [2] * 1)
+    idx = stratified_holdout(labels, 5)
+    # quotas 3.5 / 1.0 / 0.5 → floors 3, 1, 0 and one left over for the largest remainder (0).
+    assert len(idx) == 5 and torch.bincount(labels[idx], minlength=3).tolist() == [4, 1, 0]
+    for bad in (-1, 10, 2.5, True):
+        with pytest.raises(ValueError, match=r"validation must be an integer in \[0, 10\)"):
+            stratified_holdout(labels, bad)
+
+
+def test_a_loaders_own_val_split_goes_back_into_the_training_pool():
+    def part(lo: int, hi: int) -> ImageSet:
+        return ImageSet(torch.zeros(hi - lo, 1, 2, 2, dtype=torch.uint8), torch.arange(lo, hi) % 2)
+
+    loaded = {"train": part(0, 6), "val": part(6, 10), "test": part(10, 12)}
+    out = training_splits(loaded, 0)
+    assert set(out) == {"train", "test"} and len(out["train"]) == 10
+    out = training_splits(loaded, 4)
+    assert (len(out["train"]), len(out["val"])) == (6, 4)
+    assert torch.bincount(out["val"].labels).tolist() == [2, 2]
+
+
+def test_cifar10_load_is_deterministic_across_copies(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     fabricate.write_cifar10(a, seed=11)
     fabricate.write_cifar10(b, seed=11)
     sa, sb = tvs.load_cifar("cifar10", a), tvs.load_cifar("cifar10", b)
     assert sa is not sb
-    for split in ("train", "val", "test"):
+    for split in ("train", "test"):
         assert torch.equal(sa[split].images, sb[split].images)
         assert torch.equal(sa[split].labels, sb[split].labels)
 
@@ -70,10 +108,10 @@ def test_cifar100_reads_fine_labels(tmp_path):
     x_test, y_test = written["test"]
     np.testing.assert_array_equal(_np(splits["test"].images), x_test)
     np.testing.assert_array_equal(_np(splits["test"].labels), y_test)
-    assert (len(splits["train"]), len(splits["val"])) == (900, 100)
-    assert torch.bincount(splits["val"].labels, minlength=100).tolist() == [1] * 100
-    joined = torch.cat([splits["train"].labels, splits["val"].labels]).sort().values
-    assert torch.equal(joined, torch.from_numpy(np.sort(written["train"][1])))
+    np.testing.assert_array_equal(_np(splits["train"].labels), written["train"][1])
+    assert len(splits["train"]) == 1000
+    val = training_splits(splits, 100)["val"]
+    assert torch.bincount(val.labels, minlength=100).tolist() == [1] * 100
 
 
 def test_cifar_specs_declare_augmentation_normalisation_and_corruption_source():

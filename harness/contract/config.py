@@ -41,6 +41,15 @@ class Recipe:
 
     epochs: int = field(default=20, metadata={"ge": 0, "help": "training epochs"})
     batch_size: int = field(default=64, metadata={"ge": 1, "help": "images per step (B)"})
+    validation: int = field(
+        default=0,
+        metadata={
+            "ge": 0,
+            "help": "training images held out as the validation split (stratified by class, "
+            "seed 0 whatever the cell's seed); 0: train on all of them, no validation metrics. "
+            "A suite that selects anything selects on this split only",
+        },
+    )
     optimizer: Literal["sgd", "adamw"] = "sgd"
     lr: float = field(default=0.05, metadata={"gt": 0})
     momentum: float = field(default=0.9, metadata={"ge": 0, "lt": 1})

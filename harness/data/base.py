@@ -60,7 +60,9 @@ class DatasetSpec:
         in_shape: (C, H, W) of its images.
         num_classes: K for in-distribution use; None for OOD-only sets.
         mean / std: per-channel normalisation on the [0, 1] scale.
-        load: ``load(root) -> {"train"|"val"|"test": ImageSet}``; OOD-only sets return "test".
+        load: ``load(root) -> {"train", "test": ImageSet}`` (the whole training pool and the test
+            set; a validation split is carved by :func:`training_splits`, only when a recipe
+            asks for one); OOD-only sets return "test".
         location: ``location(root) -> Path`` the files it needs (for error messages).
         fetch: shell command that downloads it (empty for built-in data).
         augment: default training augmentation ("none" or "crop_flip").
@@ -144,3 +146,78 @@ def stratified_split(labels: Tensor, fractions: tuple[float, ...], seed: int) ->
             parts[i].append(idx[start:stop])
             start = stop
     return [torch.cat(p).sort().values for p in parts]
+
+
+#: Seed of the validation carve-out: fixed, independent of the cell's seed, so every method and
+#: seed is selected on the same held-out images.
+VALIDATION_SEED = 0
+
+
+def stratified_holdout(labels: Tensor, count: int, seed: int = VALIDATION_SEED) -> Tensor:
+    """Indices of exactly ``count`` samples, stratified by class (largest-remainder quotas),
+    each class's share drawn by a seeded permutation.
+
+    Args:
+        labels: int64 ``(N,)`` class labels.
+        count: how many to hold out, ``0 <= count < N``.
+        seed: generator seed.
+
+    Returns:
+        Sorted int64 indices ``(count,)``.
+    """
+    n = len(labels)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < n:
+        raise ValueError(f"validation must be an integer in [0, {n}), got {count!r}")
+    classes, sizes = labels.unique(sorted=True, return_counts=True)
+    exact = sizes.double() * count / n
+    quota = exact.floor().long()
+    # Largest remainders (ties: lower class first) receive the images rounding left over.
+    short = count - int(quota.sum())
+    order = sorted(range(len(classes)), key=lambda i: (-(exact[i] - quota[i]).item(), i))
+    for i in order[:short]:
+        quota[i] += 1
+    g = torch.Generator().manual_seed(seed)
+    picked = []
+    for cls, q in zip(classes, quota.tolist()):
+        idx = (labels == cls).nonzero().flatten()
+        picked.append(idx[torch.randperm(len(idx), generator=g)[:q]])
+    return torch.cat(picked).sort().values
+
+
+def training_splits(
+    splits: dict[str, ImageSet], validation: int, seed: int = VALIDATION_SEED
+) -> dict[str, ImageSet]:
+    """The splits a run trains and selects on.
+
+    Everything a loader returns besides ``test`` is the training pool (a loader's own fixed
+    ``val`` goes back into it). With ``validation == 0`` the whole pool trains and there is no
+    ``val`` split (published CIFAR numbers train on all 50,000 images; nothing may be selected
+    on the test set). With ``validation = n > 0``, exactly ``n`` pool images — stratified by class,
+    drawn with a fixed seed independent of the cell's seed — are held out as ``val``.
+
+    Args:
+        splits: ``{"train", "test"[, "val"]}`` as a dataset's ``load`` returns.
+        validation: number of training images to hold out (the recipe's ``validation``).
+        seed: seed of the hold-out.
+
+    Returns:
+        ``{"train", "test"}`` plus ``"val"`` when ``validation > 0``.
+
+    Raises:
+        ValueError: ``validation`` negative, not an integer, or not smaller than the pool.
+    """
+    pool = splits["train"]
+    if "val" in splits:
+        pool = ImageSet(
+            torch.cat([pool.images, splits["val"].images]),
+            torch.cat([pool.labels, splits["val"].labels]),
+        )
+    out = {"train": pool, "test": splits["test"]}
+    if validation == 0:
+        return out
+    held = stratified_holdout(pool.labels, validation, seed)
+    keep = torch.ones(len(pool), dtype=torch.bool)
+    keep[held] = False
+    out["train"] = ImageSet(pool.images[keep], pool.labels[keep])
+    out["val"] = ImageSet(pool.images[held], pool.labels[held])
+    return out
