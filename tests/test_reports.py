@@ -298,8 +298,16 @@ def test_expected_configs_match_records(records):
 
 def test_best_value_highlighted_in_the_better_direction():
     # A: higher accuracy, worse NLL and more parameters; B: lower NLL and fewer parameters.
-    recs = [make_record(method="A", acc=0.9, nll=0.8, params=9_000_000, seed=s) for s in (0, 1)]
-    recs += [make_record(method="B", acc=0.8, nll=0.4, params=1_000_000, seed=s) for s in (0, 1)]
+    # Six seeds, so the sign-flip test can tell them apart (p = 2/64); same ECE: a tie.
+    seeds = range(6)
+    recs = [
+        make_record(method="A", acc=0.9, nll=0.8, params=9_000_000, seed=s, ece=0.03)
+        for s in seeds
+    ]
+    recs += [
+        make_record(method="B", acc=0.8, nll=0.4, params=1_000_000, seed=s, ece=0.03)
+        for s in seeds
+    ]
     recs += [make_record(method="C", dataset="other", acc=0.1, nll=9.0, seed=0)]
     res = from_records(recs)
     rows = {r["cells"]["method"]["value"]: r["cells"] for r in parse(render_html(res, [])).rows}
@@ -308,10 +316,10 @@ def test_best_value_highlighted_in_the_better_direction():
     assert {"nll", "params"} <= best["B"] and "acc" not in best["B"]
     assert "ece" in best["A"] and "ece" in best["B"]  # a tie: both are best
     assert best["C"] == set()  # alone in its dataset: nothing to compare against
-    assert rows["A"]["acc"]["text"].strip() == "90.00 (2)"  # std 0 → no ± part
+    assert rows["A"]["acc"]["text"].strip() == "90.00 (6)"  # std 0 → no ± part
     assert rows["A"]["acc"]["value"] == repr(0.9)
     md = render_markdown(res)
-    assert "**0.400 (2)**" in md and "**90.00 (2)**" in md
+    assert "**0.400 (6)**" in md and "**90.00 (6)**" in md
 
 
 def test_page_is_self_contained(records, sweep_figures):
@@ -492,7 +500,7 @@ def test_paired_section_csv_and_markers(tmp_path):
     md = (tmp_path / "out" / "leaderboard.md").read_text()
     assert "## Δ vs deep_ensemble, mean over paired seeds, 95% t-interval" in md
     assert "| deep_ensemble M=4 | 6 | **+2.00 [+2.00, +2.00] ▲** |" in md
-    assert "▲/▼: significantly better/worse than deep_ensemble" in md
+    assert "▲/▼: p ≤ 0.05 by the exact sign-flip permutation test (two-sided)" in md
 
 
 def test_reference_choice(tmp_path):
