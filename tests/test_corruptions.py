@@ -434,3 +434,16 @@ def test_summary_means_only_benchmark_corruptions_and_reports_extras_apart():
     assert part["extras"] is None
     with pytest.raises(ValueError, match=r"corruptions \(spatter\) is a benchmark"):
         summarize_corruptions(_cells(["spatter"], acc), "cifar10", (1, 2, 3, 4, 5))
+
+
+def test_harness_validate_command_exits_2_naming_the_corruption(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    assert main(["validate", _suite_file(tmp_path, "digits", "[all, rain]"), "--skip-data"]) == 2
+    err = capsys.readouterr().err
+    assert "evaluation.corruptions: unknown corruption 'rain' for dataset 'digits'" in err
+    assert "choose from all, gaussian_noise" in err
+    assert main(["validate", _suite_file(tmp_path, "digits", "[all]"), "--skip-data"]) == 0
+    monkeypatch.setattr(cs, "missing_requirement", lambda n: "no cv2" if n == "fog" else None)
+    assert main(["validate", _suite_file(tmp_path, "digits", "[fog]"), "--skip-data"]) == 2
+    assert "corruption 'fog' cannot be generated on this machine" in capsys.readouterr().err
