@@ -21,7 +21,17 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from harness.records import RECORD_FILE, RecordError, read_record, validate_record
+# Records are read through the contract layer only: no engine, methods or torch import here.
+from harness.contract import (
+    ENSEMBLE_METRIC_KEYS,
+    RECORD_FILE,
+    RecordError,
+    label_of,
+    read_record,
+    validate_record,
+)
+from harness.contract import format_hparams as _format_shown
+from harness.contract import identity as _record_identity
 
 # Re-exported: the column/format API and aggregate() lived here first; callers import them here.
 from reports.columns import (  # noqa: F401
@@ -68,7 +78,7 @@ _COST_KEYS = {  # record cost key → column
     "train_time_s": "train_time_s",
     "epoch_time_s": "epoch_time_s",
 }
-_CLEAN_KEYS = ("acc", "nll", "brier", "ece", "aece", "aurc", "disagreement", "mi", "kl")
+_CLEAN_KEYS = ENSEMBLE_METRIC_KEYS  # the engine's list: it writes exactly these
 
 
 def _num(value: Any) -> float:
@@ -77,35 +87,13 @@ def _num(value: Any) -> float:
     return float(value)
 
 
-def method_defaults(method: str | None) -> dict[str, Any]:
-    """Default hyper-parameters of a registered method ({} for an unknown one)."""
-    from harness.registry import UnknownNameError
-    from harness.suite import method_defaults as defaults_of
-
-    try:
-        return defaults_of(str(method))
-    except UnknownNameError:
-        return {}
-
-
-def format_hparams(hparams: Mapping[str, Any] | None, method: str | None = None) -> str:
+def format_hparams(hparams: Mapping[str, Any] | None) -> str:
     """A readable, order-independent hyper-parameter string: ``lam=0.1, tau=0.5``.
 
-    With ``method``, values equal to the method's current defaults are left out (the mapping
-    stays one-to-one: two different configurations never print the same).
+    Which hyper-parameters a cell shows is decided when it runs (``hparams_shown`` in its record,
+    those differing from the method's defaults then); the reporter never asks the methods.
     """
-    defaults = method_defaults(method) if method else {}
-    parts = []
-    for k in sorted(hparams or {}):
-        v = hparams[k]
-        if k in defaults and defaults[k] == v:
-            continue
-        if isinstance(v, float):
-            v = f"{v:g}"
-        elif not isinstance(v, str | int | bool):
-            v = json.dumps(v, sort_keys=True)
-        parts.append(f"{k}={v}")
-    return ", ".join(parts)
+    return _format_shown(hparams or {})
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, str]:
@@ -117,22 +105,25 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, str]:
     return {prefix: json.dumps(obj, sort_keys=True, default=str)}
 
 
-def _identity(cfg: Mapping[str, Any]) -> tuple[str, str, str, Any, str]:
-    return (
-        str(cfg.get("dataset", "?")),
-        str(cfg.get("backbone", "?")),
-        str(cfg.get("method", "?")),
-        cfg.get("M"),
-        format_hparams(cfg.get("hparams"), cfg.get("method")),
-    )
+def _identity(rec: Mapping[str, Any]) -> tuple[str, str, str, Any, str]:
+    """(dataset, backbone, method, M, shown hparams) from the record alone (any schema)."""
+    return _record_identity(rec)
 
 
-def variant_keys(configs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Dotted config keys (besides the identity and seed) that differ inside one group."""
+def _as_record(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    return item if "config" in item else {"config": item}  # a bare config: all hparams shown
+
+
+def variant_keys(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Dotted config keys (besides the identity and seed) that differ inside one group.
+
+    ``records``: result records (or bare config mappings, whose hyper-parameters all count)."""
     seen: dict[tuple, dict[str, set[str]]] = {}
-    for cfg in configs:
+    for item in records:
+        rec = _as_record(item)
+        cfg = rec.get("config") or {}
         rest = {k: v for k, v in cfg.items() if k not in _CONFIG_IDENTITY}
-        values = seen.setdefault(_identity(cfg), {})
+        values = seen.setdefault(_identity(rec), {})
         flat = _flatten(rest)
         for k in set(flat) | set(values):
             values.setdefault(k, set()).add(flat.get(k, "<absent>"))
@@ -142,7 +133,7 @@ def variant_keys(configs: Iterable[Mapping[str, Any]]) -> list[str]:
 def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[str, Any]:
     """One leaderboard row for one record (absent metrics are NaN)."""
     cfg = rec.get("config") or {}
-    dataset, backbone, method, M, hparams = _identity(cfg)
+    dataset, backbone, method, M, hparams = _identity(rec)
     flat_cfg = _flatten({k: v for k, v in cfg.items() if k not in _CONFIG_IDENTITY})
     row: dict[str, Any] = {
         "suite": str(rec.get("suite", "")),
@@ -155,6 +146,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
         "hparams": hparams,
         "variant": ", ".join(f"{k}={flat_cfg.get(k, '<absent>')}" for k in variant),
         "seed": cfg.get("seed"),
+        "label": label_of(rec),
     }
     for k, v in (cfg.get("hparams") or {}).items():
         row[f"hp_{k}"] = (
@@ -200,7 +192,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
 def records_to_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per cell (done and failed), identity columns first."""
     records = list(records)
-    variant = variant_keys(r.get("config") or {} for r in records)
+    variant = variant_keys(records)
     frame = pd.DataFrame([flatten_record(r, variant) for r in records])
     if frame.empty:
         return pd.DataFrame(columns=[*ID_COLUMNS, "acc", "nll", "ece"])
@@ -243,9 +235,13 @@ class Results:
         return int((self.cells["status"] == "done").sum()) if len(self.cells) else 0
 
 
-def describe_config(cfg: Mapping[str, Any]) -> str:
-    """``dataset / backbone / method M=4 (tau=0.5) seed=0`` for the problem list."""
-    dataset, backbone, method, M, hparams = _identity(cfg)
+def describe_config(item: Mapping[str, Any]) -> str:
+    """``dataset / backbone / method M=4 (tau=0.5) seed=0`` for the problem list.
+
+    ``item``: a record (its shown hyper-parameters) or a bare config (all of them)."""
+    rec = _as_record(item)
+    cfg = rec.get("config") or {}
+    dataset, backbone, method, M, hparams = _identity(rec)
     text = f"{dataset} / {backbone} / {method} M={M}"
     if hparams:
         text += f" ({hparams})"
@@ -298,7 +294,8 @@ def missing_cells(
     out = []
     for item in expected:
         cell_id, cfg = _expected_entry(item)
-        desc = describe_config(cfg) if isinstance(cfg, Mapping) else ""
+        label = item.get("label") if isinstance(item, Mapping) else None
+        desc = label or (describe_config(cfg) if isinstance(cfg, Mapping) else "")
         if cell_id is not None:
             if str(cell_id) in ids:
                 continue
@@ -324,7 +321,7 @@ def from_records(
             err = r.get("error") or {}
             reason = f"{err.get('type', 'Error')}: {err.get('message', '')}".strip()
             detail = str(err.get("traceback", ""))
-            cfg = describe_config(r.get("config") or {})
+            cfg = describe_config(r)
             problems.append(Problem(str(r.get("cell_id")), "failed", reason, cfg, detail))
     if expected is not None:
         problems += missing_cells(expected, records, known=[p.cell_id for p in problems])

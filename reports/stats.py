@@ -50,7 +50,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.schema import parse_name_values
+from harness.contract.build import parse_name_values
 from reports.aggregate import direction, m_text
 from reports.significance import (  # noqa: F401 (re-exported: one import for callers)
     TEST_NAMES,

@@ -7,7 +7,7 @@ the YAML parser produces it, and the engine, the executors and the reporter all 
 (``tests/test_import_graph.py`` holds every layer to that).
 """
 
-from harness.contract.build import build_dataclass, closest, field_doc
+from harness.contract.build import build_dataclass, closest, field_doc, parse_name_values
 from harness.contract.config import (
     BackboneEntry,
     Cell,
@@ -66,6 +66,7 @@ __all__ = [
     "iter_records",
     "label_of",
     "new_record",
+    "parse_name_values",
     "read_manifest",
     "read_record",
     "shown_hparams",

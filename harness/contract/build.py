@@ -158,3 +158,23 @@ def field_doc(cls: type) -> list[tuple[str, str, Any, str]]:
         default = f.default if f.default is not dataclasses.MISSING else None
         out.append((f.name, _type_name(hints[f.name]), default, f.metadata.get("help", "")))
     return out
+
+
+def parse_name_values(text: str, what: str = "name") -> tuple[str, dict[str, Any]]:
+    """``"name"`` → (name, {}); ``"name:key=value,key=value"`` → (name, values), each value read
+    as a YAML scalar. The command-line syntax for a configuration (``harness bench --methods``,
+    ``harness report --reference``).
+
+    Raises:
+        ValueError: an item without ``=``.
+    """
+    import yaml  # YAML's scalar rules (1e-3, true, [1, 2]), as in suite files; lazily imported
+
+    name, _, rest = text.partition(":")
+    values: dict[str, Any] = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{text!r}: expected {what}:key=value,...")
+        values[key.strip()] = yaml.safe_load(value)
+    return name, values
