@@ -181,12 +181,13 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from reports.cli_options import report_kwargs
     from reports.leaderboard import write_report
 
     out = write_report(
         Path(args.results_dir),
         Path(args.output) if args.output else None,
-        reference=args.reference,
+        **report_kwargs(args),
     )
     print(f"wrote {out}")
     return 0
@@ -209,6 +210,8 @@ def cmd_data(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from reports.cli_options import add_report_arguments  # argparse only, nothing heavy
+
     p = argparse.ArgumentParser(prog="harness", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
@@ -271,11 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
     rep.add_argument("results_dir")
     rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
-    rep.add_argument(
-        "--reference",
-        help="reference for the paired differences: a method, or method:key=value,... "
-        "(default: deep_ensemble, else single)",
-    )
+    add_report_arguments(rep)  # reports/cli_options.py: --reference --format --interval ...
     rep.set_defaults(fn=cmd_report)
 
     b = sub.add_parser("bench", help="throughput and memory side by side with the bound")

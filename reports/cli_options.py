@@ -1,0 +1,80 @@
+"""``harness report``'s options: declared here, next to what they control (no heavy imports).
+
+``add_report_arguments(parser)`` adds them to the ``report`` sub-command; ``report_kwargs(args)``
+turns the parsed values into :func:`reports.leaderboard.write_report` keyword arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+FORMATS = ("html", "csv", "md", "latex")
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--reference --format --interval --test --holm --mce-baseline --published``."""
+    parser.add_argument(
+        "--reference",
+        help="reference for the paired differences: a method, or method:key=value,... "
+        "(default: deep_ensemble, else single)",
+    )
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        action="append",
+        choices=FORMATS,
+        help="also write this format (repeatable; leaderboard.html, the CSVs and leaderboard.md "
+        "are always written): latex writes leaderboard.tex, one booktabs table per dataset",
+    )
+    parser.add_argument(
+        "--interval",
+        choices=("std", "ci"),
+        help="the ± part of every cell: std over seeds, or the 95%% t-interval of the mean "
+        "(default: std on the page, CSV and Markdown; ci in LaTeX)",
+    )
+    parser.add_argument(
+        "--test",
+        choices=("signflip", "t"),
+        default="signflip",
+        help="the paired test behind the ▲/▼ marks and the bold cells: the exact sign-flip "
+        "permutation test (no normality needed, marks from 6 seeds) or the paired t-test "
+        "(default: signflip)",
+    )
+    parser.add_argument(
+        "--holm",
+        action="store_true",
+        help="Holm-adjust the paired p-values across the whole paired table",
+    )
+    parser.add_argument(
+        "--mce-baseline",
+        default="single",
+        help="method the mCE column is relative to (default: single); 'none' drops mCE",
+    )
+    parser.add_argument(
+        "--published",
+        help="CSV of published values (dataset,backbone,method,M,hparams,metric,value,source) "
+        "to show next to the measured ones (default: <suite>.published.csv beside the suite)",
+    )
+
+
+def report_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``write_report`` keyword arguments from parsed ``harness report`` options."""
+    from pathlib import Path
+
+    from reports.page import ReportOptions
+
+    baseline = None if str(args.mce_baseline).lower() == "none" else args.mce_baseline
+    options = ReportOptions(
+        interval=args.interval or "std",
+        latex_interval=args.interval or "ci",
+        test=args.test,
+        holm=args.holm,
+        mce_baseline=baseline,
+    )
+    return {
+        "reference": args.reference,
+        "options": options,
+        "formats": ("csv", "md", *(args.formats or ())),
+        "published": Path(args.published) if args.published else None,
+    }
