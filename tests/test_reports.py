@@ -301,12 +301,10 @@ def test_best_value_highlighted_in_the_better_direction():
     # Six seeds, so the sign-flip test can tell them apart (p = 2/64); same ECE: a tie.
     seeds = range(6)
     recs = [
-        make_record(method="A", acc=0.9, nll=0.8, params=9_000_000, seed=s, ece=0.03)
-        for s in seeds
+        make_record(method="A", acc=0.9, nll=0.8, params=9_000_000, seed=s, ece=0.03) for s in seeds
     ]
     recs += [
-        make_record(method="B", acc=0.8, nll=0.4, params=1_000_000, seed=s, ece=0.03)
-        for s in seeds
+        make_record(method="B", acc=0.8, nll=0.4, params=1_000_000, seed=s, ece=0.03) for s in seeds
     ]
     recs += [make_record(method="C", dataset="other", acc=0.1, nll=9.0, seed=0)]
     res = from_records(recs)
