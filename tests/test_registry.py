@@ -1,7 +1,14 @@
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from harness.registries import BACKBONES, DATASETS, METHODS
-from harness.registry import DuplicateNameError, Registry, UnknownNameError
+from harness.registry import DuplicateNameError, Registry, RegistryError, UnknownNameError
+from tests.conftest import REPO
 
 
 def test_duplicate_name_raises():
@@ -57,3 +64,122 @@ def test_builtin_registries_are_populated():
     assert {"digits", "digits_heldout", "sklearn_photos", "cifar10", "cifar100", "svhn"} <= set(
         DATASETS.names()
     )
+
+
+# --- discovery: a method is one new module -------------------------------------------------------
+
+TOY_METHOD = '''"""toy_plugin: a deep-ensemble-like test method, one module and nothing else."""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from methods.base import EnsembleModel, MethodSpec, register_method
+
+
+@dataclass(frozen=True)
+class ToyHparams:
+    scale: float = 1.0
+
+
+class Toy(EnsembleModel):
+    def __init__(self, ctx, hp):
+        super().__init__()
+        self.num_members = ctx.num_members
+        self.scale = hp.scale
+        self.nets = nn.ModuleList(ctx.build_backbone() for _ in range(ctx.num_members))
+
+    def forward(self, x):
+        return torch.stack([net(x) for net in self.nets]) * self.scale  # (M, B, K)
+
+
+register_method(
+    MethodSpec(name="toy_plugin", build=Toy, hparams=ToyHparams, reference="test plugin")
+)
+'''
+
+SUITE = """
+name: plugin
+grid:
+  datasets: [digits]
+  backbones: [digits_cnn]
+  methods: [all]
+  M: [2]
+recipe: {epochs: 1}
+"""
+
+
+@pytest.fixture
+def plugin_package(tmp_path, monkeypatch):
+    """A package outside the repository holding one new method module, announced to the method
+    registry through $HARNESS_METHOD_PACKAGES (which subprocesses inherit)."""
+    pkg = tmp_path / "plugins" / "toy_methods_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "toy_plugin.py").write_text(TOY_METHOD)
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    monkeypatch.setenv("HARNESS_METHOD_PACKAGES", "toy_methods_pkg")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "plugins"), str(REPO)]))
+    (tmp_path / "plugin.yaml").write_text(SUITE)
+    return tmp_path
+
+
+def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def test_registry_scans_its_packages_and_added_ones(tmp_path, monkeypatch):
+    (tmp_path / "widget_registry.py").write_text(
+        "from harness.registry import Registry\nWIDGETS = Registry('widget', packages=('w_pkg',))"
+    )
+    pkg = tmp_path / "w_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_private.py").write_text("raise RuntimeError('underscore modules are not scanned')")
+    (pkg / "one.py").write_text("from widget_registry import WIDGETS\nWIDGETS.register('w1', 1)")
+    (pkg / "two.py").write_text("from widget_registry import WIDGETS\nWIDGETS.register('w2', 2)")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import widget_registry
+
+    assert widget_registry.WIDGETS._items == {}  # nothing imported before the first lookup
+    assert widget_registry.WIDGETS.names() == ["w1", "w2"]
+    broken: Registry[int] = Registry("gadget", packages=("no_such_pkg_xyz",))
+    with pytest.raises(RegistryError, match=r"gadget package 'no_such_pkg_xyz' cannot be imported"):
+        broken.names()
+
+
+def test_new_method_module_shows_in_ls_all_and_contract_tests(plugin_package):
+    # harness ls: discovered without any list being edited
+    out = _run("-m", "harness.cli", "ls")
+    assert out.returncode == 0, out.stderr
+    assert "toy_plugin" in out.stdout and "scale=1.0" in out.stdout
+    # methods: [all] expands to every registered method that runs on the grid, the new one too
+    out = _run(
+        "-m", "harness.cli", "validate", "--skip-data", "-v", str(plugin_package / "plugin.yaml")
+    )
+    assert out.returncode == 0, out.stderr
+    assert "digits/digits_cnn/toy_plugin(M=2)/seed0" in out.stdout
+    assert "digits/digits_cnn/deep_ensemble(M=2)/seed0" in out.stdout
+    assert "digits/digits_cnn/single(M=1)/seed0" in out.stdout  # fixed-size methods use theirs
+    # the registry-parametrized method contract tests pick it up and pass
+    out = _run(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_methods.py", "-k", "toy_plugin"
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert re.search(r"\b[1-9]\d* passed", out.stdout), out.stdout[-2000:]
+
+
+def test_all_expands_in_process(plugin_package):
+    from harness.suite import load_suite
+
+    METHODS.add_package("toy_methods_pkg")
+    try:
+        suite = load_suite(plugin_package / "plugin.yaml")
+        names = {m.name for m in suite.grid.methods}
+        assert "toy_plugin" in names and {"single", "deep_ensemble"} <= names
+        assert all(n in METHODS for n in names)
+    finally:
+        METHODS._packages.remove("toy_methods_pkg")
