@@ -14,7 +14,23 @@ from harness.suite_io import SuiteError
 def _suite(path: str):
     from harness.suite import load_suite
 
+    if Path(path).is_dir():
+        raise SuiteError(
+            [f"{path}: is a directory; give a suite YAML file (e.g. suites/smoke.yaml)"]
+        )
     return load_suite(path)
+
+
+def _preflight(suite, args, data_root: Path | None) -> int:
+    """Print every problem knowable before training (suite, recipe, files, data); 2 if any."""
+    from harness.preflight import suite_problems
+
+    problems = suite_problems(suite)
+    if data_root is not None:
+        problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 2 if problems else 0
 
 
 def _results_dir(args, suite) -> Path:
@@ -70,10 +86,7 @@ def cmd_validate(args) -> int:
     from harness.data.base import default_data_root
 
     suite = _suite(args.suite)
-    problems = [] if args.skip_data else check_data(suite, default_data_root(args.data_root))
-    if problems:
-        for p in problems:
-            print(f"{args.suite}: {p}", file=sys.stderr)
+    if _preflight(suite, args, None if args.skip_data else default_data_root(args.data_root)):
         return 2
     cells = suite.cells()
     print(
@@ -102,10 +115,9 @@ def cmd_run(args) -> int:
 
     suite = _suite(args.suite)
     data_root = default_data_root(args.data_root)
-    problems = check_data(suite, data_root)
-    if problems:
-        for p in problems:
-            print(f"{args.suite}: {p}", file=sys.stderr)
+    # Slurm tasks resolve their own data root (the profile's setup lines may set
+    # HARNESS_DATA_ROOT there): the data is not checked on the submitting node.
+    if _preflight(suite, args, None if args.executor == "slurm" else data_root):
         return 2
     results = _results_dir(args, suite)
     results.mkdir(parents=True, exist_ok=True)
@@ -123,13 +135,13 @@ def cmd_run(args) -> int:
     if executor == "inprocess":
         if threads:
             torch.set_num_threads(threads)
-        run_inprocess(todo, results, data_root, force=args.force, progress=not args.quiet)
+        ran = run_inprocess(todo, results, data_root, force=args.force, progress=not args.quiet)
     elif executor == "local":
         print(
             f"running {len(todo)} cells in {workers} worker processes, {threads} thread(s) "
             "each (--executor inprocess for one process)"
         )
-        run_local(
+        ran = run_local(
             todo,
             results,
             data_root,
@@ -141,8 +153,10 @@ def cmd_run(args) -> int:
     else:
         from slurm.submit import submit_suite
 
-        return submit_suite(suite, todo, results, data_root, args)
+        task_root = Path(args.data_root).expanduser().resolve() if args.data_root else None
+        return submit_suite(suite, todo, results, task_root, args)
     print(f"finished in {time.perf_counter() - t0:.1f} s")
+    report_leased(ran)
     return print_summary(results)
 
 
@@ -162,10 +176,20 @@ def print_summary(results: Path) -> int:
     return 1 if failed else 0
 
 
+def report_leased(ran: list[dict]) -> None:
+    """Name the cells this run skipped because another live process holds them."""
+    from harness.lease import describe
+
+    for r in ran:
+        if r.get("status") == "leased":
+            print(f"skipped {r['cell_id']}: leased by {describe(r['lease'])}")
+
+
 def cmd_status(args) -> int:
+    from harness.preflight import require_results
     from slurm.status import print_status
 
-    return print_status(Path(args.results_dir))
+    return print_status(require_results(Path(args.results_dir), records=False))
 
 
 def cmd_cancel(args) -> int:
@@ -175,17 +199,19 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from harness.preflight import require_results
     from harness.reevaluate import reevaluate
 
-    return reevaluate(Path(args.results_dir), args.suite, args.data_root)
+    return reevaluate(require_results(Path(args.results_dir)), args.suite, args.data_root)
 
 
 def cmd_report(args) -> int:
+    from harness.preflight import require_results
     from reports.cli_options import report_kwargs
     from reports.leaderboard import write_report
 
     out = write_report(
-        Path(args.results_dir),
+        require_results(Path(args.results_dir)),
         Path(args.output) if args.output else None,
         **report_kwargs(args),
     )

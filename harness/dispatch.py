@@ -114,8 +114,10 @@ def _run_cell_json(
 ) -> dict[str, Any]:
     import torch
 
+    from harness.interrupt import check_not_stopping
     from harness.runner import run_cell
 
+    check_not_stopping()  # after Ctrl-C no new cell starts, even one already queued to us
     torch.set_num_threads(threads)  # workers share the cores: no oversubscription
     return run_cell(
         Cell.from_json(cell_json),
@@ -138,9 +140,14 @@ def run_local(
     """Run cells in ``workers`` spawned processes on this machine."""
     from tqdm.auto import tqdm
 
+    from harness.interrupt import install_worker_handler, stop_pool
+
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
     records = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=install_worker_handler
+    )
+    try:
         futures = [
             pool.submit(
                 _run_cell_json,
@@ -160,4 +167,8 @@ def run_local(
             disable=not progress,
         ):
             records.append(fut.result())
+    except KeyboardInterrupt:
+        stop_pool(pool)  # running cells stop at a safe point, queued ones never start
+        raise
+    pool.shutdown()
     return records

@@ -307,6 +307,8 @@ def _run_leased(
     existing = read_record(cell_dir)  # again, under the lease: another run may just have finished
     if existing and existing["status"] == "done" and not force:
         return existing
+    for tmp in cell_dir.glob(".*.tmp"):  # left by a killed writer; under the lease, ours to clear
+        tmp.unlink(missing_ok=True)
     if force:
         for name in ("checkpoint.pt", "final.pt", TRAINED_FILE, "record.json"):
             (cell_dir / name).unlink(missing_ok=True)
