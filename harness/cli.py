@@ -50,16 +50,10 @@ def check_data(suite, data_root: Path) -> list[str]:
         except DataMissingError as exc:
             problems.append(str(exc))
     if suite.evaluation.corruptions:
-        from harness.data.corruptions import require_cifar_c
+        from harness.data.corruption_sets import check_corruptions
 
-        for name in suite.grid.datasets:
-            source = DATASETS.get(name).corruption_source
-            if source is None:
-                continue  # corrupted copies are generated and cached on first use
-            try:
-                require_cifar_c(data_root, source)
-            except DataMissingError as exc:
-                problems.append(str(exc))
+        for name in suite.grid.datasets:  # only the files this suite's list needs
+            problems.extend(check_corruptions(name, suite.evaluation.corruptions, data_root))
     return problems
 
 
@@ -102,16 +96,9 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import torch
-
     from harness.data.base import default_data_root
-    from harness.dispatch import (
-        pending,
-        resolve_executor,
-        run_inprocess,
-        run_local,
-        write_manifest,
-    )
+    from harness.executors import ExecutorOptions, make_executor, pending, write_manifest
+    from reports.terminal import print_summary
 
     suite = _suite(args.suite)
     data_root = default_data_root(args.data_root)
@@ -129,51 +116,24 @@ def cmd_run(args) -> int:
         f"{len(todo)} to run → {results}"
     )
     t0 = time.perf_counter()
-    executor, workers, threads = resolve_executor(
-        args.executor, args.workers, args.threads, len(todo)
+    options = ExecutorOptions(
+        workers=args.workers,
+        threads=args.threads,
+        profile=args.profile,
+        slurm_overrides=tuple(args.slurm),
+        wait=args.wait,
+        progress=not args.quiet,
     )
-    if executor == "inprocess":
-        if threads:
-            torch.set_num_threads(threads)
-        ran = run_inprocess(todo, results, data_root, force=args.force, progress=not args.quiet)
-    elif executor == "local":
-        print(
-            f"running {len(todo)} cells in {workers} worker processes, {threads} thread(s) "
-            "each (--executor inprocess for one process)"
-        )
-        ran = run_local(
-            todo,
-            results,
-            data_root,
-            workers,
-            force=args.force,
-            progress=not args.quiet,
-            threads=threads,
-        )
-    else:
-        from slurm.submit import submit_suite
-
+    executor = make_executor(args.executor, options, len(todo))
+    if executor.name == "local":
+        print(executor.describe(len(todo)))
+    if executor.name == "slurm":
         task_root = Path(args.data_root).expanduser().resolve() if args.data_root else None
-        return submit_suite(suite, todo, results, task_root, args)
+        return print_summary(results) if executor.run(todo, results, task_root, False) else 0
+    executor.run(todo, results, data_root, args.force)
     print(f"finished in {time.perf_counter() - t0:.1f} s")
-    report_leased(ran)
+    report_leased(executor.records)
     return print_summary(results)
-
-
-def print_summary(results: Path) -> int:
-    """Print the terminal leaderboard and failed cells; exit status 1 if any cell failed."""
-    from harness.records import iter_records
-    from reports.terminal import format_results
-
-    print(format_results(results))
-    failed = [r for r in iter_records(results) if r["status"] == "failed"]
-    for r in failed:
-        print(
-            f"FAILED {r['cell_id']} {r['config']['method']} seed {r['config']['seed']}: "
-            f"{r['error']['type']}: {r['error']['message']}"
-        )
-    print(f"results: {results}  (harness report {results} → leaderboard.html)")
-    return 1 if failed else 0
 
 
 def report_leased(ran: list[dict]) -> None:
@@ -209,10 +169,12 @@ def cmd_report(args) -> int:
     from harness.preflight import require_results
     from reports.cli_options import report_kwargs
     from reports.leaderboard import write_report
+    from reports.terminal import expected_of
 
     out = write_report(
         require_results(Path(args.results_dir)),
         Path(args.output) if args.output else None,
+        expected=expected_of(args.results_dir),  # the manifest's cells: never-started = missing
         **report_kwargs(args),
     )
     print(f"wrote {out}")
@@ -236,6 +198,7 @@ def cmd_data(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from harness.executors import EXECUTORS  # the names to pick from: one registry
     from reports.cli_options import add_report_arguments  # argparse only, nothing heavy
 
     p = argparse.ArgumentParser(prog="harness", description=__doc__)
@@ -255,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("suite")
     r.add_argument(
         "--executor",
-        choices=["auto", "inprocess", "local", "slurm"],
+        choices=["auto", *EXECUTORS],
         default="auto",
         help="auto: in-process on a GPU machine, worker processes on a CPU-only one",
     )

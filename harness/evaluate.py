@@ -63,13 +63,14 @@ def evaluate_corruptions(
 ) -> dict[str, Any] | None:
     """Accuracy, NLL and ECE on every corruption × severity cell, with per-severity and overall
     means (cAcc, cNLL, cECE) and the ECE slope over severity."""
-    from harness.data.corruptions import applicable_corruptions, corrupted_split
+    from harness.data.corruption_sets import resolve_corruptions
+    from harness.data.corruptions import corrupted_split
+    from harness.metrics.corruption import summarize_corruptions
 
-    names = list(evaluation.corruptions)
-    if not names:
+    if not evaluation.corruptions:
         return None
-    if names == ["all"]:
-        names = applicable_corruptions(spec.in_shape)
+    # `all` is the dataset's published benchmark set, never "what this machine can generate".
+    names = resolve_corruptions(spec.name, evaluation.corruptions)
     cells = []
     for name in names:
         for sev in evaluation.severities:
@@ -84,29 +85,8 @@ def evaluate_corruptions(
                     "ece": m["ece"],
                 }
             )
-    per_sev = {}
-    for sev in evaluation.severities:
-        rows = [c for c in cells if c["severity"] == sev]
-        per_sev[str(sev)] = {k: sum(r[k] for r in rows) / len(rows) for k in ("acc", "nll", "ece")}
-    mean = {k: sum(c[k] for c in cells) / len(cells) for k in ("acc", "nll", "ece")}
-    sevs = torch.tensor([float(s) for s in evaluation.severities])
-    eces = torch.tensor([per_sev[str(s)]["ece"] for s in evaluation.severities])
-    slope = (
-        float(
-            torch.linalg.lstsq(
-                torch.stack([sevs, torch.ones_like(sevs)], 1), eces[:, None]
-            ).solution[0]
-        )
-        if len(sevs) > 1
-        else 0.0
-    )
-    return {
-        "cells": cells,
-        "per_severity": per_sev,
-        "mean": mean,
-        "ece_slope": slope,
-        "corruptions": names,
-    }
+    # cAcc/cNLL/cECE average the benchmark corruptions only; extras are reported apart.
+    return summarize_corruptions(cells, spec.name, evaluation.severities)
 
 
 def evaluate_ood(
@@ -151,8 +131,9 @@ def evaluate_all(
     """The ``metrics`` block of a result record."""
     metrics: dict[str, Any] = {
         "clean": evaluate_split(model, splits["test"], spec, recipe, device),
-        "val": evaluate_split(model, splits["val"], spec, recipe, device),
     }
+    if "val" in splits:  # only when the recipe holds out a validation split
+        metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)
     corr = evaluate_corruptions(model, splits["test"], spec, evaluation, recipe, device, data_root)
     if corr is not None:
         metrics["corruption"] = corr
