@@ -18,7 +18,7 @@ import pandas as pd
 from reports.aggregate import Results
 from reports.bolding import bold_rows
 from reports.columns import Column, format_number, leaderboard_columns, m_text
-from reports.page import ReportOptions, interval_words
+from reports.page import ReportOptions
 from reports.paired_view import PairedStats
 from reports.significance import TEST_NAMES
 
@@ -38,9 +38,52 @@ _SPECIAL = {
 }
 
 
+# Characters pdfLaTeX's utf8 input cannot typeset without more packages, as math.
+_UNICODE = {
+    "−": "-",
+    "–": "--",
+    "—": "---",
+    "±": r"$\pm$",
+    "≤": r"$\le$",
+    "≥": r"$\ge$",
+    "×": r"$\times$",
+    "·": r"$\cdot$",
+    "√": r"$\surd$",
+    "→": r"$\to$",
+    "τ": r"$\tau$",
+    "λ": r"$\lambda$",
+    "σ": r"$\sigma$",
+    "μ": r"$\mu$",
+    "α": r"$\alpha$",
+    "β": r"$\beta$",
+    "Δ": r"$\Delta$",
+}
+
+
 def escape(text: object) -> str:
-    """``text`` with LaTeX's special characters escaped (printable as it reads)."""
-    return "".join(_SPECIAL.get(ch, ch) for ch in str(text) if ch.isprintable())
+    """``text`` with LaTeX's special characters escaped (printable as it reads).
+
+    Latin-1 letters pass (inputenc utf8 sets them); a few math and Greek characters become
+    math; any other character becomes ``?`` rather than break the compilation.
+    """
+    out = []
+    for ch in str(text):
+        if not ch.isprintable():
+            continue
+        if ch in _SPECIAL:
+            out.append(_SPECIAL[ch])
+        elif ch in _UNICODE:
+            out.append(_UNICODE[ch])
+        else:
+            out.append(ch if ord(ch) < 256 else "?")
+    return "".join(out)
+
+
+_INTERVAL_TEX = {
+    "std": r"mean $\pm$ sample std",
+    "ci": r"mean $\pm$ half-width of the 95\% $t$-interval of the mean "
+    r"($t_{n-1,0.975}\,s/\sqrt{n}$)",
+}
 
 
 def _header(c: Column) -> str:
@@ -79,7 +122,7 @@ def dataset_table(
         f"% BEGIN TABLE {escape(dataset)}",
         r"\begin{table}[htbp]",
         r"\centering",
-        rf"\caption{{{escape(dataset)}: {escape(interval_words(interval))} over seeds (n). "
+        rf"\caption{{{escape(dataset)}: {_INTERVAL_TEX[interval]} over seeds (n). "
         rf"Bold: the best per column and every configuration the {escape(TEST_NAMES[paired.test])} "
         rf"cannot tell apart from it at $p \le {paired.alpha:g}$.}}",
         rf"\label{{tab:{''.join(ch for ch in dataset if ch.isalnum())}}}",
