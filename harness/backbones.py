@@ -132,6 +132,31 @@ def _tu_wrn(in_shape, num_classes, dropout_rate: float = 0.3, **kw: Any):
     )
 
 
+def _tu_wrn28_8(
+    in_shape, num_classes, dropout_rate: float = 0.3, conv_bias: bool = True, **kw: Any
+):
+    """WideResNet-28-8, torch-uncertainty's wide ResNet at depth 28, widen factor 8.
+
+    torch-uncertainty 0.13 exports a builder only for 28×10 (``wideresnet28x10``), which fixes
+    ``widen_factor``; the class behind it takes both, so we call it with 8 (same blocks,
+    dropout, conv bias and CIFAR stem as ``wrn28_10``). 23,409,092 parameters at K=100;
+    σN-Ens at M=4 adds 2·3·C per norm layer and has 23,480,932, the paper's count.
+    """
+    from torch_uncertainty.models.classification.wideresnet.std import _WideResNet
+
+    return _WideResNet(
+        depth=28,
+        widen_factor=8,
+        in_channels=in_shape[0],
+        num_classes=num_classes,
+        conv_bias=conv_bias,
+        dropout_rate=dropout_rate,
+        groups=1,
+        style="cifar",
+        **kw,
+    )
+
+
 def _tv_resnet18(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any):
     import torchvision
 
@@ -193,6 +218,16 @@ register_backbone(
 register_backbone(
     BackboneSpec(
         "wrn28_10", _tu_wrn, "wideresnet", "CIFAR-style WideResNet-28-10 (torch-uncertainty)"
+    )
+)
+register_backbone(
+    BackboneSpec(
+        "wrn28_8",
+        _tu_wrn28_8,
+        # Its own family: torch-uncertainty's packed/batched/MIMO/masked builders exist only for
+        # 28×10, so those methods must refuse it rather than silently build a WRN-28-10.
+        "wideresnet28x8",
+        "CIFAR-style WideResNet-28-8 (torch-uncertainty; σN-Ens's CIFAR-100 network)",
     )
 )
 register_backbone(

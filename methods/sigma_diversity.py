@@ -67,35 +67,91 @@ def sharing_diagnostics(model: nn.Module, layer_pattern: str | None = None) -> d
         model: A converted model with ``variant="sigma"`` σNorm layers.
         layer_pattern: Regex searched in qualified module names; None = all.
 
+    ``k_eff_scale`` is the same measure on the effective member scale |w_m·sigmoid(γ_m)|: the
+    member affine w_m can undo (or amplify) the gate, so k_eff on sigmoid(γ) alone can claim
+    sharing the features do not have.
+
     Returns:
-        ``{"k_eff": float, "importance": float, "num_features": int,
-        "layers": {name: {"k_eff": float, "importance": float, "num_features": int}}}`` where a
-        layer's k_eff is the mean over its features, its importance the mean of sigmoid(γ), and
-        the overall values are feature-weighted means over the selected layers. Plain Python
-        numbers (JSON-serialisable).
+        ``{"k_eff": float, "k_eff_scale": float, "importance": float, "num_features": int,
+        "layers": {name: {same keys}}}`` where a layer's values are means over its features (its
+        importance the mean of sigmoid(γ)) and the overall values are feature-weighted means
+        over the selected layers. Plain Python numbers (JSON-serialisable).
     """
     layers = _gamma_layers(model, layer_pattern)
-    keff_sums, imp_sums, counts = [], [], []
+    sums, counts = [], []
     for _, layer in layers:
         s = torch.sigmoid(layer.gamma.float().flatten(1))  # (M, F)
-        q = s / s.sum(0, keepdim=True)  # (M, F)
-        k = 1.0 / q.square().sum(0)  # (F,)
-        keff_sums.append(k.sum())
-        imp_sums.append(s.mean(0).sum())
+        scale = (layer.weight.float().flatten(1) * s).abs()  # (M, F) |w_m·sigmoid(γ_m)|
+        sums.append(torch.stack([_k_eff(s).sum(), _k_eff(scale).sum(), s.mean(0).sum()]))
         counts.append(s.shape[1])
-    keff = torch.stack(keff_sums).cpu().tolist()  # one device sync for all layers
-    imp = torch.stack(imp_sums).cpu().tolist()
+    rows = torch.stack(sums).cpu().tolist()  # (L, 3); one device sync for all layers
     total = sum(counts)
     per_layer = {
-        name: {"k_eff": ks / c, "importance": im / c, "num_features": c}
-        for (name, _), ks, im, c in zip(layers, keff, imp, counts)
+        name: {
+            "k_eff": r[0] / c,
+            "k_eff_scale": r[1] / c,
+            "importance": r[2] / c,
+            "num_features": c,
+        }
+        for (name, _), r, c in zip(layers, rows, counts)
     }
     return {
-        "k_eff": sum(keff) / total,
-        "importance": sum(imp) / total,
+        "k_eff": sum(r[0] for r in rows) / total,
+        "k_eff_scale": sum(r[1] for r in rows) / total,
+        "importance": sum(r[2] for r in rows) / total,
         "num_features": total,
         "layers": per_layer,
     }
+
+
+def _k_eff(s: Tensor) -> Tensor:
+    """1 / Σ_m q_m² with q = s / Σ_m s, per feature: (M, F) non-negative → (F,)."""
+    q = s / s.sum(0, keepdim=True).clamp_min(1e-12)  # (M, F)
+    return 1.0 / q.square().sum(0)
+
+
+def gradient_ratio(
+    model: nn.Module,
+    task_loss: Tensor,
+    tau: float,
+    lam: float,
+    layer_pattern: str | None = None,
+) -> dict[str, Any]:
+    """‖∇γ L_div‖ / ‖∇γ L_task‖ per regularized layer and overall: does λ matter at all?
+
+    A ratio ≪ 1 means the regularizer exerts no force next to the task loss (τ cannot set the
+    equilibrium), ≫ 1 that it dominates. Both gradients are taken w.r.t. the same γ tensors;
+    ``task_loss`` must come from a forward pass of ``model`` with autograd on.
+
+    Args:
+        model: A converted model with ``variant="sigma"`` σNorm layers.
+        task_loss: Scalar task loss of one batch (graph retained by the caller's forward).
+        tau, lam: The regularizer's current τ and λ (λ = 0 gives ratio 0).
+        layer_pattern: Regex of regularized layers; None = all.
+
+    Returns:
+        ``{"grad_ratio": float, "layers": {name: {"grad_ratio": float}}}`` (plain numbers).
+    """
+    layers = _gamma_layers(model, layer_pattern)
+    gammas = [layer.gamma for _, layer in layers]
+    g_task = torch.autograd.grad(task_loss, gammas, allow_unused=True)
+    g_div = torch.autograd.grad(diversity_loss(model, tau, lam, layer_pattern), gammas)
+    sq = torch.stack(
+        [torch.stack([d.float().square().sum(), _sq(t, d)]) for t, d in zip(g_task, g_div)]
+    ).cpu()  # (L, 2): squared norms of ∇L_div and ∇L_task; one device sync
+    per_layer = {
+        name: {"grad_ratio": _ratio(float(row[0]), float(row[1]))}
+        for (name, _), row in zip(layers, sq)
+    }
+    return {"grad_ratio": _ratio(float(sq[:, 0].sum()), float(sq[:, 1].sum())), "layers": per_layer}
+
+
+def _sq(g: Tensor | None, like: Tensor) -> Tensor:
+    return like.new_zeros(()) if g is None else g.float().square().sum()
+
+
+def _ratio(div_sq: float, task_sq: float) -> float:
+    return (div_sq / task_sq) ** 0.5 if task_sq > 0 else float("inf") if div_sq else 0.0
 
 
 def iter_gamma_parameters(model: nn.Module) -> Iterator[nn.Parameter]:

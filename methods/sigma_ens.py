@@ -1,16 +1,37 @@
 """`sigma_ens`: σN-Ens, the normalization-based implicit ensemble with controllable diversity
 (Suteu & Serban, "Controllable Diversity in Normalization-Based Implicit Ensembles via
-Softmax-Temperature Modulation", 2026; DESIGN.md §2).
+Softmax-Temperature Modulation", 2026).
 
 Every normalization layer of the backbone becomes M member-specific normalizations scaled by
 sigmoid(γ_m); all other weights are shared. The loss adds
 L_div = λ Σ_ℓ Σ_i Σ_m log softmax(sigmoid(γ_{·,ℓ,i}) / τ)_m, whose equilibrium τ sets (low τ:
 one member owns each feature; high τ: features shared). τ and λ may follow a schedule.
 
+Where the paper is silent, the harness chooses (each reachable the old way by a hyper-parameter):
+
+- **γ initialisation: near-identity.** γ ~ N(2.2, 0.1²) per member and feature, so
+  sigmoid(γ) = 0.90 (sigmoid(2.2) = 0.900; ±1 std: 0.891–0.909). With diversity off the model
+  then behaves like the backbone it wraps: features pass at 90% of their scale (which the member
+  affine absorbs in a few steps) instead of 50% with γ ~ N(0, 1), which made the ensemble
+  under-confident. The 0.1 spread breaks the symmetry (with equal γ, L_div has zero gradient and
+  members get identical updates) while changing each feature's scale by only ~1% between
+  members; 2.2 rather than a larger mean keeps sigmoid'(γ) = 0.09, so L_div can still move γ (at
+  γ = 4 it would be 0.018). ``gamma_init_mean: 0, gamma_init_std: 1`` gives the old N(0, 1).
+- **No weight decay on γ** (``gamma_weight_decay: 0``): γ is a gate, not a weight; like
+  BatchEnsemble's fast weights it is exempt. Decay on γ (5e-4·|γ|) outweighed L_div's pull at
+  λ = 1e-4 by orders of magnitude. ``gamma_weight_decay: null`` decays γ with the recipe's value.
+- **Per-member parameters get their member's full gradient** (``member_grad``, see
+  ``methods/norm_ensemble.py``).
+- The random γ draw uses an explicit generator seeded from the cell's seed.
+
+Per-epoch diagnostics (computed once per epoch, on the last training batch): k_eff on sigmoid(γ)
+and on the effective member scale |w_m·sigmoid(γ_m)|, per layer and overall, and the gradient
+ratio ‖∇γ L_div‖ / ‖∇γ L_task‖ (``methods/sigma_diversity.py``).
+
 Pretrained conversion (``pretrained`` path or ``pretrain_epochs`` > 0, run by the harness): the
 trained norms are copied into every member and the affine parameters divided by sigmoid(γ_m), so
 at step 0 every member reproduces the original model's logits exactly (to float32 rounding; see
-``methods/sigma_norm.py``); the ensemble is then fine-tuned for the recipe's epochs.
+``methods/sigma_convert.py``); the ensemble is then fine-tuned for the recipe's epochs.
 """
 
 from __future__ import annotations
@@ -20,11 +41,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from methods.base import BuildContext, EnsembleModel, MethodSpec, register_method
-from methods.sigma_convert import SigmaEnsembleNet
-from methods.sigma_diversity import diversity_loss, sharing_diagnostics
+from methods.base import MethodSpec, TrainOutput, register_method
+from methods.norm_ensemble import NormEnsemble
+from methods.sigma_diversity import diversity_loss, gradient_ratio, sharing_diagnostics
+
+GAMMA_INIT_MEAN = 2.2  # sigmoid(2.2) = 0.900: near-identity gate
+GAMMA_INIT_STD = 0.1  # ~1% spread of the member scales: symmetry breaking only
 
 
 @dataclass(frozen=True)
@@ -39,8 +64,18 @@ class SigmaEnsHparams:
     layers: str | None = field(
         default=None, metadata={"help": "regex of regularized σNorm layer names (default: all)"}
     )
-    gamma_init_std: float = field(default=1.0, metadata={"ge": 0})
-    gamma_init_mean: float = 0.0
+    gamma_init_mean: float = field(
+        default=GAMMA_INIT_MEAN, metadata={"help": "γ ~ N(mean, std²); 2.2: sigmoid(γ) ≈ 0.9"}
+    )
+    gamma_init_std: float = field(default=GAMMA_INIT_STD, metadata={"ge": 0})
+    gamma_weight_decay: float | None = field(
+        default=0.0,
+        metadata={"ge": 0, "help": "weight decay of γ (null: the recipe's; default none)"},
+    )
+    member_grad: Literal["member", "mean"] = field(
+        default="member",
+        metadata={"help": "per-member params get their member's loss gradient (×M) or 1/M"},
+    )
     pretrained: str | None = field(
         default=None,
         metadata={
@@ -56,28 +91,36 @@ class SigmaEnsHparams:
     )
 
 
-class SigmaEnsemble(EnsembleModel):
-    """σN-Ens (or, with ``variant="film"``, FiLM-Ensemble) on any backbone; forward (M, B, K)."""
+class SigmaEnsemble(NormEnsemble):
+    """σN-Ens on any backbone; forward (M, B, K)."""
 
     variant = "sigma"
 
-    def __init__(self, ctx: BuildContext, hp: Any) -> None:
-        super().__init__()
-        self.hp = hp
-        self.num_members = ctx.num_members
-        backbone = ctx.build_backbone()
-        preserve = ctx.pretrained is not None
-        if preserve:
-            backbone.load_state_dict(ctx.pretrained)
-        gen = torch.Generator().manual_seed(torch.initial_seed() % 2**63)
-        kwargs = {"variant": self.variant, "generator": gen, "preserve_outputs": preserve}
-        if self.variant == "sigma":
-            kwargs.update(gamma_init_std=hp.gamma_init_std, gamma_init_mean=hp.gamma_init_mean)
-        self.net = SigmaEnsembleNet(backbone, ctx.num_members, convert=True, **kwargs)
+    def __init__(self, ctx: Any, hp: SigmaEnsHparams) -> None:
+        super().__init__(ctx, hp)
         self._progress = 0.0
+        self._last_batch: tuple[Tensor, Tensor] | None = None
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)  # (M, B, K)
+    def convert_kwargs(self, hp: SigmaEnsHparams) -> dict[str, Any]:
+        return {"gamma_init_mean": hp.gamma_init_mean, "gamma_init_std": hp.gamma_init_std}
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """γ in its own group (``gamma_weight_decay``; None = the recipe's), the rest decayed."""
+        gammas = [layer.gamma for _, layer in self.norm_layers() if layer.gamma is not None]
+        ids = {id(g) for g in gammas}
+        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
+        wd_gamma = (
+            weight_decay if self.hp.gamma_weight_decay is None else self.hp.gamma_weight_decay
+        )
+        return [
+            {"params": rest, "weight_decay": weight_decay},
+            {"params": gammas, "weight_decay": wd_gamma},
+        ]
+
+    def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
+        # Keep a reference (no copy, no sync) for the once-per-epoch gradient diagnostics.
+        self._last_batch = (x, y)
+        return super().training_outputs(x, y)
 
     def set_progress(self, epoch: int, num_epochs: int) -> None:
         self._progress = epoch / max(num_epochs - 1, 1)
@@ -103,12 +146,46 @@ class SigmaEnsemble(EnsembleModel):
             return None
         return diversity_loss(self.net, tau, lam, self.hp.layers)
 
+    def gradient_diagnostics(self, x: Tensor, y: Tensor) -> dict[str, Any]:
+        """‖∇γ L_div‖ / ‖∇γ L_task‖ on one batch, without side effects on the model.
+
+        The forward runs in training mode (batch statistics, as in a training step) with the
+        task loss of training: the mean over members of each member's cross-entropy (without
+        the recipe's label smoothing). BatchNorm running statistics and the random state are
+        restored afterwards, so diagnostics never change the training trajectory.
+
+        Args:
+            x: (B, C, H, W) inputs; y: (B,) targets.
+        """
+        tau, lam = self.current()
+        was_training = self.training
+        buffers = {k: b.clone() for k, b in self.named_buffers()}
+        devices = [x.device] if x.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices), torch.enable_grad():
+                self.train()
+                logits = self(x).float()  # (M, B, K)
+                m = logits.shape[0]
+                task = F.cross_entropy(logits.flatten(0, 1), y.repeat(m))  # mean over M·B
+                return gradient_ratio(self.net, task, tau, lam, self.hp.layers)
+        finally:
+            with torch.no_grad():
+                for k, b in self.named_buffers():
+                    b.copy_(buffers[k])
+            self.train(was_training)
+
     def diagnostics(self) -> dict[str, Any]:
         tau, lam = self.current()
         with torch.no_grad():
             diag = sharing_diagnostics(self.net, self.hp.layers)
             l_div = diversity_loss(self.net, tau, 1.0, self.hp.layers)
-        return {**diag, "tau": tau, "lam": lam, "l_div": float(l_div)}
+        out = {**diag, "tau": tau, "lam": lam, "l_div": float(l_div)}
+        if self._last_batch is not None:
+            ratio = self.gradient_diagnostics(*self._last_batch)
+            out["grad_ratio"] = ratio["grad_ratio"]
+            for name, values in ratio["layers"].items():
+                out["layers"][name].update(values)
+        return out
 
 
 def check(hp: SigmaEnsHparams, num_members: int) -> list[str]:
@@ -124,5 +201,6 @@ register_method(
         hparams=SigmaEnsHparams,
         reference="Suteu & Serban, 2026",
         check=check,
+        pretrained_conversion=True,
     )
 )

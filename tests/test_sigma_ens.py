@@ -3,11 +3,13 @@ pretraining, τ/λ schedules and the per-epoch diagnostics in the record."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
 import torch
 
+from harness.records import read_record
 from harness.registries import METHODS
 from harness.runner import build_model, load_backbone_state, load_data, run_cell
 from harness.suite import expand_hparams, load_suite
@@ -61,19 +63,62 @@ def test_conversion_of_trained_digits_model_reproduces_its_predictions(cells, tm
         ref = trained(x)[0]  # (B, K)
         out = converted(x)  # (M, B, K)
     gammas = [p for n, p in converted.named_parameters() if n.endswith("gamma")]
-    assert gammas and gammas[0].std() > 0.5  # members do have different, random γ
+    # members do have different, random γ, near-identity by default: sigmoid(γ) ≈ 0.9
+    assert gammas and 0.05 < gammas[0].std() < 0.2
+    assert torch.sigmoid(gammas[0]).mean().item() == pytest.approx(0.9, abs=0.01)
     for m in range(4):
         torch.testing.assert_close(out[m], ref, atol=1e-5, rtol=0)
 
 
-def test_pretrain_then_convert_in_one_cell(cells, tmp_path):
-    cell = cells[1]
+def test_pretrain_then_convert_in_one_cell(cells, tmp_path, write_suite):
+    """The converting cell pre-trains by running the suite's `single` cell (base recipe, not the
+    fine-tuning delta), then fine-tunes with its own recipe."""
+    from harness.dispatch import write_manifest
+
+    write_manifest(load_suite(write_suite(textwrap.dedent(SUITE))), tmp_path)
+    cell, single = cells[1], cells[0]
     rec = run_cell(cell, tmp_path, progress=False)
     assert rec["status"] == "done", rec["error"]
-    assert (tmp_path / cell.cell_id / "pretrain" / "final.pt").exists()
+    assert not (tmp_path / cell.cell_id / "pretrain").exists()  # nothing trained in the cell
+    pre = read_record(tmp_path / single.cell_id)  # the suite's single cell did it
+    assert pre["status"] == "done" and pre["config"]["recipe"]["lr"] == 0.05  # base recipe
+    assert [h["epoch"] for h in pre["history"]] == [1, 2]
     assert [h["epoch"] for h in rec["history"]] == [1]  # the fine-tuning phase
     assert rec["config"]["recipe"]["epochs"] == 1 and rec["config"]["recipe"]["lr"] == 0.01
     assert rec["metrics"]["clean"]["acc"] > 0.5  # starts from a trained model
+
+
+def test_pretrained_model_is_the_suites_single_model_trained_once(cells, tmp_path, write_suite):
+    """Byte-identical state dicts, and one training of the single cell for the whole suite."""
+    from harness.cli import main
+    from harness.runner import pretrained_state
+
+    path = write_suite(textwrap.dedent(SUITE))
+    args = ["run", str(path), "--executor", "inprocess", "--results", str(tmp_path), "-q"]
+    assert main(args) == 0
+    results = tmp_path / "sig"
+    cell, single = cells[1], cells[0]
+    assert read_record(results / cell.cell_id)["status"] == "done"
+    spec, splits = load_data(cell, tmp_path)
+    pre = pretrained_state(cell, results / cell.cell_id, spec, splits, torch.device("cpu"), False)
+    final = torch.load(results / single.cell_id / "final.pt", weights_only=True)
+    assert set(pre) == {k.removeprefix("net.") for k in final}
+    for key, value in final.items():
+        other = pre[key.removeprefix("net.")]
+        assert other.dtype == value.dtype and torch.equal(other, value)  # bit for bit
+    events = (results / single.cell_id / "events.jsonl").read_text().splitlines()
+    assert sum(json.loads(e)["event"] == "train" for e in events) == 1  # trained once
+
+
+def test_pretrain_without_a_single_cell_in_the_suite_says_what_to_add(tmp_path, write_suite):
+    from harness.dispatch import write_manifest
+
+    suite = load_suite(write_suite(textwrap.dedent(SUITE).replace("    - single\n", "")))
+    write_manifest(suite, tmp_path)
+    convert = next(c for c in suite.cells() if c.hparams.get("pretrain_epochs"))
+    rec = run_cell(convert, tmp_path, progress=False)
+    assert rec["status"] == "failed"
+    assert "add `single` to the suite's methods with 2 epochs" in rec["error"]["message"]
 
 
 def test_diagnostics_and_schedule_are_recorded_per_epoch(cells, tmp_path):

@@ -1,0 +1,248 @@
+"""Per-member BatchNorm for σN-Ens / FiLM-Ensemble: member statistics, fused train kernel.
+
+Member m's batch statistics are computed over its own slice of the member-major (M·B, C, ...)
+batch only. In eval, running statistics, affine and sigmoid(γ) fold into one (M, C) scale and
+shift. In training, a custom autograd function computes the statistics with one float32
+``var_mean`` and saves only the input and (M, C) statistics, like cuDNN's BatchNorm, so eager
+peak memory matches the plain backbone's and it traces under ``torch.compile`` without graph
+breaks. See ``methods/sigma_norm.py`` for the layer family.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from methods.sigma_norm_base import SigmaNorm, _acc
+
+__all__ = ["SigmaBatchNorm1d", "SigmaBatchNorm2d", "SigmaBatchNorm3d"]
+
+
+# --------------------------------------------------------------------------------------------
+# Fused per-member batch normalization (training)
+# --------------------------------------------------------------------------------------------
+
+
+class _MemberBatchNormTrain(torch.autograd.Function):
+    """Per-member batch normalization with a fused per-(member, channel) scale and shift.
+
+    ``y = (x - μ_{m,c}) · rsqrt(σ²_{m,c} + eps) · scale_{m,c} + shift_{m,c}`` with the biased
+    statistics of member m's slice. Forward: one float32 ``var_mean`` and one multiply-add.
+    Backward: the closed-form BatchNorm gradient, from the saved input and (M, C) statistics only.
+
+    Inputs:
+        x: (M, B, C, *S) activations (any dtype, any strides).
+        scale, shift: (M, 1, C, 1, ..., 1) float32 effective affine (already × sigmoid(γ)).
+        eps: float.
+        dims: reduction dimensions, (1, 3, 4, ...).
+
+    Outputs:
+        y (x's shape and dtype), and the non-differentiable float32 batch mean and biased
+        variance, both (M, 1, C, 1, ..., 1).
+    """
+
+    @staticmethod
+    def forward(x: Tensor, scale: Tensor, shift: Tensor, eps: float, dims: tuple[int, ...]):
+        x32 = _acc(x)  # (M, B, C, *S) float32 (no copy when x is float32 or float64)
+        var, mean = torch.var_mean(x32, dim=dims, correction=0, keepdim=True)  # (M, 1, C, 1..)
+        rstd = torch.rsqrt(var + eps)  # (M, 1, C, 1..)
+        a = scale * rstd  # (M, 1, C, 1..)
+        b = shift - mean * a  # (M, 1, C, 1..)
+        y = torch.addcmul(b.to(x.dtype), x, a.to(x.dtype))  # (M, B, C, *S), x's strides
+        return y, mean, var
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        x, scale, _shift, _eps, dims = inputs
+        _y, mean, var = output
+        rstd = torch.rsqrt(var + inputs[3])
+        ctx.save_for_backward(x, scale, mean, rstd)
+        ctx.dims = dims
+        ctx.mark_non_differentiable(mean, var)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_y: Tensor, _grad_mean: Tensor, _grad_var: Tensor):
+        x, scale, mean, rstd = ctx.saved_tensors
+        dims = ctx.dims
+        n = x.numel() // mean.numel()  # elements per (member, channel): B·prod(S)
+        g = _acc(grad_y)  # (M, B, C, *S)
+        xc = _acc(x) - mean  # (M, B, C, *S) centred input
+        sum_g = g.sum(dim=dims, keepdim=True)  # (M, 1, C, 1..)
+        dot = (g * xc).sum(dim=dims, keepdim=True)  # (M, 1, C, 1..)  Σ g·(x-μ)
+        grad_scale = dot * rstd  # (M, 1, C, 1..)  Σ g·x̂
+        grad_shift = sum_g  # (M, 1, C, 1..)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            a = scale * rstd  # (M, 1, C, 1..)
+            c_x = -a * rstd * rstd * dot / n  # (M, 1, C, 1..) coefficient of (x - μ)
+            c_0 = -a * sum_g / n  # (M, 1, C, 1..) constant term
+            # dx = a·(g - mean(g) - x̂·mean(g·x̂)) = a·g + c_x·(x-μ) + c_0
+            grad_x = torch.addcmul(torch.addcmul(c_0, xc, c_x), g, a).to(x.dtype)
+        return grad_x, grad_scale, grad_shift, None, None
+
+
+class _SigmaBatchNorm(SigmaNorm):
+    """Per-member BatchNorm followed by sigmoid(γ_m) (σN-Ens) or per-member affine only (FiLM).
+
+    Input (M·B, C, *S), member-major. Member m's batch statistics are computed over its own
+    B·prod(S) values per channel; biased variance normalises, the unbiased one updates its
+    running statistics, exactly as ``nn.BatchNorm`` does per member.
+
+    Args:
+        num_features: C.
+        num_members: M.
+        eps, momentum, track_running_stats: as in ``nn.BatchNorm`` (momentum None = cumulative
+            moving average driven by ``num_batches_tracked``).
+        **kwargs: see :class:`SigmaNorm` (variant, γ init, generator, device, dtype).
+
+    Buffers:
+        running_mean, running_var: (M, C); num_batches_tracked: (M,) long (all members are
+        updated in lockstep, each keeps its own counter).
+    """
+
+    _expected_dims: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        num_features: int,
+        num_members: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        track_running_stats: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__((num_features,), num_members, **kwargs)
+        self.num_features = int(num_features)
+        self.eps = float(eps)
+        self.momentum = momentum
+        self.track_running_stats = bool(track_running_stats)
+        dev = kwargs.get("device")
+        if self.track_running_stats:
+            m, c = self.num_members, self.num_features
+            self.register_buffer("running_mean", torch.zeros(m, c, device=dev))  # (M, C)
+            self.register_buffer("running_var", torch.ones(m, c, device=dev))  # (M, C)
+            self.register_buffer(
+                "num_batches_tracked", torch.zeros(m, dtype=torch.long, device=dev)
+            )  # (M,)
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Args: x (M·B, C, *S). Returns: (M·B, C, *S), same dtype and memory format."""
+        if x.dim() not in self._expected_dims:
+            raise ValueError(
+                f"{type(self).__name__} expects {' or '.join(map(str, self._expected_dims))}-D "
+                f"input, got {x.dim()}-D"
+            )
+        m, c = self.num_members, self.num_features
+        b = self._num_rows_per_member(x)
+        spatial = tuple(x.shape[2:])
+        xs = x.view(m, b, c, *spatial)  # (M, B, C, *S)
+        bshape = (m, 1, c, *([1] * len(spatial)))  # broadcast shape of per-(member, channel)
+        scale, shift = self.effective_affine()  # (M, C) each, float32
+        use_batch_stats = self.training or not self.track_running_stats
+        if not use_batch_stats:
+            # Fold running stats, affine and sigmoid(γ) into one scale/shift: y = x·a + b.
+            a = scale * torch.rsqrt(self.running_var + self.eps)  # (M, C)
+            sh = shift - self.running_mean * a  # (M, C)
+            y = torch.addcmul(sh.view(bshape).to(x.dtype), xs, a.view(bshape).to(x.dtype))
+            return y.view(x.shape)  # (M·B, C, *S)
+
+        n = b * math.prod(spatial)  # values per (member, channel)
+        if n <= 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel per member when training, got input "
+                f"of shape {tuple(x.shape)} with num_members={m}"
+            )
+        dims = (1, *range(3, 3 + len(spatial)))
+        y, mean, var = _MemberBatchNormTrain.apply(
+            xs, scale.view(bshape), shift.view(bshape), self.eps, dims
+        )  # (M, B, C, *S), (M, 1, C, 1..), (M, 1, C, 1..)
+        if self.training and self.track_running_stats:
+            self._update_running_stats(mean.view(m, c), var.view(m, c), n)
+        return y.view(x.shape)  # (M·B, C, *S)
+
+    @torch.no_grad()
+    def _update_running_stats(self, mean: Tensor, var: Tensor, n: int) -> None:
+        """nn.BatchNorm's update per member: lerp towards the batch mean and unbiased variance."""
+        rm, rv = self.running_mean, self.running_var  # (M, C) each
+        self.num_batches_tracked.add_(1)  # (M,)
+        if self.momentum is None:  # cumulative moving average
+            factor: float | Tensor = (1.0 / self.num_batches_tracked.to(rm.dtype)).unsqueeze(1)
+        else:
+            factor = float(self.momentum)
+        rm.lerp_(mean.to(rm.dtype), factor)  # (M, C)
+        rv.lerp_((var * (n / (n - 1))).to(rv.dtype), factor)  # (M, C) unbiased variance
+
+    @classmethod
+    def from_norm(
+        cls,
+        norm: nn.modules.batchnorm._BatchNorm,
+        num_members: int,
+        *,
+        preserve_outputs: bool = False,
+        **kwargs: Any,
+    ) -> _SigmaBatchNorm:
+        """Build from a (trained) BatchNorm, copying its affine and running stats into all members.
+
+        Args:
+            norm: The BatchNorm to replace.
+            num_members: M.
+            preserve_outputs: Divide each member's affine by sigmoid(γ_m) (see
+                :func:`convert_to_ensemble`).
+            **kwargs: variant, gamma_init_mean, gamma_init_std, generator.
+        """
+        p = norm.weight if norm.weight is not None else norm.running_mean
+        dev = p.device if p is not None else None
+        new = cls(
+            norm.num_features,
+            num_members,
+            eps=norm.eps,
+            momentum=norm.momentum,
+            track_running_stats=norm.track_running_stats and norm.running_mean is not None,
+            device=dev,
+            **kwargs,
+        )
+        new.load_member_affine(norm.weight, norm.bias, preserve_outputs)
+        if new.track_running_stats:
+            with torch.no_grad():
+                new.running_mean.copy_(
+                    norm.running_mean.float().unsqueeze(0).expand_as(new.running_mean)
+                )  # (M, C)
+                new.running_var.copy_(
+                    norm.running_var.float().unsqueeze(0).expand_as(new.running_var)
+                )  # (M, C)
+                if norm.num_batches_tracked is not None:
+                    new.num_batches_tracked.fill_(norm.num_batches_tracked)
+        return new
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, num_members={self.num_members}, variant={self.variant!r}, "
+            f"eps={self.eps}, momentum={self.momentum}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
+
+
+class SigmaBatchNorm1d(_SigmaBatchNorm):
+    """σNorm for ``nn.BatchNorm1d``: input (M·B, C) or (M·B, C, L). See :class:`_SigmaBatchNorm`."""
+
+    _expected_dims = (2, 3)
+
+
+class SigmaBatchNorm2d(_SigmaBatchNorm):
+    """σNorm for ``nn.BatchNorm2d``: input (M·B, C, H, W), NCHW or channels_last."""
+
+    _expected_dims = (4,)
+
+
+class SigmaBatchNorm3d(_SigmaBatchNorm):
+    """σNorm for ``nn.BatchNorm3d``: input (M·B, C, D, H, W)."""
+
+    _expected_dims = (5,)
