@@ -7,17 +7,18 @@ rebuilt, ``final.pt`` loaded, the new evaluation run, and the record rewritten a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import torch
 
+from harness.contract import Cell, read_manifest
 from harness.data.base import default_data_root
 from harness.evaluate import evaluate_all
-from harness.records import read_record, write_record
+from harness.records import atomic_write_text, read_record, write_record
 from harness.runner import build_model, load_data, now, pick_device
-from harness.suite import Cell
 
 
 def reevaluate(
@@ -25,8 +26,6 @@ def reevaluate(
 ) -> int:
     """Re-evaluate every done cell of a results folder; returns a process exit status."""
     from tqdm.auto import tqdm
-
-    from harness.dispatch import read_manifest
 
     manifest = read_manifest(results_dir)
     evaluation = None
@@ -49,19 +48,9 @@ def reevaluate(
             continue
         cell = Cell.from_json(json.loads((cell_dir / "cell.json").read_text()))
         if evaluation is not None:
-            cell = Cell(
-                cell.suite,
-                cell.dataset,
-                cell.backbone,
-                cell.backbone_kwargs,
-                cell.method,
-                cell.M,
-                cell.hparams,
-                cell.seed,
-                cell.recipe,
-                evaluation,
-            )
-            (cell_dir / "cell.json").write_text(json.dumps(cell.to_json(), indent=1) + "\n")
+            cell = dataclasses.replace(cell, evaluation=evaluation)
+            text = json.dumps(cell.to_json(), indent=1) + "\n"
+            atomic_write_text(cell_dir / "cell.json", text)
         device = pick_device(cell.recipe.device)
         spec, splits = load_data(cell, root)
         model, _ = build_model(cell, spec)

@@ -1,4 +1,8 @@
-"""A compact fixed-width leaderboard for the terminal (printed at the end of ``harness run``)."""
+"""A compact fixed-width leaderboard for the terminal, and the summary ``harness run`` ends with.
+
+Reporter side: reads records and the manifest through the contract layer only, so executors and
+the CLI call it without the reporter ever importing them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.contract import expected_cells, iter_records, read_manifest
 from reports.aggregate import (
     Column,
     aggregate,
@@ -70,11 +75,34 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     return "\n".join([*text, footer])
 
 
+def expected_of(results_dir: Path | str) -> list[dict] | None:
+    """The cells the results folder's manifest expects (None when it has no manifest)."""
+    try:
+        return expected_cells(read_manifest(Path(results_dir)))
+    except FileNotFoundError:
+        return None
+
+
 def format_results(results_dir: Path | str) -> str:
-    """:func:`format_table` of a results folder, with failed/invalid/missing cells counted."""
-    results = load_results(results_dir)
+    """:func:`format_table` of a results folder, with failed/invalid/missing cells counted
+    (missing: expected by the folder's manifest and without a record)."""
+    results = load_results(results_dir, expected=expected_of(results_dir))
     table = format_table(results.summary) if len(results.summary) else "no done cells"
     if results.problems:
         kinds = pd.Series([p.status for p in results.problems]).value_counts()
         table += "\n" + ", ".join(f"{n} {k}" for k, n in kinds.items()) + " (see harness report)"
     return table
+
+
+def print_summary(results_dir: Path) -> int:
+    """Print the terminal leaderboard, the failed cells and the expected cells that have no
+    record; exit status 1 if any cell failed (what ``harness run`` ends with)."""
+    print(format_results(results_dir))
+    failed = [r for r in iter_records(results_dir) if r["status"] == "failed"]
+    for r in failed:
+        print(
+            f"FAILED {r['cell_id']} {r['config']['method']} seed {r['config']['seed']}: "
+            f"{r['error']['type']}: {r['error']['message']}"
+        )
+    print(f"results: {results_dir}  (harness report {results_dir} → leaderboard.html)")
+    return 1 if failed else 0

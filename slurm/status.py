@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.dispatch import read_manifest
+from harness.contract import read_manifest
 from harness.lease import describe, live_leases
 from harness.records import read_record
 from slurm.submit import SLURM_DIR, read_jobs

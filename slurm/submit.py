@@ -4,7 +4,8 @@ Each array task runs :func:`harness.runner.run_cell` for one cell and writes its
 shared results folder. Tasks are ``submitit.helpers.Checkpointable``: on a time limit or
 preemption submitit calls :meth:`CellTask.checkpoint`, which requeues the same cell; the runner
 then resumes from the cell's last per-epoch checkpoint. Job ids go to
-``<results>/_slurm/jobs.json`` for ``harness status`` and ``harness cancel``.
+``<results>/_slurm/jobs.json`` for ``harness status`` and ``harness cancel``. The executor
+protocol's adapter is :class:`harness.executors.slurm.SlurmExecutor`; nothing here knows the CLI.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from typing import Any
 
 import submitit
 
+from harness.contract import Cell
 from harness.records import atomic_write_text
-from harness.suite import Cell, Suite
-from slurm.profile import load_profile
 
 SLURM_DIR = "_slurm"  # leading "_": not a cell folder for the reporter
 JOBS_FILE = "jobs.json"
@@ -123,28 +123,6 @@ def wait_jobs(jobs: list[submitit.Job], poll_s: float = 2.0, progress: bool = Tr
             pending = still
             if pending:
                 time.sleep(poll_s)
-
-
-def submit_suite(
-    suite: Suite, todo: list[Cell], results_dir: Path, data_root: Path | None, args: Any
-) -> int:
-    """``harness run --executor slurm``: submit, print the job ids, optionally wait."""
-    from harness.cli import print_summary
-
-    profile = load_profile(args.profile, args.slurm)
-    jobs = submit_cells(todo, results_dir, data_root, profile)
-    if not jobs:
-        print("nothing to submit: every cell is done")
-        return print_summary(results_dir)
-    array_id = jobs[0].job_id.split("_")[0]
-    print(
-        f"submitted job array {array_id} with {len(jobs)} tasks; follow it with "
-        f"`harness status {results_dir}`, stop it with `harness cancel {results_dir}`"
-    )
-    if not getattr(args, "wait", False):
-        return 0
-    wait_jobs(jobs, progress=not getattr(args, "quiet", False))
-    return print_summary(results_dir)
 
 
 def cancel_suite(results_dir: Path) -> int:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from harness.cli import main
 from harness.data.corruptions import ALL_CORRUPTIONS
@@ -75,3 +78,79 @@ def test_invalid_suite_exits_2_with_messages_and_no_traceback(tmp_path):
     assert "Traceback" not in out.stderr
     assert "bad.yaml: grid.methods[0].M: M must be >= 1, got 0" in out.stderr
     assert "bad.yaml: recipe.lr: must be > 0, got -1.0" in out.stderr
+
+
+# --- executors, the manifest and the terminal summary --------------------------------------------
+
+TWO_SEEDS = """
+name: twoseeds
+grid:
+  datasets: [digits]
+  backbones: [{name: digits_cnn, kwargs: {width: 4}}]
+  seeds: [0, 1]
+  methods:
+    - {name: mc_dropout, hparams: {dropout_rate: 0.3}}
+recipe: {epochs: 1, batch_size: 128}
+evaluation: {cost_steps: 1}
+"""
+
+
+def test_executor_registry_resolves_auto_and_rejects_unknown_names():
+    from harness.executors import EXECUTORS, ExecutorOptions, make_executor, resolve_name
+
+    assert set(EXECUTORS) == {"inprocess", "local", "slurm"}
+    assert resolve_name("auto", 1, has_gpu=lambda: False) == "inprocess"
+    assert resolve_name("auto", 5, has_gpu=lambda: False) == "local"
+    assert resolve_name("auto", 5, has_gpu=lambda: True) == "inprocess"
+    with pytest.raises(ValueError, match=r"unknown executor 'cloud'; valid: auto, inprocess"):
+        resolve_name("cloud", 3)
+    local = make_executor("local", ExecutorOptions(workers=8, threads=1), n_cells=3)
+    assert local.name == "local" and "in 3 worker processes, 1 thread(s)" in local.describe(3)
+
+
+def test_local_workers_record_label_and_shared_device_and_report_lists_missing(
+    tmp_path, write_suite, capsys
+):
+    from harness.contract import read_record, validate_record
+
+    suite = write_suite(TWO_SEEDS)
+    args = ["run", str(suite), "--executor", "local", "--workers", "2", "--threads", "1"]
+    assert main([*args, "--results", str(tmp_path / "res"), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "running 2 cells in 2 worker processes, 1 thread(s) each" in out
+    results = tmp_path / "res" / "twoseeds"
+    recs = [read_record(d) for d in sorted(results.iterdir()) if (d / "record.json").exists()]
+    assert len(recs) == 2
+    for rec in recs:
+        validate_record(rec)
+        assert rec["status"] == "done", rec["error"]
+        assert rec["schema_version"] == 2
+        assert rec["label"] == (
+            f"digits/digits_cnn/mc_dropout(M=4,dropout_rate=0.3)/seed{rec['config']['seed']}"
+        )
+        assert rec["hparams_shown"] == {"dropout_rate": 0.3}
+        cost = rec["cost"]
+        assert cost["shared_device"] is True  # two workers measured on one CPU at once
+        assert (cost["device"], cost["precision"]) == ("cpu", "fp32")
+        assert cost["train_images_per_s"] > 0
+    # A cell that never started (no folder at all) is listed as missing by report and summary.
+    gone = recs[0]["cell_id"]
+    shutil.rmtree(results / gone)
+    assert main(["report", str(results), "-o", str(tmp_path / "page")]) == 0
+    html = (tmp_path / "page" / "leaderboard.html").read_text()
+    assert gone in html and "mc_dropout(M=4,dropout_rate=0.3)/seed" in html
+    from reports.terminal import print_summary
+
+    capsys.readouterr()
+    assert print_summary(results) == 0
+    assert "1 missing" in capsys.readouterr().out
+
+
+def test_inprocess_single_worker_is_not_a_shared_device(tmp_path, write_suite):
+    from harness.contract import iter_records
+
+    suite = write_suite(TWO_SEEDS.replace("seeds: [0, 1]", "seeds: [3]"))
+    code = main(["run", str(suite), "--executor", "inprocess", "--results", str(tmp_path), "-q"])
+    assert code == 0
+    (rec,) = list(iter_records(tmp_path / "twoseeds"))
+    assert rec["cost"]["shared_device"] is False and rec["label"].endswith("/seed3")

@@ -1,0 +1,60 @@
+"""Executors: where a suite's cells run, behind one small protocol (:class:`Executor`).
+
+========== ====================================================================================
+inprocess  every cell in this process, one after another
+local      spawned worker processes on this machine (they share its device)
+slurm      one Slurm job array through submitit, one task per cell
+========== ====================================================================================
+
+The CLI picks one by name from :data:`EXECUTORS` (``auto``: in-process on a GPU machine or for a
+single cell, local workers on a CPU-only one). Adding an executor is one module with a class
+taking :class:`ExecutorOptions` and implementing ``describe`` and ``run``, plus one line here.
+No executor imports the CLI or the reporter.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from harness.executors.base import Executor, ExecutorOptions, pending, write_manifest
+
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "ExecutorOptions",
+    "make_executor",
+    "pending",
+    "resolve_name",
+    "write_manifest",
+]
+
+#: Executor name → "module:class" (imported on use: the Slurm one needs submitit).
+EXECUTORS: dict[str, str] = {
+    "inprocess": "harness.executors.local:InProcessExecutor",
+    "local": "harness.executors.local:LocalWorkersExecutor",
+    "slurm": "harness.executors.slurm:SlurmExecutor",
+}
+
+
+def resolve_name(name: str, n_cells: int, has_gpu: Callable[[], bool] | None = None) -> str:
+    """``auto`` → ``inprocess`` on a GPU machine or for at most one cell, else ``local``.
+
+    Raises:
+        ValueError: an unknown executor name, listing the valid ones.
+    """
+    if name == "auto":
+        if has_gpu is None:
+            import torch
+
+            has_gpu = torch.cuda.is_available
+        return "inprocess" if n_cells <= 1 or has_gpu() else "local"
+    if name not in EXECUTORS:
+        raise ValueError(f"unknown executor {name!r}; valid: auto, {', '.join(EXECUTORS)}")
+    return name
+
+
+def make_executor(name: str, options: ExecutorOptions, n_cells: int = 0) -> Executor:
+    """The executor called ``name`` (or ``auto``, resolved for ``n_cells`` cells)."""
+    module, _, cls = EXECUTORS[resolve_name(name, n_cells)].partition(":")
+    return getattr(importlib.import_module(module), cls)(options)

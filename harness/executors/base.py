@@ -1,0 +1,80 @@
+"""The executor protocol, its options, and what every executor shares (manifest, pending cells).
+
+An executor takes a suite's pending cells and makes each of them leave a record in the results
+folder, by calling :func:`harness.runner.run_cell` somewhere: in this process, in local worker
+processes, or in Slurm array tasks. It never prints the leaderboard and never imports the CLI:
+the CLI picks one by name (:data:`harness.executors.EXECUTORS`), runs it, and prints the summary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from harness.contract import SUITE_FILE, Cell, build_manifest, read_record
+from harness.records import atomic_write_text
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Everything an executor may be configured with (each uses the fields it needs).
+
+    Attributes:
+        workers: Local worker processes (None: one per core, at most one per cell).
+        threads: torch intra-op threads per process (None: torch's default, or cores ÷ workers).
+        profile: Slurm cluster profile YAML (None: the built-in default profile).
+        slurm_overrides: ``KEY=VALUE`` overrides of profile entries.
+        wait: Slurm: wait for the job array to finish.
+        progress: Show progress bars.
+    """
+
+    workers: int | None = None
+    threads: int | None = None
+    profile: str | None = None
+    slurm_overrides: tuple[str, ...] = ()
+    wait: bool = False
+    progress: bool = True
+
+
+class Executor(Protocol):
+    """Runs cells so that each leaves ``<results_dir>/<cell_id>/record.json``."""
+
+    name: str
+
+    def describe(self, n_cells: int) -> str:
+        """One line saying how ``n_cells`` cells will run (printed by the CLI before running)."""
+        ...
+
+    def run(
+        self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
+    ) -> bool:
+        """Run or submit ``cells``.
+
+        Returns:
+            True when every cell finished here (its record is written, done or failed), False
+            when the cells were handed to a scheduler and may still be running.
+        """
+        ...
+
+
+def write_manifest(suite, results_dir: Path) -> None:
+    """Record which cells ``suite`` expects (merged with earlier runs of other versions), so
+    ``harness status`` and ``harness report`` can list the cells that never started."""
+    path = Path(results_dir) / SUITE_FILE
+    old = json.loads(path.read_text()) if path.exists() else None
+    manifest = build_manifest(suite.name, str(suite.source), suite.cells(), old)
+    atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
+
+
+def pending(cells: list[Cell], results_dir: Path, force: bool = False) -> list[Cell]:
+    """Cells without a finished record (all of them with ``force``)."""
+    if force:
+        return list(cells)
+    out = []
+    for c in cells:
+        rec = read_record(Path(results_dir) / c.cell_id)
+        if not rec or rec["status"] != "done":
+            out.append(c)
+    return out

@@ -1,0 +1,50 @@
+"""The Slurm executor: one job array through submitit, one task per cell (``slurm/submit.py``
+holds the task and the submitit glue; this adapts it to the executor protocol)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.contract import Cell
+from harness.executors.base import ExecutorOptions
+
+
+class SlurmExecutor:
+    """Submits the cells as a job array; with ``wait``, returns once every task has ended.
+
+    Args:
+        options: ``profile``, ``slurm_overrides``, ``wait`` and ``progress`` are used.
+    """
+
+    name = "slurm"
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        from slurm.profile import load_profile
+
+        self.options = options
+        self.profile = load_profile(options.profile, list(options.slurm_overrides))
+        self.array_id: str | None = None
+
+    def describe(self, n_cells: int) -> str:
+        return f"submitting {n_cells} cells as one Slurm job array"
+
+    def run(
+        self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
+    ) -> bool:
+        from slurm.submit import submit_cells, wait_jobs
+
+        if force:
+            raise ValueError("--force is not supported with --executor slurm (redo cells locally)")
+        jobs = submit_cells(cells, results_dir, data_root, self.profile)
+        if not jobs:
+            print("nothing to submit: every cell is done")
+            return True
+        self.array_id = jobs[0].job_id.split("_")[0]
+        print(
+            f"submitted job array {self.array_id} with {len(jobs)} tasks; follow it with "
+            f"`harness status {results_dir}`, stop it with `harness cancel {results_dir}`"
+        )
+        if not self.options.wait:
+            return False
+        wait_jobs(jobs, progress=self.options.progress)
+        return True
