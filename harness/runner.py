@@ -170,6 +170,7 @@ def train_loader(
         drop_last=len(train) >= 2 * recipe.batch_size,
         channels_last=recipe.channels_last and device.type == "cuda",
         # M batches per step for methods whose members train on independent data.
+        streams=METHODS.get(cell.method).feeding_for(cell.hparams).streams(cell.M),
     )
 
 
@@ -341,6 +342,11 @@ def _run_leased(
             cell, cell_dir, model, spec, splits, device, progress
         )
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
+        rec["diagnostics"]["batch_feeding"] = (  # images each member saw per training step
+            METHODS.get(cell.method)
+            .feeding_for(cell.hparams)
+            .to_json(cell.recipe.batch_size, cell.M)
+        )
         phase = "evaluate"
         seed_everything(cell.seed)  # evaluation draws (MC Dropout) do not depend on the path here
         t_eval = time.perf_counter()
@@ -465,8 +471,8 @@ def loader_throughput(
     """
     loader = train_loader(cell, spec, splits["train"], device)
     seen, start = 0, time.perf_counter()
-    for i, (x, _) in enumerate(loader):
-        seen += x.shape[0]
+    for i, (_, y) in enumerate(loader):
+        seen += y.numel()  # (B,) or, one batch per member, (M, B)
         if i + 1 == batches:
             break
     if device.type == "cuda":

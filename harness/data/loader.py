@@ -4,6 +4,11 @@ When a dataset fits in device memory (CIFAR-10: 150 MB as uint8) keeping it ther
 batched on the device removes the host→device copy and the per-image CPU transforms that
 otherwise starve a fast model. The random crop offsets, flips and the order of samples come from a
 CPU generator seeded by (seed, epoch), so every method sees the same data in the same order.
+
+Methods whose members train on independent data (deep ensembles, Lakshminarayanan et al. 2017)
+ask for ``streams = M``: every step then yields M batches stacked as (M, B, C, H, W), stream s
+with its own order and augmentation from its own generator (stream 0 is the shared stream every
+other method of the seed sees), still fully determined by (seed, stream, epoch).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class DeviceLoader:
         seed: base seed of order and augmentation.
         drop_last: drop the last incomplete batch (training).
         channels_last: produce channels_last batches (GPU speed).
+        streams: independent batches per step; above 1, batches are (S, B, C, H, W) and labels
+            (S, B), stream s drawn from its own generator.
     """
 
     def __init__(
@@ -44,9 +51,12 @@ class DeviceLoader:
         seed: int = 0,
         drop_last: bool = False,
         channels_last: bool = False,
+        streams: int = 1,
     ) -> None:
         if augment not in ("none", "crop_flip"):
             raise ValueError(f"augment must be 'none' or 'crop_flip', got {augment!r}")
+        if streams < 1:
+            raise ValueError(f"streams must be >= 1, got {streams}")
         self.images = data.images.to(device)  # uint8 (N, C, H, W)
         self.labels = data.labels.to(device)
         self.batch_size = batch_size
@@ -59,6 +69,7 @@ class DeviceLoader:
         self.seed = seed
         self.drop_last = drop_last
         self.channels_last = channels_last
+        self.streams = streams
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -68,16 +79,33 @@ class DeviceLoader:
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def generator(self, stream: int = 0) -> torch.Generator:
+        """The CPU generator of one stream for the current epoch (order, crops and flips).
+
+        Stream 0 keeps the seeding every method shares; stream s > 0 is offset by s times a
+        large prime, far beyond any (seed, epoch) offset in use, so streams never share a seed.
+        """
+        return torch.Generator().manual_seed(
+            self.seed * 100_003 + self.epoch + stream * 1_000_000_007
+        )
+
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         n = len(self.labels)
-        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)
+        gens = [self.generator(s) for s in range(self.streams)]
+        orders = [torch.randperm(n, generator=g) if self.shuffle else torch.arange(n) for g in gens]
         for i in range(len(self)):
-            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
-            x = self.images[idx.to(self.device)]  # uint8 (B, C, H, W)
-            if self.augment == "crop_flip":
-                x = crop_flip(x, g)
-            yield self.normalize(x), self.labels[idx.to(self.device)]
+            xs, ys = [], []
+            for g, order in zip(gens, orders):
+                idx = order[i * self.batch_size : (i + 1) * self.batch_size].to(self.device)
+                x = self.images[idx]  # uint8 (B, C, H, W)
+                if self.augment == "crop_flip":
+                    x = crop_flip(x, g)
+                xs.append(self.normalize(x))
+                ys.append(self.labels[idx])
+            if self.streams == 1:
+                yield xs[0], ys[0]
+            else:  # stacking keeps each stream's channels_last layout
+                yield torch.stack(xs), torch.stack(ys)  # (S, B, C, H, W), (S, B)
 
     def normalize(self, x: Tensor) -> Tensor:
         """uint8 (B, C, H, W) → normalised float32."""
