@@ -153,7 +153,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_cancel(args) -> int:
-    from slurm.submit import cancel_suite
+    from harness.executors.slurm import cancel_suite
 
     return cancel_suite(Path(args.results_dir))
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -123,25 +122,3 @@ def wait_jobs(jobs: list[submitit.Job], poll_s: float = 2.0, progress: bool = Tr
             pending = still
             if pending:
                 time.sleep(poll_s)
-
-
-def cancel_suite(results_dir: Path) -> int:
-    """``harness cancel``: scancel every unfinished job of the suite."""
-    from slurm.status import cell_states
-
-    active = sorted(
-        {
-            s.job_id
-            for s in cell_states(results_dir)
-            if s.state in ("running", "queued") and s.job_id
-        }
-    )
-    if not active:
-        print("no running or queued jobs")
-        return 0
-    out = subprocess.run(["scancel", *active], capture_output=True, text=True)
-    if out.returncode:
-        print(out.stderr.strip(), file=sys.stderr)
-        return 1
-    print(f"cancelled {len(active)} tasks: {' '.join(active)}")
-    return 0

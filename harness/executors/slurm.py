@@ -3,6 +3,8 @@ holds the task and the submitit glue; this adapts it to the executor protocol)."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from harness.contract import Cell
@@ -48,3 +50,26 @@ class SlurmExecutor:
             return False
         wait_jobs(jobs, progress=self.options.progress)
         return True
+
+
+def cancel_suite(results_dir: Path) -> int:
+    """``harness cancel``: scancel every unfinished job of the suite (here, not in
+    ``slurm.submit``, so that ``slurm.status`` → ``slurm.submit`` stays one-way)."""
+    from slurm.status import cell_states
+
+    active = sorted(
+        {
+            s.job_id
+            for s in cell_states(results_dir)
+            if s.state in ("running", "queued") and s.job_id
+        }
+    )
+    if not active:
+        print("no running or queued jobs")
+        return 0
+    out = subprocess.run(["scancel", *active], capture_output=True, text=True)
+    if out.returncode:
+        print(out.stderr.strip(), file=sys.stderr)
+        return 1
+    print(f"cancelled {len(active)} tasks: {' '.join(active)}")
+    return 0
