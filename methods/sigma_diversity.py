@@ -1,4 +1,4 @@
-"""σN-Ens's diversity regularizer L_div and the k_eff sharing diagnostics (DESIGN.md §2)."""
+"""σN-Ens's diversity regularizer L_div and the k_eff sharing diagnostics."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _gamma_layers(model: nn.Module, layer_pattern: str | None) -> list[tuple[str
 def diversity_loss(
     model: nn.Module, tau: float, lam: float, layer_pattern: str | None = None
 ) -> Tensor:
-    """σN-Ens's diversity regularizer (Suteu & Serban 2026; DESIGN.md §2).
+    """σN-Ens's diversity regularizer (Suteu & Serban 2026).
 
     For each selected layer ℓ and feature i, with s_m = sigmoid(γ_{m,ℓ,i}) and
     p = softmax(s / τ) over the M members:
@@ -58,7 +58,7 @@ def diversity_loss(
 
 @torch.no_grad()
 def sharing_diagnostics(model: nn.Module, layer_pattern: str | None = None) -> dict[str, Any]:
-    """How many members share each feature, per σNorm layer and overall (DESIGN.md §2).
+    """How many members share each feature, per σNorm layer and overall.
 
     With s = sigmoid(γ) (M, F) and q = s / Σ_m s, the effective number of members sharing
     feature i is k_eff,i = 1 / Σ_m q_{m,i}² (1 = owned by one member, M = shared by all).

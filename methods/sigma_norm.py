@@ -8,7 +8,7 @@ module holds the LayerNorm/GroupNorm layers and re-exports all of them.
 σN-Ens (Suteu & Serban, 2026, "Controllable Diversity in Normalization-Based Implicit Ensembles via
 Softmax-Temperature Modulation") turns one backbone into an implicit ensemble of M members by
 replacing each normalization layer with M member-specific normalizations, each followed by a
-sigmoid-bounded per-feature importance (DESIGN.md §2):
+sigmoid-bounded per-feature importance:
 
     σNorm_m(x) = sigmoid(γ_m) ⊙ norm_m(x)        m = 1..M,  γ_m ∈ R^C
 
@@ -23,7 +23,7 @@ Layout. Members are batched, never looped: activations are stacked member-major,
 with rows ``m·B .. (m+1)·B - 1`` belonging to member m, and the head's logits are viewed as
 (M, B, K). Every layer reshapes its input to (M, B, C, ...) and reduces over the right dimensions.
 
-Speed (DESIGN.md §6: within 5% of the plain backbone processing M·B images). In eval, running
+Speed (target: within 5% of the plain backbone processing M·B images). In eval, running
 statistics, affine and sigmoid(γ) fold into one (M, C) scale and shift applied with a single
 broadcasted multiply-add (the same memory traffic as an inference BatchNorm). In training,
 BatchNorm statistics come from one ``var_mean`` reduction in float32 and are applied by one fused

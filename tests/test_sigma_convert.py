@@ -308,7 +308,7 @@ def _keff_after_ldiv(tau: float, steps: int = 500) -> float:
 def test_tau_sets_the_sharing_equilibrium():
     """γ alone under L_div, M=4, C=256, Adam lr 0.05, 500 steps (measured, seed 0 / seeds 0-3):
     τ=0.02: 1.03 (1.02-1.04); 0.05: 1.19 (1.17-1.20); 0.1: 1.40 (1.39-1.43);
-    0.5: 1.87 (1.81-1.89); 3: 2.01 (1.93-2.02). DESIGN.md §2 quotes ≈1.0 / 1.55 / 1.9 / 2.0.
+    0.5: 1.87 (1.81-1.89); 3: 2.01 (1.93-2.02). The paper quotes ≈1.0 / 1.55 / 1.9 / 2.0.
     """
     taus = [0.02, 0.05, 0.1, 0.5, 3.0]
     keff = [_keff_after_ldiv(t) for t in taus]

@@ -1,4 +1,4 @@
-"""Tests of the σNorm layers, converter, diversity regularizer and diagnostics (DESIGN.md §2).
+"""Tests of the σNorm layers, converter, diversity regularizer and diagnostics.
 
 All inputs are tiny and CPU-only; backbones are built offline (no weight downloads).
 """
