@@ -1,0 +1,329 @@
+"""Nothing lost, nothing done twice: concurrent runs, SIGKILL at random moments (some inside
+record and checkpoint writes), evaluation failing after training, Ctrl-C of the local executor,
+and the pre-flight checks and results-folder errors of the CLI.
+
+Every cell writes ``events.jsonl`` (train / trained / evaluate_only / done / failed, with host,
+pid and time): the tests count training starts from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.checkpoint import read_events
+from harness.records import validate_record
+
+GRID = """
+name: {name}
+grid:
+  datasets: [digits]
+  backbones: [{{name: digits_cnn, kwargs: {{width: 4}}}}]
+  seeds: [0, 1]
+  methods:
+    - single
+    - {{name: deep_ensemble, M: [2]}}
+recipe: {{epochs: {epochs}, batch_size: 128, lr: 0.05}}
+evaluation: {{cost: false}}
+"""
+
+
+def write_grid(tmp_path: Path, name: str, epochs: int = 2) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(GRID).format(name=name, epochs=epochs))
+    return path
+
+
+def harness_cmd(suite: Path, results: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", "run", str(suite), "--results", str(results),
+            "-q", *extra]  # fmt: skip
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_FAULT")}
+    return {**env, "OMP_NUM_THREADS": "1", **extra}
+
+
+def records(folder: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in folder.glob("*/record.json")}
+
+
+def train_starts(cell_dir: Path) -> list[dict]:
+    return [e for e in read_events(cell_dir) if e["event"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, dict]:
+    """Metrics of one uninterrupted run of the 4-cell grid (3 epochs), keyed by cell id."""
+    tmp = tmp_path_factory.mktemp("reference")
+    suite = write_grid(tmp, "faults", epochs=3)
+    out = subprocess.run(harness_cmd(suite, tmp / "results", "--executor", "inprocess"),
+                         capture_output=True, text=True, env=clean_env(), timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    recs = records(tmp / "results" / "faults")
+    assert len(recs) == 4 and all(r["status"] == "done" for r in recs.values())
+    return {cid: r["metrics"] for cid, r in recs.items()}
+
+
+def test_two_concurrent_runs_train_each_cell_once(tmp_path, reference):
+    suite = write_grid(tmp_path, "faults", epochs=3)
+    results = tmp_path / "results"
+    cmd = harness_cmd(suite, results, "--executor", "inprocess")
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=clean_env()) for _ in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    folder = results / "faults"
+    recs = records(folder)
+    assert len(recs) == 4
+    for cell_id in recs:
+        starts = train_starts(folder / cell_id)
+        assert [s["from_epoch"] for s in starts] == [0], (cell_id, starts)
+        assert [e["event"] for e in read_events(folder / cell_id)].count("trained") == 1
+    # Both processes did work, and the cells they skipped were named with their owner.
+    trainers = {train_starts(folder / c)[0]["pid"] for c in recs}
+    skipped = "".join(o[0] for o in outs)
+    assert len(trainers) == 2 or "already done" in skipped
+    for line in skipped.splitlines():
+        if line.startswith("skipped "):
+            assert " leased by " in line and ":" in line.split(" leased by ")[1]
+    assert {c: r["metrics"] for c, r in recs.items()} == reference
+    assert not list(folder.glob("*/lease.json"))
+
+
+# Kill targets: the N-th atomic write of a file in one process (the hook truncates the temporary
+# file to half, then SIGKILLs the process), or an outside SIGKILL after a random delay while every
+# write sleeps 0.2 s (so random kills land inside writes too). N > 1 for files written once per
+# cell, so that every attempt gets further than the one before.
+TARGETS = ["record.json:2", "checkpoint.pt:{n}", "random", "trained.json:2", "final.pt:2",
+           "cell.json:2", "record.json:3"]  # fmt: skip
+
+
+def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, reference):
+    rng = random.Random(16)
+    suite = write_grid(tmp_path, "faults", epochs=3)
+    results = tmp_path / "results"
+    folder = results / "faults"
+    cmd = harness_cmd(suite, results, "--executor", "inprocess")
+    kills, log = 0, []
+    for _attempt in range(24):
+        target = rng.choice(TARGETS).format(n=rng.randint(2, 4))
+        kept = {c: json.dumps(r, sort_keys=True) for c, r in records(folder).items()
+                if r["status"] == "done"}  # fmt: skip
+        if target == "random":
+            env = clean_env(HARNESS_FAULT_WRITE_SLEEP_S="0.2")
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)  # fmt: skip
+            try:
+                proc.wait(timeout=rng.uniform(4.0, 12.0))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        else:
+            env = clean_env(HARNESS_FAULT_KILL_WRITE=target)
+            proc = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
+        log.append((target, proc.returncode))
+        kills += proc.returncode == -signal.SIGKILL
+        for rec in records(folder).values():
+            validate_record(rec)  # whole and valid, whatever the moment of the kill
+        after = {c: json.dumps(r, sort_keys=True) for c, r in records(folder).items()}
+        assert all(after[c] == text for c, text in kept.items()), "a finished cell was redone"
+        if kills >= 10 and len(after) == 4:
+            break
+    assert kills >= 10, log
+    final = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), timeout=600)
+    assert final.returncode == 0, final.stderr
+    recs = records(folder)
+    assert {c: r["metrics"] for c, r in recs.items()} == reference, log
+    for cell_id in recs:
+        events = [e["event"] for e in read_events(folder / cell_id)]
+        assert events.count("trained") == 1, (cell_id, events)
+        # Once training finished, only evaluation was ever redone.
+        assert "train" not in events[events.index("trained") :], (cell_id, events)
+    assert not list(folder.glob("*/.*.tmp")) and not list(folder.glob("*/lease.json"))
+
+
+def test_evaluation_failing_after_training_is_retried_without_training(tmp_path, monkeypatch):
+    from harness import runner
+    from harness.data.base import DataMissingError
+    from harness.records import read_record
+    from harness.runner import run_cell
+    from harness.suite import load_suite
+
+    cell = load_suite(write_grid(tmp_path, "faults", epochs=3)).cells()[0]
+    clean = run_cell(cell, tmp_path / "clean", progress=False)
+    real = runner.evaluate_all
+
+    def data_gone(*args, **kwargs):
+        raise DataMissingError("digits: test split file removed between phases")
+
+    monkeypatch.setattr(runner, "evaluate_all", data_gone)
+    failed = run_cell(cell, tmp_path, progress=False)
+    assert failed["status"] == "failed" and failed["error"]["phase"] == "evaluate"
+    assert failed["error"]["data_missing"] is True
+    cell_dir = tmp_path / cell.cell_id
+    assert (cell_dir / "final.pt").exists() and (cell_dir / "trained.json").exists()
+    monkeypatch.setattr(runner, "evaluate_all", real)
+    monkeypatch.setattr(runner, "train_cell", lambda *a, **k: pytest.fail("trained again"))
+    retried = run_cell(cell, tmp_path, progress=False)
+    assert retried["status"] == "done"
+    assert retried["metrics"] == clean["metrics"]
+    assert [h["epoch"] for h in retried["history"]] == [1, 2, 3]
+    assert [e["event"] for e in read_events(cell_dir)] == [
+        "train", "trained", "failed", "evaluate_only", "done"
+    ]  # fmt: skip
+    assert read_record(cell_dir) == retried
+
+
+def test_failure_during_training_resumes_unless_divergence(tmp_path, monkeypatch):
+    from harness import runner
+    from harness.runner import run_cell
+    from harness.suite import load_suite
+    from harness.train import DivergenceError
+
+    cell = load_suite(write_grid(tmp_path, "faults", epochs=2)).cells()[0]
+    real, calls = runner.train_epoch, {"n": 0}
+
+    def fail_second(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("CUDA error: an illegal memory access")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "train_epoch", fail_second)
+    assert run_cell(cell, tmp_path, progress=False)["error"]["phase"] == "train"
+    cell_dir = tmp_path / cell.cell_id
+    assert (cell_dir / "checkpoint.pt").exists()  # kept for the retry
+    monkeypatch.setattr(runner, "train_epoch", real)
+    assert run_cell(cell, tmp_path, progress=False)["status"] == "done"
+    assert [s["from_epoch"] for s in train_starts(cell_dir)] == [0, 1]  # resumed, not redone
+
+    other = tmp_path / "diverged"
+
+    def diverge_second(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] % 2 == 0:
+            raise DivergenceError("training loss became nan at step 3 of this epoch")
+        return real(*args, **kwargs)
+
+    calls["n"] = 0
+    monkeypatch.setattr(runner, "train_epoch", diverge_second)
+    assert run_cell(cell, other, progress=False)["error"]["type"] == "DivergenceError"
+    monkeypatch.setattr(runner, "train_epoch", real)
+    assert run_cell(cell, other, progress=False)["status"] == "done"
+    assert [s["from_epoch"] for s in train_starts(other / cell.cell_id)] == [0, 0]
+
+
+def test_ctrl_c_stops_the_local_executor(tmp_path):
+    """SIGINT to the parent only (``kill -INT``, the harder case than a terminal's Ctrl-C, which
+    reaches the workers too): no cell starts afterwards and the run exits 130 promptly."""
+    suite = tmp_path / "ctrlc.yaml"
+    suite.write_text(
+        textwrap.dedent(GRID)
+        .format(name="ctrlc", epochs=200)
+        .replace("seeds: [0, 1]", "seeds: [0, 1, 2]")
+    )
+    results = tmp_path / "results"
+    cmd = harness_cmd(suite, results, "--executor", "local", "--workers", "2", "--threads", "1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env())  # fmt: skip
+    folder = results / "ctrlc"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list(folder.glob("*/events.jsonl"))) < 2:
+        time.sleep(0.2)
+    assert len(list(folder.glob("*/events.jsonl"))) >= 2, "workers never started"
+    time.sleep(1.0)  # inside the first epochs
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert time.time() - sent < 30
+    assert "interrupted" in err
+    starts = [e for d in folder.iterdir() if d.is_dir() for e in train_starts(d)]
+    assert starts and max(e["at"] for e in starts) < sent + 0.5  # nothing started after SIGINT
+    assert len({e["pid"] for e in starts}) <= 2
+    assert not list(folder.glob("*/record.json"))  # 200 epochs: none finished, none half-written
+    assert not list(folder.glob("*/.*.tmp")) and not list(folder.glob("*/lease.json"))
+
+
+# ----------------------------------------------------------------- pre-flight and folder errors
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True,
+                         text=True, env=clean_env(), timeout=300)  # fmt: skip
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_preflight_rejects_bad_recipes_and_empty_grids(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        textwrap.dedent(GRID)
+        .format(name="bad", epochs=4)
+        .replace("lr: 0.05}", "lr: 0.05, schedule: multistep, milestones: [3, 2, 4]}")
+        .replace(
+            "{name: deep_ensemble, M: [2]}",
+            "{name: deep_ensemble, M: [2], recipe: {epochs: 10, milestones: [5, 12]}}",
+        )
+    )
+    rc, _, err = run_cli("validate", str(bad), "--skip-data")
+    assert rc == 2
+    assert f"{bad}: recipe.milestones: [4] not inside (0, epochs=4)" in err
+    assert f"{bad}: recipe.milestones: [3, 2, 4] must be strictly increasing" in err
+    assert f"{bad}: grid.methods[1].recipe.milestones: [12] not inside (0, epochs=10)" in err
+    rc, out, err = run_cli("run", str(bad), "--results", str(tmp_path / "r"))
+    assert rc == 2 and "must be strictly increasing" in err, (out, err)
+    assert not (tmp_path / "r").exists()  # nothing started
+
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(
+        textwrap.dedent(GRID)
+        .format(name="missing", epochs=1)
+        .replace("- single", f"- {{name: sigma_ens, hparams: {{pretrained: {tmp_path}/no.pt}}}}")
+    )
+    rc, _, err = run_cli("validate", str(missing), "--skip-data")
+    assert rc == 2 and f"grid.methods[0].hparams.pretrained: no file {tmp_path}/no.pt" in err
+
+
+def test_empty_grid_is_an_error(tmp_path):
+    from harness.preflight import suite_problems
+    from harness.suite import load_suite
+
+    path = write_grid(tmp_path, "empty")
+    text = path.read_text().replace("seeds: [0, 1]", "seeds: []")
+    path.write_text(text)
+    try:
+        problems = suite_problems(load_suite(path))
+    except Exception as exc:  # rejected while parsing: just as good, if it says where
+        assert "grid.seeds" in str(exc)
+        return
+    assert problems == [f"{path}: grid: expands to 0 cells (every method is excluded by its "
+                        "backbones or M, or a list is empty)"]  # fmt: skip
+
+
+def test_commands_reading_a_results_folder_fail_clearly(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "suite.json").write_text(json.dumps({"current": [], "cells": {}}))
+    for argv, needle in [
+        (("report", str(tmp_path / "nope")), "no such results folder"),
+        (("status", str(tmp_path / "nope")), "no such results folder"),
+        (("evaluate", str(tmp_path / "nope")), "no such results folder"),
+        (("report", str(empty)), "holds no records yet"),
+        (("evaluate", str(empty)), "holds no records yet"),
+        (("status", str(tmp_path)), "holds no suite.json"),
+        (("validate", str(tmp_path)), "is a directory; give a suite YAML file"),
+    ]:
+        rc, out, err = run_cli(*argv)
+        assert rc == 2, (argv, out, err)
+        assert needle in err and len(err.strip().splitlines()) == 1, (argv, err)
+        assert "Traceback" not in err
