@@ -39,7 +39,10 @@ def test_grid_expansion_counts_and_defaults(write_suite):
     assert {c.M for c in singles} == {1}
     sig = [c for c in cells if c.method == "sigma_ens"]
     assert {(c.hparams["tau"], c.M) for c in sig} == {(0.1, 2), (0.1, 4), (1.0, 2), (1.0, 4)}
-    assert all(c.hparams["lam"] == 0.01 and c.hparams["gamma_init_std"] == 1.0 for c in sig)
+    from harness.registries import method_defaults
+
+    default = method_defaults("sigma_ens")["gamma_init_std"]  # unset keys take the defaults
+    assert all(c.hparams["lam"] == 0.01 and c.hparams["gamma_init_std"] == default for c in sig)
     assert suite.recipe.epochs == 1 and suite.recipe.batch_size == 64  # default filled in
 
 
@@ -50,7 +53,10 @@ def test_cell_id_is_stable_and_content_addressed(write_suite):
     assert len({c.cell_id for c in a}) == len(a)
     assert all(re.fullmatch(r"[0-9a-f]{16}", c.cell_id) for c in a)
     # writing a default explicitly gives the same cell; changing the recipe gives another
-    explicit = BASE.replace("lam: 0.01}", "lam: 0.01, gamma_init_std: 1.0}")
+    from harness.registries import method_defaults
+
+    default = method_defaults("sigma_ens")["gamma_init_std"]
+    explicit = BASE.replace("lam: 0.01}", f"lam: 0.01, gamma_init_std: {default!r}}}")
     c = load_suite(write_suite(explicit, "c.yaml")).cells()
     assert {x.cell_id for x in c} == {x.cell_id for x in a}
     other = load_suite(write_suite(BASE.replace("epochs: 1", "epochs: 2"), "d.yaml")).cells()
@@ -205,3 +211,49 @@ def test_method_recipe_delta_applies_to_that_method_only(write_suite):
     p = problems(write_suite, text.replace("epochs: 7", "epochs: -1, lrr: 2"))
     assert any("grid.methods[1].recipe.epochs: must be >= 0, got -1" in x for x in p), p
     assert any("grid.methods[1].recipe.lrr: unknown key. Did you mean 'lr'?" in x for x in p), p
+
+
+def test_all_methods_expand_to_every_registered_method_that_fits_the_grid(write_suite):
+    from harness.registries import METHODS
+
+    text = BASE.replace(
+        """  methods:
+    - single
+    - name: deep_ensemble
+    - name: sigma_ens
+      hparams: {tau: [0.1, 1.0], lam: 0.01}""",
+        """  methods:
+    - all
+    - name: sigma_ens
+      hparams: {tau: 0.1}""",
+    )
+    suite = load_suite(write_suite(text))
+    names = [m.name for m in suite.grid.methods]
+    fits = {
+        n
+        for n, spec in METHODS.items()
+        if (spec.backbones is None or "digits_cnn" in spec.backbones)
+        and (spec.max_members == 1 or all(spec.min_members <= m for m in (2, 4)))
+        and (spec.max_members in (None, 1) or spec.max_members >= 4)
+    }
+    assert set(names) == fits and len(names) == len(set(names))  # listed by name: kept once
+    assert {"single", "deep_ensemble", "batch_ensemble", "mimo"} <= set(names)
+    sig = [c for c in suite.cells() if c.method == "sigma_ens"]
+    assert {c.hparams["tau"] for c in sig} == {0.1}  # the explicit entry wins over `all`
+    others = [c for c in suite.cells() if c.method == "batch_ensemble"]
+    assert others and all(c.shown_hparams() == {} for c in others)  # at their defaults
+    assert others[0].label == "digits/digits_cnn/batch_ensemble(M=2)/seed0"
+
+
+def test_all_leaves_out_methods_that_cannot_run_on_the_grid_backbone(write_suite):
+    text = BASE.replace("backbones: [digits_cnn]", "backbones: [vit_small_32]").replace(
+        """  methods:
+    - single
+    - name: deep_ensemble
+    - name: sigma_ens
+      hparams: {tau: [0.1, 1.0], lam: 0.01}""",
+        "  methods: [all]",
+    )
+    names = {m.name for m in load_suite(write_suite(text)).grid.methods}
+    assert "single" in names and "deep_ensemble" in names
+    assert "batch_ensemble" not in names  # torch-uncertainty builds it for CNN families only
