@@ -32,6 +32,7 @@ from harness.registries import METHODS
 from harness.runner import pick_device
 from harness.schema import parse_name_values
 from harness.suite import expand_hparams
+from harness.train import SYNC_EVERY
 from methods.base import BuildContext
 
 LOOPS = ("synthetic", "real")
@@ -196,6 +197,7 @@ def run_bench(
             "steps": steps,
             "warmup": warmup,
             "loop": loop,
+            "sync_every": SYNC_EVERY,  # host reads of the real loop: one per this many steps
         },
         "rows": rows,
     }
