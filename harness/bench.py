@@ -81,7 +81,15 @@ def bench_one(
     if loop == "real":
         out.update(
             real_loop_throughput(
-                model, recipe, device, batch, in_shape, classes, steps=steps, warmup=warmup
+                model,
+                recipe,
+                device,
+                batch,
+                in_shape,
+                classes,
+                steps=steps,
+                warmup=warmup,
+                streams=spec.feeding_for(params).streams(m),  # the runner's loader does the same
             )
         )
         out["real_ratio_to_synthetic"] = out["real_train_images_per_s"] / out["train_images_per_s"]

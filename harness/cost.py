@@ -159,12 +159,14 @@ def real_loop_throughput(
     classes: int,
     steps: int = 5,
     warmup: int = 2,
+    streams: int = 1,
 ) -> dict[str, Any]:
     """Training images/s through the real loop, on device-resident synthetic data.
 
     The data are ``batch · max(steps, warmup)`` random uint8 images of ``in_shape`` kept on the
     device and served by :class:`~harness.data.loader.DeviceLoader` with its random crop and
-    flip, exactly as a cell's training data; the loop is
+    flip, exactly as a cell's training data (``streams`` batches per step for methods whose
+    members train on independent data, as the runner's loader draws them); the loop is
     :func:`~harness.train.train_epoch` with :func:`~harness.train.make_optimizer` and
     :func:`~harness.train.make_scheduler` of ``recipe``. A warm-up pass of ``warmup`` steps
     comes first; the timed pass of ``steps`` steps is bracketed by device synchronisation and
@@ -172,8 +174,10 @@ def real_loop_throughput(
     restored afterwards.
 
     Returns:
-        ``real_train_images_per_s`` (input images per second), ``real_peak_train_mem_mib``
-        (None on CPU) and ``real_train_loss`` (the timed pass's mean loss, a sanity value).
+        ``real_train_images_per_s`` (input images per second: ``batch`` per step whatever the
+        streams, like the synthetic step, so the two compare), ``real_peak_train_mem_mib``
+        (None on CPU), ``real_train_loss`` (the timed pass's mean loss, a sanity value) and
+        ``real_streams``.
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
@@ -189,6 +193,7 @@ def real_loop_throughput(
         shuffle=True,
         drop_last=True,
         channels_last=recipe.channels_last and device.type == "cuda",
+        streams=streams,
     )
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
@@ -209,4 +214,5 @@ def real_loop_throughput(
         "real_train_images_per_s": batch * steps / elapsed,
         "real_peak_train_mem_mib": peak,
         "real_train_loss": stats["train_loss"],
+        "real_streams": streams,
     }

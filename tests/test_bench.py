@@ -44,13 +44,16 @@ def load_markdown_module():
 
 @pytest.fixture(scope="module")
 def real_result():
-    return run_bench(methods=[("sigma_ens", {})], loop="real", **TINY)
+    # the deep ensemble trains on one batch per member (independent data): the real loop's
+    # loader must draw them as the runner's does
+    return run_bench(methods=[("sigma_ens", {}), ("deep_ensemble", {})], loop="real", **TINY)
 
 
 def test_real_loop_rows_have_the_ratio_column(real_result):
     assert real_result["config"]["loop"] == "real"
     rows = real_result["rows"]
-    assert [r["method"] for r in rows] == ["single", "single", "sigma_ens"]
+    assert [r["method"] for r in rows] == ["single", "single", "sigma_ens", "deep_ensemble"]
+    assert [r["real_streams"] for r in rows] == [1, 1, 1, 2]
     for r in rows:
         assert "error" not in r, r
         assert r["real_train_images_per_s"] > 0
