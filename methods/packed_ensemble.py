@@ -2,36 +2,62 @@
 Uncertainty Estimation", ICLR 2023), torch-uncertainty's models and layers.
 
 M members packed into grouped convolutions of a network α times wider, each member split into
-γ groups. Every member sees the whole batch; the output is (M·B, K) member-major.
+γ groups. Every member sees the whole batch; the output is (M·B, K) member-major; member losses
+are averaged (torch-uncertainty's routine averages the cross-entropy over all M·B rows).
+
+``alpha: auto`` sizes the ensemble to a parameter budget: α is the multiple of 1/(16·M) that the
+layers accept whose parameter count is closest to ``alpha_reference`` (a method's count at the
+same backbone, M and K, e.g. ``sigma_ens``, or a plain number of parameters); it must come within
+``alpha_tolerance`` (5%) of it. This makes comparisons across M at equal parameters possible
+(at a fixed α Packed shrinks as M grows: each member gets α/M of the width).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
+import torch
 from torch import Tensor
 
 from methods.base import BuildContext, EnsembleModel, MethodSpec, register_method, to_members
 from methods.tu_common import TU_FAMILIES, build_tu, digits_cnn
 
+STEPS_PER_UNIT = 16  # α grid of alpha: auto: multiples of 1/(16·M)
+
 
 @dataclass(frozen=True)
 class PackedHparams:
-    alpha: float = field(default=2.0, metadata={"gt": 0, "help": "width expansion α"})
+    alpha: float | Literal["auto"] = field(
+        default=2.0, metadata={"gt": 0, "help": "width expansion α, or auto (sized to a budget)"}
+    )
     gamma: int = field(default=2, metadata={"ge": 1, "help": "groups per member γ"})
+    alpha_reference: str | int | None = field(
+        default=None,
+        metadata={"help": "alpha: auto matches this method's parameter count, or this count"},
+    )
+    alpha_tolerance: float = field(
+        default=0.05,
+        metadata={"gt": 0, "lt": 1, "help": "alpha: auto's allowed relative count difference"},
+    )
 
 
 class PackedEnsemble(EnsembleModel):
-    def __init__(self, net, num_members: int) -> None:
+    def __init__(self, net, num_members: int, alpha: float) -> None:
         super().__init__()
         self.net = net
         self.num_members = num_members
+        self.alpha = alpha  # the resolved α (alpha: auto is solved at build time)
 
     def forward(self, x: Tensor) -> Tensor:
         return to_members(self.net(x), self.num_members)  # (M·B, K) → (M, B, K)
 
+    def diagnostics(self) -> dict[str, Any]:
+        return {"alpha": self.alpha}
 
-def _digits(ctx: BuildContext, hp: PackedHparams):
+
+def _digits(ctx: BuildContext, alpha: float, gamma: int):
     from torch_uncertainty.layers import PackedConv2d, PackedLinear
 
     m = ctx.num_members
@@ -42,36 +68,163 @@ def _digits(ctx: BuildContext, hp: PackedHparams):
             ci,
             co,
             3,
-            alpha=hp.alpha,
+            alpha=alpha,
             num_estimators=m,
-            gamma=1 if first else hp.gamma,
+            gamma=1 if first else gamma,
             padding=1,
             bias=False,
             first=first,
             minimum_channels_per_group=1,
         ),
         linear=lambda fi, fo: PackedLinear(
-            fi, fo, alpha=hp.alpha, num_estimators=m, gamma=hp.gamma, last=True
+            fi, fo, alpha=alpha, num_estimators=m, gamma=gamma, last=True
         ),
-        channels=hp.alpha,
+        channels=alpha,
     )
 
 
-def build(ctx: BuildContext, hp: PackedHparams) -> PackedEnsemble:
+def _build_net(ctx: BuildContext, alpha: float, gamma: int):
     from torch_uncertainty.models.classification import packed_resnet, packed_wideresnet28x10
 
-    net = build_tu(
+    return build_tu(
         ctx,
         packed_resnet,
         packed_wideresnet28x10,
-        lambda c: _digits(c, hp),
-        alpha=hp.alpha,
-        gamma=hp.gamma,
+        lambda c: _digits(c, alpha, gamma),
+        alpha=alpha,
+        gamma=gamma,
     )
-    return PackedEnsemble(net, ctx.num_members)
+
+
+def _count(build: Any) -> int:
+    """Parameters of ``build()``, on the meta device when the build allows it (no memory, no
+    init time), else on the CPU; torch's random state is left as it was either way."""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            with torch.device("meta"):
+                model = build()
+        except (RuntimeError, NotImplementedError):  # e.g. .item() in an initialiser
+            with torch.device("cpu"), torch.no_grad():
+                model = build()
+    return sum(p.numel() for p in model.parameters())
+
+
+def _ctx_key(ctx: BuildContext) -> tuple:
+    return (
+        ctx.backbone,
+        tuple(ctx.in_shape),
+        ctx.num_classes,
+        ctx.num_members,
+        tuple(sorted(ctx.backbone_kwargs.items())),
+    )
+
+
+def _ctx_from_key(key: tuple, num_members: int | None = None) -> BuildContext:
+    backbone, in_shape, k, m, kwargs = key
+    return BuildContext(backbone, in_shape, k, num_members or m, dict(kwargs))
+
+
+@functools.lru_cache(maxsize=64)
+def reference_count(key: tuple, reference: str) -> int:
+    """Parameters of method ``reference`` with its default hyper-parameters on the cell's
+    backbone, M (clamped to the method's range) and K."""
+    from harness.registries import METHODS
+
+    spec = METHODS.get(reference)
+    m = max(spec.min_members, min(key[3], spec.max_members or key[3]))
+    ctx = _ctx_from_key(key, m)
+    return _count(lambda: spec.build(ctx, spec.hparams()))
+
+
+@functools.lru_cache(maxsize=256)
+def packed_count(key: tuple, alpha: float, gamma: int) -> int | None:
+    """Parameters of Packed-Ensembles at (α, γ), or None where the layers reject α."""
+    ctx = _ctx_from_key(key)
+    try:
+        return _count(lambda: _build_net(ctx, alpha, gamma))
+    except ValueError:  # channels not divisible by γ·M at this α
+        return None
+
+
+def solve_alpha(
+    ctx: BuildContext, gamma: int, budget: int, tolerance: float, max_alpha: float = 16.0
+) -> float:
+    """The α (a multiple of 1/(16·M)) whose parameter count is closest to ``budget``.
+
+    The count grows with α (up to torch-uncertainty lowering γ where groups get too thin), so a
+    bisection over j (α = j/(16·M)) finds where the count crosses the budget, and the α the
+    layers accept (channels divisible by γ·M) within 1/M of it are compared; among equal counts
+    the smallest α wins (int() truncation makes neighbouring α identical networks).
+
+    Raises:
+        ValueError: when the closest count is not within ``tolerance`` of the budget.
+    """
+    key, m = _ctx_key(ctx), ctx.num_members
+    unit = STEPS_PER_UNIT * m
+    top = int(max_alpha * unit)
+
+    def first_valid(j: int) -> int | None:
+        while j <= top:
+            n = packed_count(key, j / unit, gamma)
+            if n is not None:
+                return n
+            j += 1
+        return None
+
+    lo, hi = 1, top
+    while lo < hi:  # smallest j whose next valid count reaches the budget
+        mid = (lo + hi) // 2
+        n = first_valid(mid)
+        if n is not None and n >= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    window = range(max(1, lo - STEPS_PER_UNIT), min(top, lo + STEPS_PER_UNIT) + 1)
+    found = [(j, n) for j in window if (n := packed_count(key, j / unit, gamma)) is not None]
+    if not found:
+        raise ValueError(f"no valid alpha up to {max_alpha} for M={m}, gamma={gamma}")
+    j, n = min(found, key=lambda c: (abs(c[1] - budget), c[0]))
+    if abs(n - budget) > tolerance * budget:
+        raise ValueError(
+            f"alpha: auto found no alpha within {tolerance:.0%} of {budget:,} parameters; the "
+            f"closest is alpha={j / unit:g} with {n:,} (M={m}, gamma={gamma}); members this "
+            "thin take whole channels, so raise alpha_tolerance or widen the backbone"
+        )
+    return j / unit
+
+
+def resolve_alpha(ctx: BuildContext, hp: PackedHparams) -> float:
+    """α as given, or solved for the budget of ``alpha_reference``."""
+    if hp.alpha != "auto":
+        return float(hp.alpha)
+    ref = hp.alpha_reference
+    budget = ref if isinstance(ref, int) else reference_count(_ctx_key(ctx), str(ref))
+    return solve_alpha(ctx, hp.gamma, budget, hp.alpha_tolerance)
+
+
+def build(ctx: BuildContext, hp: PackedHparams) -> PackedEnsemble:
+    alpha = resolve_alpha(ctx, hp)
+    return PackedEnsemble(_build_net(ctx, alpha, hp.gamma), ctx.num_members, alpha)
 
 
 def check(hp: PackedHparams, num_members: int) -> list[str]:
+    from harness.registries import METHODS
+
+    if hp.alpha == "auto":
+        ref = hp.alpha_reference
+        if ref is None:
+            return ["alpha: auto needs alpha_reference (a method name or a parameter count)"]
+        if isinstance(ref, str) and ref not in METHODS:
+            return [
+                f"alpha_reference: unknown method {ref!r}; choices: {', '.join(METHODS.names())}"
+            ]
+        if ref == "packed_ensemble":
+            return ["alpha_reference: packed_ensemble cannot size itself"]
+        if isinstance(ref, int) and ref <= 0:
+            return [f"alpha_reference: a parameter count must be > 0, got {ref}"]
+        return []
+    if hp.alpha_reference is not None:
+        return ["alpha_reference applies only with alpha: auto"]
     if (hp.alpha * num_members) % 1:
         return [f"alpha·M must be an integer, got alpha={hp.alpha}, M={num_members}"]
     return []
