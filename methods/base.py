@@ -297,9 +297,9 @@ class MethodSpec:
 
     def make_hparams(self, values: Mapping[str, Any]) -> Any:
         """The hyper-parameter dataclass from a cell's (JSON-shaped) values; lists → tuples."""
-        return self.hparams(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-        )
+        from harness.contract import hparams_values
+
+        return self.hparams(**hparams_values(values))
 
     def feeding_for(self, values: Mapping[str, Any]) -> BatchFeeding:
         """The declared batch feeding for a cell's hyper-parameter values."""
