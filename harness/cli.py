@@ -73,6 +73,11 @@ def cmd_ls(args) -> int:
     for name, spec in DATASETS.items():
         kind = f"K={spec.num_classes}" if spec.num_classes else "OOD only"
         print(f"  {name:16s} {kind:9s} {spec.description}")
+    from harness.data.corruption_sets import corruption_listing
+
+    print("corruption sets:")
+    for name, description in corruption_listing():
+        print(f"  {name:16s} {description}")
     return 0
 
 
@@ -189,11 +194,16 @@ def cmd_bench(args) -> int:
 
 def cmd_data(args) -> int:
     from harness.data.base import default_data_root
-    from harness.data.download import download
+    from harness.data.download import DownloadError, download
 
     root = default_data_root(args.data_root)
     for name in args.names:
-        download(name, root)
+        try:  # one line and exit 2, never a traceback (offline, bad checksum, unknown name)
+            download(name, root)
+        except (DownloadError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{name}: ready in {root}")
     return 0
 
 

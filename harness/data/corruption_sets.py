@@ -308,3 +308,28 @@ def mean_over(dataset: str, used: list[str], severities: tuple[int, ...]) -> str
     extras = [c for c in used if c not in cset.benchmark]
     tail = f"; extras reported apart: {', '.join(extras)}" if extras else ""
     return f"{what} × severities {', '.join(map(str, severities))}{tail}"
+
+
+def corruption_listing() -> list[tuple[str, str]]:
+    """``(name, description)`` of every corruption set an in-distribution dataset evaluates on,
+    for ``harness ls``: the published CIFAR-10-C / CIFAR-100-C (their folder and download
+    command) and each dataset whose corrupted copies are generated here (listed by its name)."""
+    from harness.registries import DATASETS
+
+    users: dict[str, list[str]] = {}
+    for name, spec in DATASETS.items():
+        if spec.num_classes:  # OOD-only sets are never corrupted
+            users.setdefault(corruption_set(name).source or name, []).append(name)
+    out = []
+    for key, names in sorted(users.items()):
+        cset = corruption_set(names[0])
+        counts = (
+            f"{len(cset.benchmark)} benchmark + {len(cset.extras)} extra corruptions "
+            f"× {len(SEVERITIES)} severities"
+        )
+        if cset.source:
+            where = f"published files in {CIFAR_C_FOLDERS[cset.source]}/ for {', '.join(names)}"
+            out.append((key, f"{counts}, {where}; `harness data download {cset.source}`"))
+        else:
+            out.append((key, f"{counts}, generated here (torch-uncertainty transforms)"))
+    return out

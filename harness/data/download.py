@@ -1,73 +1,149 @@
 """``harness data download NAME``: fetch a benchmark set on a machine with internet access.
 
-torchvision's own ``download=True`` for the sets it knows (it verifies the archives' md5s);
-urllib + extraction for CIFAR-10-C / CIFAR-100-C (Zenodo) and TinyImageNet-200 (Stanford). Every
-network failure becomes one :class:`DownloadError` naming the URL, the target folder and what to
-do on an offline machine. Nothing in the harness calls this implicitly.
+Everything goes through torchvision's download utilities (``torchvision.datasets.utils``): a
+progress bar on stderr for every transfer (the 2.9 GB CIFAR-100-C included) and md5 checks.
+
+- CIFAR-10/100, SVHN, MNIST, DTD, Places365: torchvision's own ``download=True`` (its URLs and
+  md5s; a file already present and intact is not fetched again).
+- CIFAR-10-C / CIFAR-100-C (Zenodo) and TinyImageNet-200 (Stanford): :data:`ARCHIVES` (URL and
+  published md5). The transfer goes to ``<file>.part`` and becomes ``<file>`` only once its md5
+  matches, so an interrupted run never leaves a truncated file under the real name; a complete
+  archive already on disk (e.g. extraction was interrupted) is checked and reused, not fetched
+  again. A checksum mismatch moves the file apart to ``<file>.corrupt`` and names the expected and
+  actual md5. Archives are extracted with tarfile's ``data`` filter (torchvision's extractor
+  applies none, and an archive must not write outside the data root), then deleted.
+
+``$HARNESS_DOWNLOAD_MIRROR`` (a base URL) replaces the servers of :data:`ARCHIVES`: the file name
+is appended to it (a site mirror; the tests serve fabricated archives from 127.0.0.1 this way).
+
+Every failure becomes one :class:`DownloadError` whose message is a single line naming the URL,
+the target folder and what to do on an offline machine. Nothing in the harness calls this
+implicitly.
 """
 
 from __future__ import annotations
 
-import hashlib
+import http.client
 import os
-import shutil
 import tarfile
 import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.data.base import DATA_ROOT_ENV
 
-CIFAR10_C_URL = "https://zenodo.org/record/2535967/files/CIFAR-10-C.tar"
-CIFAR100_C_URL = "https://zenodo.org/record/3555552/files/CIFAR-100-C.tar"
-TINYIMAGENET_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
-_MD5 = {
-    CIFAR10_C_URL: "56bf5dcef84df0e2308c6dcbcbbd8499",
-    CIFAR100_C_URL: "11f0ed0f1191edbf9fa23466ae6021d3",
-    TINYIMAGENET_URL: "90528d7ca1a48142e341f4ef8d21d0de",
+MIRROR_ENV = "HARNESS_DOWNLOAD_MIRROR"
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One published file: where it is served and its published md5."""
+
+    url: str
+    md5: str
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+
+CIFAR10_C = Archive(
+    "https://zenodo.org/record/2535967/files/CIFAR-10-C.tar", "56bf5dcef84df0e2308c6dcbcbbd8499"
+)
+CIFAR100_C = Archive(
+    "https://zenodo.org/record/3555552/files/CIFAR-100-C.tar", "11f0ed0f1191edbf9fa23466ae6021d3"
+)
+TINYIMAGENET = Archive(
+    "http://cs231n.stanford.edu/tiny-imagenet-200.zip", "90528d7ca1a48142e341f4ef8d21d0de"
+)
+ARCHIVES: dict[str, Archive] = {
+    "cifar10-c": CIFAR10_C,
+    "cifar100-c": CIFAR100_C,
+    "tinyimagenet": TINYIMAGENET,
 }
+# Kept for callers of the earlier names.
+CIFAR10_C_URL, CIFAR100_C_URL, TINYIMAGENET_URL = CIFAR10_C.url, CIFAR100_C.url, TINYIMAGENET.url
 
 
 class DownloadError(RuntimeError):
-    """A download failed (usually: no network). The message says what to do instead."""
+    """A download failed (no network, a bad checksum). The message is one line saying what to do."""
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def source_url(archive: Archive) -> str:
+    """The URL an archive is fetched from: its own, or ``$HARNESS_DOWNLOAD_MIRROR/<file>``."""
+    mirror = os.environ.get(MIRROR_ENV, "").strip()
+    return f"{mirror.rstrip('/')}/{archive.filename}" if mirror else archive.url
 
 
 def _fetch_url(url: str, dest: Path) -> None:
-    """Download url to dest through a temporary file (replaced atomically when complete)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    """Download ``url`` to ``dest`` with torchvision's downloader (tqdm progress bar on stderr),
+    through ``dest.part`` (so a partial transfer never carries the final name)."""
+    from torchvision.datasets.utils import download_url
+
     part = dest.with_name(dest.name + ".part")
-    with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
-        shutil.copyfileobj(response, out, length=1 << 20)
+    part.unlink(missing_ok=True)  # download_url would take an existing file as complete
+    download_url(url, str(dest.parent), part.name)  # md5 checked by the caller, to name it
     os.replace(part, dest)
 
 
 def _md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from torchvision.datasets.utils import calculate_md5
+
+    return calculate_md5(str(path))
 
 
-def _fetch_archive(url: str, root: Path) -> None:
-    archive = root / url.rsplit("/", 1)[-1]
-    if not archive.is_file():
-        _fetch_url(url, archive)
-    if url in _MD5 and _md5(archive) != _MD5[url]:
-        archive.unlink()
-        raise DownloadError(f"{archive} from {url} is corrupted (md5 mismatch); run again")
+def _extract(archive: Path, into: Path) -> None:
     if archive.suffix == ".zip":
-        with zipfile.ZipFile(archive) as z:
-            z.extractall(root)
-    else:
-        with tarfile.open(archive) as t:
-            if hasattr(tarfile, "data_filter"):
-                t.extractall(root, filter="data")
-            else:  # pragma: no cover - Python < 3.11.4
-                t.extractall(root)
-    archive.unlink()
+        with zipfile.ZipFile(archive) as z:  # zipfile never writes outside ``into``
+            z.extractall(into)
+        return
+    with tarfile.open(archive) as t:
+        if hasattr(tarfile, "data_filter"):
+            t.extractall(into, filter="data")
+        else:  # pragma: no cover - Python < 3.11.4
+            t.extractall(into)
+
+
+def fetch_archive(archive: Archive, root: Path) -> Path:
+    """Fetch one of :data:`ARCHIVES` into ``root``, check its md5, extract it and delete it.
+
+    Args:
+        archive: URL and published md5.
+        root: the data root; the archive's top folder (e.g. ``CIFAR-10-C/``) lands in it.
+
+    Returns:
+        ``root``.
+
+    Raises:
+        DownloadError: the md5 does not match (the file is moved to ``<file>.corrupt``).
+        urllib.error.URLError, OSError: the transfer failed (:func:`download` rewords them).
+    """
+    url = source_url(archive)
+    dest = Path(root) / archive.filename
+    if not dest.is_file() or _md5(dest) != archive.md5:  # a complete earlier download is reused
+        print(f"downloading {url} → {dest}", flush=True)
+        _fetch_url(url, dest)
+        actual = _md5(dest)
+        if actual != archive.md5:
+            bad = dest.with_name(dest.name + ".corrupt")
+            os.replace(dest, bad)  # kept apart for inspection, never extracted
+            raise DownloadError(
+                f"checksum mismatch for {dest.name} from {url}: expected md5 {archive.md5}, "
+                f"got {actual}; the file was moved to {bad}; run the command again (if it "
+                "persists, the server or mirror serves a different file)"
+            )
+    try:
+        _extract(dest, Path(root))
+    except (tarfile.TarError, zipfile.BadZipFile) as err:
+        raise DownloadError(f"could not extract {dest}: {_one_line(err)}") from None
+    dest.unlink()
+    return Path(root)
 
 
 def _torchvision(name: str, root: Path) -> None:
@@ -101,9 +177,11 @@ SOURCES: dict[str, tuple[str, Callable[[Path], None]]] = {
         "torchvision Places365 (val, small)",
         lambda root: _torchvision("places365", root),
     ),
-    "tinyimagenet": (TINYIMAGENET_URL, lambda root: _fetch_archive(TINYIMAGENET_URL, root)),
-    "cifar10-c": (CIFAR10_C_URL, lambda root: _fetch_archive(CIFAR10_C_URL, root)),
-    "cifar100-c": (CIFAR100_C_URL, lambda root: _fetch_archive(CIFAR100_C_URL, root)),
+    # Looked up at call time, so a mirror or a replaced entry applies.
+    **{
+        name: (archive.url, lambda root, n=name: fetch_archive(ARCHIVES[n], root))
+        for name, archive in ARCHIVES.items()
+    },
 }
 
 
@@ -125,23 +203,32 @@ def download(name: str, root: Path) -> Path:
 
     Raises:
         ValueError: unknown name.
-        DownloadError: the network is unreachable or the transfer failed.
+        DownloadError: the network is unreachable, the transfer failed, a checksum does not
+            match or the root is not writable (always a one-line message).
     """
     if name not in SOURCES:
         raise ValueError(
             f"nothing to download for {name!r}; choose from {', '.join(downloadable())}"
         )
     root = Path(root).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DownloadError(
+            f"cannot write the data root {root}: {_one_line(err)}; give a writable "
+            f"--data-root DIR (or set ${DATA_ROOT_ENV})"
+        ) from None
     what, fetch = SOURCES[name]
+    if name in ARCHIVES:
+        what = source_url(ARCHIVES[name])
     try:
         fetch(root)
     except DownloadError:
         raise
-    except (urllib.error.URLError, OSError, RuntimeError) as err:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, RuntimeError) as err:
         raise DownloadError(
-            f"could not download {name} ({what}) into {root}: {err}. This machine may have no "
-            f"internet access: run `harness data download {name} --data-root DIR` on one that "
-            f"has, then copy DIR here and point --data-root / ${DATA_ROOT_ENV} at it."
-        ) from err
+            f"could not download {name} ({what}) into {root}: {_one_line(err)}. This machine "
+            f"may have no internet access: run `harness data download {name} --data-root DIR` "
+            f"on one that has, then copy DIR here and point --data-root / ${DATA_ROOT_ENV} at it."
+        ) from None
     return root

@@ -144,7 +144,13 @@ register_dataset(_cifar_spec("cifar100", 100, CIFAR100_MEAN, CIFAR100_STD))
 
 
 def _svhn_root(root: Path) -> Path:
-    return Path(root) / "svhn"
+    """The folder holding ``test_32x32.mat``: ``<root>/svhn/`` (what ``harness data download
+    svhn`` writes) or ``<root>/`` itself (torchvision's ``SVHN(root, download=True)`` layout);
+    ``<root>/svhn/`` when neither has it (the error then names that path)."""
+    nested = Path(root) / "svhn"
+    if not (nested / "test_32x32.mat").is_file() and (Path(root) / "test_32x32.mat").is_file():
+        return Path(root)
+    return nested
 
 
 @lru_cache(maxsize=1)
@@ -176,7 +182,10 @@ register_dataset(
         load=load_svhn,
         location=lambda root: _svhn_root(root) / "test_32x32.mat",
         fetch=_fetch("svhn"),
-        description="OOD: SVHN test split (torchvision, svhn/test_32x32.mat), 26,032 images",
+        description=(
+            "OOD: SVHN test split (torchvision, svhn/test_32x32.mat or test_32x32.mat), "
+            "26,032 images"
+        ),
         is_available=lambda root: (_svhn_root(root) / "test_32x32.mat").is_file(),
     )
 )
