@@ -261,3 +261,34 @@ def test_train_output_rejects_mismatched_targets() -> None:
         TrainOutput(torch.zeros(2, 4, 3), torch.zeros(2, 5, dtype=torch.long), "mean")
     with pytest.raises(ValueError, match=r"reduction must be 'mean' or 'sum', got 'max'"):
         TrainOutput(torch.zeros(2, 4, 3), torch.zeros(2, 4, dtype=torch.long), "max")  # type: ignore[arg-type]
+
+
+def test_torch_uncertainty_methods_support_backbones_by_family() -> None:
+    """Supported backbones follow ``BackboneSpec.family``, not a list of names."""
+    from harness.registries import BACKBONES
+
+    for name in ("batch_ensemble", "packed_ensemble", "mimo", "masksembles"):
+        supported = METHODS.get(name).backbones
+        assert supported is not None
+        for backbone in BACKBONES.names():
+            family = BACKBONES.get(backbone).family
+            assert (backbone in supported) == (family in ("cnn", "resnet", "wideresnet"))
+        assert {"digits_cnn", "resnet18", "wrn28_10"} <= set(supported)
+        assert "vit_small_32" not in supported
+    assert METHODS.get("sigma_ens").backbones is None  # any backbone
+
+
+def test_masksembles_masks_come_from_the_cells_seed_not_global_state() -> None:
+    spec = METHODS.get("masksembles")
+
+    def masks(seed: int, torch_seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(torch_seed)
+        ctx = BuildContext("digits_cnn", IN_SHAPE, K, 4, dict(WIDTH), seed=seed)
+        model = spec.build(ctx, spec.make_hparams({}))
+        return [t for n, t in model.state_dict().items() if n.endswith("masks")]
+
+    a, b, c = masks(1, 0), masks(1, 99), masks(2, 0)
+    assert a and all(torch.equal(x, y) for x, y in zip(a, b))  # torch's global seed is irrelevant
+    assert any(not torch.equal(x, y) for x, y in zip(a, c))  # the cell's seed decides
+    for m in a:  # (M, C) binary masks, every channel used by some member
+        assert set(m.unique().tolist()) <= {0.0, 1.0} and bool(m.amax(0).all())
