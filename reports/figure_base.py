@@ -18,8 +18,11 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from reports.columns import m_text
+
 log = logging.getLogger("reports.figures")
 
+SIGMA_METHOD = "sigma_ens"
 MAX_SETTINGS = 8  # (dataset, backbone) settings per figure
 MAX_PANELS_PER_ROW = 4
 
@@ -141,3 +144,14 @@ def _lines(panels, settings, x: str, ys, pal, xlabel: str) -> None:
                 ax=ax,
             )
             ax.set(title=title, xlabel=xlabel, ylabel=name)
+
+
+def _tau(d: pd.DataFrame) -> pd.DataFrame:
+    if "hp_tau" not in d:
+        return d.iloc[0:0].assign(tau=[])
+    d = d[d["method"] == SIGMA_METHOD]
+    return d.assign(tau=pd.to_numeric(d["hp_tau"], errors="coerce"))
+
+
+def _m_text(m: float) -> str:
+    return f"M={m_text(m, '?')}"

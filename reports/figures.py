@@ -25,7 +25,7 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from reports.columns import format_number, m_text
+from reports.columns import format_number
 from reports.figure_base import (
     _done,
     _figure_legend,
@@ -33,28 +33,17 @@ from reports.figure_base import (
     _labels,
     _lines,
     _literal,
+    _m_text,
     _palette,
     _panels,
     _png,
     _settings,
     _style,
+    _tau,
     pareto_front,
 )
 
 log = logging.getLogger(__name__)
-
-SIGMA_METHOD = "sigma_ens"
-
-
-def _tau(d: pd.DataFrame) -> pd.DataFrame:
-    if "hp_tau" not in d:
-        return d.iloc[0:0].assign(tau=[])
-    d = d[d["method"] == SIGMA_METHOD]
-    return d.assign(tau=pd.to_numeric(d["hp_tau"], errors="coerce"))
-
-
-def _m_text(m: float) -> str:
-    return f"M={m_text(m, '?')}"
 
 
 def tau_frontier(cells: pd.DataFrame) -> Figure | None:

@@ -120,6 +120,7 @@ def dataset_table(
     ident = ["backbone", "method", "M", "hparams", *(["variant"] if show_variant else []), "n"]
     lines = [
         f"% BEGIN TABLE {escape(dataset)}",
+        "% COLUMNS " + " ".join(c.key for c in columns),  # for scripts: metric keys, in order
         r"\begin{table}[htbp]",
         r"\centering",
         rf"\caption{{{escape(dataset)}: {_INTERVAL_TEX[interval]} over seeds (n). "

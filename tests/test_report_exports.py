@@ -17,7 +17,8 @@ from test_reports import parse
 
 from harness.cli import main as harness_main
 from reports.aggregate import from_records
-from reports.latex import escape, render_latex
+from reports.columns import format_number, leaderboard_columns
+from reports.latex import render_latex
 from reports.leaderboard import render_html, render_markdown, write_report
 from reports.page import ReportOptions
 from reports.paired_view import paired_stats
@@ -180,16 +181,15 @@ def test_published_vs_measured_from_a_file_and_from_the_suite(tmp_path, results)
 
 
 def _latex_numbers(tex: str) -> dict[tuple[str, str], str]:
-    """(method, column label) → the mean as printed, from the first table of ``tex``."""
+    """(method, metric key) → the mean as printed, from the first table of ``tex``."""
+    keys = tex.split("% COLUMNS ", 1)[1].split("\n", 1)[0].split()
     body = tex.split(r"\midrule", 1)[1].split(r"\bottomrule", 1)[0]
-    head = tex.split(r"\toprule", 1)[1].split(r"\midrule", 1)[0]
-    labels = [h.strip().removesuffix(r"\\").strip() for h in re.split(r"(?<!\\)&", head)]
     out = {}
     for line in body.strip().splitlines():
         cells = [c.strip().removesuffix(r"\\").strip() for c in re.split(r"(?<!\\)&", line)]
-        for label, cell in zip(labels, cells):
+        for key, cell in zip(keys, cells[-len(keys) :]):
             mean = re.sub(r"\\textbf\{(.*)\}", r"\1", cell).split(r" $\pm$ ")[0]
-            out[(cells[1], label)] = mean
+            out[(cells[1], key)] = mean
     return out
 
 
@@ -216,13 +216,12 @@ def test_latex_numbers_match_the_csv_and_it_compiles(tmp_path):
     tex = (tmp_path / "out" / "leaderboard.tex").read_text()
     csv = pd.read_csv(tmp_path / "out" / "leaderboard.csv").set_index("method")
     numbers = _latex_numbers(tex)
-    for label, col, scale in (
-        (r"Acc (\%) $\uparrow$", "acc", 100),
-        (r"NLL $\downarrow$", "nll", 1),
-    ):
-        for method in ("single", "deep_ensemble"):
-            printed = numbers[(escape(method), label)]
-            assert float(printed) == pytest.approx(scale * csv.loc[method, f"{col}_mean"], abs=6e-3)
+    kinds = {c.key: c.kind for c in leaderboard_columns(csv, hidden=False)}
+    assert {"acc", "nll", "ece", "aurc", "cAcc", "mCE", "ood_far/msp/auroc"} <= set(kinds)
+    for (method, key), printed in numbers.items():  # every number of the table
+        want = csv.loc[method.replace("\\_", "_"), f"{key}_mean"]
+        assert printed == format_number(want, kinds[key]), (method, key)
+    assert len(numbers) == 2 * len(kinds)
     assert r"\textbf{86.00 $\pm$ 2.48}" in tex  # best accuracy, ± the 95% t-interval
     assert r"50\%\_\&\_\$x" in tex and "paired t-test" in tex
     assert "% BEGIN TABLE cifar10" in tex and r"\toprule" in tex and r"\bottomrule" in tex
