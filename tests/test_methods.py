@@ -81,7 +81,9 @@ def test_method_contract(name: str, backbone: str, m: int) -> None:
         torch.testing.assert_close(out, again, msg="eval mode must be deterministic")
     if m > 1:
         spread = (out.softmax(-1) - out.softmax(-1).mean(0)).abs().amax()
-        assert spread > 1e-4, "members give identical predictions"
+        # Above float32 rounding (~1e-7): σN-Ens starts near-identical on purpose (γ spread of
+        # ~1% breaks the symmetry, 2e-5 apart at init), but members must not be exact copies.
+        assert spread > 1e-6, "members give identical predictions"
 
 
 def test_to_members_is_member_major():
