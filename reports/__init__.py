@@ -2,12 +2,15 @@
 
 Public API (imported lazily, so ``import reports.terminal`` does not pull in matplotlib)::
 
-    write_report(results_dir, out_dir=None, *, expected=None, figures=True) -> Path
+    write_report(results_dir, out_dir=None, *, expected=None, figures=True, reference=None,
+                 options=ReportOptions(), formats=("html", "csv", "md"), published=None) -> Path
     load_results(results_dir, expected=None, ignore=()) -> Results
     load_frame(results_dir) -> DataFrame            # one row per cell of a results folder
     records_to_frame(records) -> DataFrame          # one row per cell
     aggregate(cells) -> DataFrame                   # mean/std/n per configuration
     format_table(df) -> str                         # terminal leaderboard
+    paired_differences(cells, reference, ...)       # paired t-intervals, sign-flip/t p-values
+    render_latex(results, paired, options) -> str   # booktabs tables, one per dataset
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ _EXPORTS = {
     "DIRECTIONS": "reports.aggregate",
     "Results": "reports.aggregate",
     "render_figures": "reports.figures",
+    "write_figure_files": "reports.figures",
+    "ReportOptions": "reports.page",
+    "paired_differences": "reports.stats",
+    "render_latex": "reports.latex",
     "format_table": "reports.terminal",
     "format_results": "reports.terminal",
 }
