@@ -7,7 +7,14 @@ import pandas as pd
 from reports.aggregate import Results
 from reports.bolding import bold_rows
 from reports.columns import leaderboard_columns, m_text
-from reports.page import ReportOptions, _n_text, cell_text, interval_words, report_conventions
+from reports.page import (
+    ReportOptions,
+    _n_text,
+    cell_text,
+    corruption_table,
+    interval_words,
+    report_conventions,
+)
 from reports.paired_view import (
     PairedStats,
     group_key,
@@ -53,6 +60,21 @@ def render_markdown_table(
     return lines
 
 
+def markdown_corruptions(results: Results, options: ReportOptions) -> list[str]:
+    """Accuracy per corruption (mean over severities), one row per configuration."""
+    table = corruption_table(results, options)
+    if table is None:
+        return []
+    head = ["dataset", "backbone", "method", "M", "hparams", *table["names"]]
+    lines = ["", "## Accuracy per corruption (mean over severities, %)", ""]
+    lines.append("| " + " | ".join(md_escape(h) for h in head) + " |")
+    lines.append("|" + "|".join(["---"] * 5 + ["---:"] * len(table["names"])) + "|")
+    for r in table["rows"]:
+        cells = [*r["ident"], *(c["text"] for c in r["cells"])]
+        lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
+    return lines
+
+
 def render_markdown(
     results: Results,
     title: str,
@@ -64,6 +86,7 @@ def render_markdown(
     lines = render_markdown_table(results, title, paired, options)
     if len(results.summary):
         lines += markdown_paired(paired, results.summary)
+    lines += markdown_corruptions(results, options)
     if published is not None and len(published):
         from reports.published import markdown_published
 

@@ -101,6 +101,8 @@ def test_interval_view_is_the_t_interval(results):
     assert acc["attrs"]["data-std"] == "81.00 ± 1.00" and acc["text"].startswith("81.00 ± 2.48")
     md = render_markdown(results, options=ReportOptions(interval="ci"))
     assert "81.00 ± 2.48 (3)" in md and "95% t-interval" in md
+    # per-corruption table: contrast = acc − 0.3 per seed, ± its 95% interval
+    assert "| cifar10 | wrn28_10 | single | 1 |  | 71.00 ± 2.48 | 51.00 ± 2.48 |" in md
 
 
 def test_shared_device_throughput_is_greyed_with_its_reason():
