@@ -23,7 +23,9 @@ from methods.base import (
 )
 
 # Backbone families with a torch-uncertainty builder for every dedicated ensemble model: "cnn"
-# is the digits CNN rebuilt from the library's layers, "resnet" needs ``BackboneSpec.tu_arch``.
+# is the digits CNN rebuilt from the library's layers, "resnet" needs ``BackboneSpec.tu_arch``,
+# "wideresnet" is WRN-28-10 (the library's dedicated builders exist only at 28×10; other widths
+# register a family of their own so these methods refuse them).
 TU_FAMILIES = ("cnn", "resnet", "wideresnet")
 
 
