@@ -192,3 +192,62 @@ def test_cancelled_job_raises_instead_of_hanging(executor: submitit.AutoExecutor
     job._results_timeout_s = 2
     with pytest.raises(UncompletedJobError, match=r"no.* output \(state: CANCELLED"):
         job.result()
+
+
+# ------------------------------------------------------- the harness: one suite submitted twice
+
+TWICE_SUITE = """
+name: twice
+grid:
+  datasets: [digits]
+  backbones: [{name: digits_cnn, kwargs: {width: 4}}]
+  seeds: [0, 1]
+  methods: [single, {name: deep_ensemble, M: [2]}]
+recipe: {epochs: 6, batch_size: 128, lr: 0.05}
+evaluation: {cost: false}
+"""
+
+
+def test_suite_submitted_twice_trains_each_cell_once(slurm_env, tmp_path: Path) -> None:
+    """The same suite submitted a second time while the first array runs: the cell leases
+    (harness.lease, taken by the runner inside each task) make the second array's tasks skip
+    the cells the first array holds or has finished, so every cell is trained exactly once."""
+    import json
+    import re
+
+    from harness.checkpoint import read_events
+
+    suite = tmp_path / "twice.yaml"
+    suite.write_text(TWICE_SUITE)
+    results = tmp_path / "results"
+    folder = results / "twice"
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(suite), "--executor", "slurm",
+           "--profile", "local", "--results", str(results)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    deadline = time.monotonic() + 300
+    while not list(folder.glob("*/events.jsonl")):  # the first array is training
+        assert time.monotonic() < deadline, "the first array never started"
+        time.sleep(0.5)
+    second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 0, second.stderr
+    arrays = [re.search(r"submitted job array (\d+)", p.stdout) for p in (first, second)]
+    ids = [m.group(1) for m in arrays if m]
+    assert ids and ids[0] == re.search(r"submitted job array (\d+)", first.stdout).group(1)
+    deadline = time.monotonic() + 900
+    while True:
+        queued = subprocess.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i"],
+                                capture_output=True, text=True).stdout.strip()  # fmt: skip
+        if not queued:
+            break
+        assert time.monotonic() < deadline, f"arrays {ids} still queued/running: {queued}"
+        time.sleep(2)
+    recs = {p.parent.name: json.loads(p.read_text()) for p in folder.glob("*/record.json")}
+    assert len(recs) == 4 and all(r["status"] == "done" for r in recs.values())
+    for cell_id in recs:
+        events = read_events(folder / cell_id)
+        starts = [e for e in events if e["event"] == "train"]
+        assert [e["from_epoch"] for e in starts] == [0], (cell_id, events)
+        assert [e["event"] for e in events].count("done") == 1
+    assert not list(folder.glob("*/lease.json"))
