@@ -312,12 +312,13 @@ def test_task_killed_by_time_limit_is_requeued_and_resumes(results_root: Path, t
 def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
     results_root: Path, tmp_path: Path
 ):
-    # One task at a time: the fast cell (task 0) runs first; when its record appears, the slow
+    # One task at a time: the fast cell (task 0, 2 epochs: the recipe's warm-up needs more than
+    # one) runs first; when its record appears, the slow
     # cell (task 1) is starting and the other slow cell (task 2) is still pending in the array.
     suite = write_suite(
         tmp_path,
         "cancel",
-        f"grid: {ONE_CELL_GRID}, methods: [{{name: single, recipe: {{epochs: 1}}}}, "
+        f"grid: {ONE_CELL_GRID}, methods: [{{name: single, recipe: {{epochs: 2}}}}, "
         "{name: single, recipe: {epochs: 20}}, {name: single, recipe: {epochs: 21}}]}\n"
         "evaluation: {cost: false}\n",
     )
@@ -330,7 +331,7 @@ def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
     results = results_root / "cancel"
     manifest = json.loads((results / "suite.json").read_text())
     by_epochs = {manifest["cells"][c]["cell"]["recipe"]["epochs"]: c for c in manifest["current"]}
-    fast, slow = by_epochs[1], [by_epochs[20], by_epochs[21]]
+    fast, slow = by_epochs[2], [by_epochs[20], by_epochs[21]]
     jobs = jobs_of(results)
     assert jobs[fast].endswith("_0")
 
