@@ -46,6 +46,8 @@ def suite_problems(suite: Any) -> list[str]:
     Returns:
         Messages ``<file>: <key path>: <problem>``; empty when the suite is sound.
     """
+    from harness.weights import is_named, named_problem
+
     problems = recipe_problems(suite.recipe, "recipe")
     for i, me in enumerate(suite.grid.methods):
         if me.recipe:
@@ -53,7 +55,10 @@ def suite_problems(suite: Any) -> list[str]:
             problems += recipe_problems(merged, f"grid.methods[{i}].recipe")
         pretrained = dict(me.hparams).get("pretrained")
         for path in pretrained if isinstance(pretrained, list | tuple) else [pretrained]:
-            if path and not Path(str(path)).expanduser().is_file():
+            if is_named(path):  # timm:NAME / torchvision:NAME: known name, file in the cache
+                if problem := named_problem(path):
+                    problems.append(f"grid.methods[{i}].hparams.{problem}")
+            elif path and not Path(str(path)).expanduser().is_file():
                 problems.append(f"grid.methods[{i}].hparams.pretrained: no file {path}")
     if not suite.cells():
         problems.append(

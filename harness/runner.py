@@ -125,6 +125,10 @@ def pretrained_state(
     folder under ``pretrain/``, so an interrupted pretraining resumes too).
     """
     if cell.hparams.get("pretrained"):
+        from harness.weights import backbone_state, is_named  # timm:NAME / torchvision:NAME
+
+        if is_named(cell.hparams["pretrained"]):
+            return backbone_state(cell.hparams["pretrained"], cell, spec)
         return load_backbone_state(cell.hparams["pretrained"])
     epochs = int(cell.hparams.get("pretrain_epochs") or 0)
     if not epochs:
