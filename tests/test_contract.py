@@ -125,3 +125,23 @@ def test_parse_name_values_reads_yaml_scalars():
 def test_replace_keeps_defaults_out_of_equality():
     cell = make_cell()
     assert dataclasses.replace(cell, defaults={}) == cell
+
+
+def test_reporter_names_rows_from_the_record_not_todays_defaults():
+    from reports.aggregate import records_to_frame
+
+    def done(cell: Cell, **over) -> dict:
+        rec = new_record(cell, {}, "t0")
+        rec.update(status="done", metrics={"clean": {"acc": 0.5}}, finished_at="t1", **over)
+        return rec
+
+    # Two seeds run when tau=0.5 differed from the default; a third, schema 1, stored no shown
+    # hyper-parameters: the reporter never asks the method what its defaults are today.
+    a, b = done(make_cell(seed=0)), done(make_cell(seed=1))
+    old = done(make_cell(seed=2), schema_version=1)
+    del old["label"], old["hparams_shown"]
+    frame = records_to_frame([a, b, old]).set_index("seed")
+    assert frame.loc[0, "hparams"] == frame.loc[1, "hparams"] == "tau=0.5"
+    assert frame.loc[2, "hparams"] == "lam=0.001, tau=0.5, widths=[1, 2]"
+    assert frame.loc[0, "label"] == "digits/digits_cnn/sigma_ens(M=4,tau=0.5)/seed0"
+    assert frame.loc[2, "label"].startswith("digits/digits_cnn/sigma_ens(M=4,lam=0.001,")
