@@ -14,8 +14,9 @@ unsupported, so two nodes could both "hold" the lock.
 
 Liveness: a thread refreshes the file's mtime every ``HEARTBEAT_S`` while the owner runs.
 A lease is stale, and taken over, when its owner is gone: on the same host, its pid no longer
-exists; from another host (no pid to check), its heartbeat is older than
-``$HARNESS_LEASE_TIMEOUT_S`` (default 600 s, far above NFS attribute caching and clock skew).
+exists; from any host, its heartbeat is older than ``$HARNESS_LEASE_TIMEOUT_S`` (default 600 s,
+far above NFS attribute caching and NTP-level clock skew; the age is the reader's clock minus
+the mtime, which on NFS is the server's time).
 Two processes that both find a stale lease serialise the takeover through a second exclusive
 file (``lease.json.break``): only the one holding it removes the stale lease, after checking it
 is still the same (same token), so a fresh lease is never broken by a slow competitor.
@@ -80,9 +81,11 @@ def is_stale(owner: dict[str, Any]) -> bool:
     """Whether the lease's owner is gone (see the module docstring)."""
     if not owner.get("host"):  # empty file: its creator died between create and write
         return owner["heartbeat_age_s"] > BREAK_STALE_S
+    if owner["heartbeat_age_s"] > lease_timeout_s():
+        return True  # from any host; on this one it also covers a pid reused by another process
     if owner["host"] == socket.gethostname() and isinstance(owner.get("pid"), int):
         return not pid_alive(owner["pid"])
-    return owner["heartbeat_age_s"] > lease_timeout_s()
+    return False
 
 
 class LeaseHeld(RuntimeError):
