@@ -143,14 +143,18 @@ def header_columns(summary: pd.DataFrame, show_variant: bool) -> list[dict[str, 
         }
         for k, label, t in identity
     ]
+    kinds = {str(d).split(":")[0] for d in summary.get("cost_device", []) if d}
     for c in leaderboard_columns(summary):
         title = f"{c.key}; {c.better} is better" if c.better else f"{c.key}; diagnostic"
+        label = c.label
+        if c.key == "train_device_h" and kinds in ({"cuda"}, {"cpu"}):  # one kind: name it
+            label = "Train GPU-h" if kinds == {"cuda"} else "Train CPU-h"
         if c.group == "Cost":
             title += f"; measured on {devices}"
         out.append(
             {
                 "key": c.key,
-                "label": c.label,
+                "label": label,
                 "type": "num",
                 "group": c.group,
                 "better": c.better,

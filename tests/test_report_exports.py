@@ -91,6 +91,7 @@ def test_new_columns_hidden_or_shown_with_a_picker(results):
     assert ("aurc", " checked") in toggles and ("ood/svhn/mi/auroc", "") in toggles
     assert 'id="corruption-table"' in html and '<th class="num" data-col="contrast">' in html
     assert "Cost (measured on cpu)" in html  # the device the cost columns come from
+    assert "Train CPU-h" in html  # device-hours named by the one kind of device
 
 
 def test_interval_view_is_the_t_interval(results):
@@ -116,6 +117,9 @@ def test_shared_device_throughput_is_greyed_with_its_reason():
     assert "shared" not in rows["deep_ensemble"]["eval_ips"]["classes"]
     assert "shared" not in rows["single"]["params"]["classes"]  # counts are not throughput
     assert "several: cpu | cuda:0 NVIDIA H200, bf16" in html
+    assert "Train device-h" in html and "Train GPU-h" not in html  # two kinds: not one name
+    gpu_only = render_html(from_records(recs[:2]), [])
+    assert "Train GPU-h" in gpu_only and "Cost (measured on cuda:0 NVIDIA H200, bf16)" in gpu_only
 
 
 def test_bold_is_the_best_and_whatever_is_not_significantly_different():
