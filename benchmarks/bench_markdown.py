@@ -71,8 +71,8 @@ def scaling(results: list[dict[str, Any]]) -> str:
             by_label[r["label"]][res["config"]["M"]] = (
                 "failed"
                 if "error" in r
-                else f"{cell(r, 'train_images_per_s', '{:,.0f}')} / "
-                f"{cell(r, 'eval_images_per_s', '{:,.0f}')} "
+                else f"{cell(r, 'train_images_per_s', 'rate')} / "
+                f"{cell(r, 'eval_images_per_s', 'rate')} "
                 f"({cell(r, 'train_ratio_to_bound', '{:.2f}')})"
             )
     lines = [

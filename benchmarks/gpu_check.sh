@@ -16,12 +16,12 @@ set -uo pipefail
 OUT=${OUT:-artifacts/gpu}
 mkdir -p "$OUT"
 if [ "${SMALL:-0}" = 1 ]; then
-  # digits-sized inputs and two methods: proves every command and the Markdown step on a CPU
-  size=(--batch 8 --image-size 8 --classes 10 --steps 1 --warmup 1); limit=300
-  few=(--methods sigma_ens deep_ensemble:parallel=loop)
+  # tiny inputs and few methods: proves every command and the Markdown step on a CPU in minutes
+  size=(--batch 4 --image-size 8 --classes 10 --steps 1 --warmup 1); limit=300
+  r18=(--methods sigma_ens deep_ensemble); wrn=(--methods sigma_ens)
 else
   size=(--batch 128 --image-size 32 --classes 100 --steps 30 --warmup 10); limit=300
-  few=()
+  r18=(); wrn=()
 fi
 run() {  # run NAME ARGS...: one bench, its output tee'd to $OUT/NAME.log
   local name=$1; shift
@@ -33,8 +33,8 @@ PARTS=${PARTS:-eager compile scaling}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null | tee "$OUT/gpu.txt"
 if want eager; then
-  run resnet18_M4 --backbone resnet18 --M 4 "${few[@]}"
-  run wrn28_10_M4 --backbone wrn28_10 --M 4 "${few[@]}"
+  run resnet18_M4 --backbone resnet18 --M 4 "${r18[@]}"
+  run wrn28_10_M4 --backbone wrn28_10 --M 4 "${wrn[@]}"
 fi
 if want compile && [ "${SMALL:-0}" != 1 ]; then  # inductor on a CPU takes minutes: GPU only
   run resnet18_M4_compile --backbone resnet18 --M 4 --compile --methods sigma_ens film_ensemble

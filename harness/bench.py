@@ -213,15 +213,15 @@ def run_bench(
 
 # The table's columns: (header, row key, format); the real-loop ones only with ``--loop real``.
 COLUMNS = [
-    ("train img/s", "train_images_per_s", "{:,.0f}"),
-    ("eval img/s", "eval_images_per_s", "{:,.0f}"),
+    ("train img/s", "train_images_per_s", "rate"),
+    ("eval img/s", "eval_images_per_s", "rate"),
     ("train MiB", "peak_train_mem_mib", "{:,.0f}"),
     ("train/bound", "train_ratio_to_bound", "{:.3f}"),
     ("eval/bound", "eval_ratio_to_bound", "{:.3f}"),
     ("mem/bound", "train_mem_ratio_to_bound", "{:.3f}"),
 ]
 REAL_COLUMNS = [
-    ("real img/s", "real_train_images_per_s", "{:,.0f}"),
+    ("real img/s", "real_train_images_per_s", "rate"),
     ("real MiB", "real_peak_train_mem_mib", "{:,.0f}"),
     ("real/synth", "real_ratio_to_synthetic", "{:.3f}"),
 ]
@@ -234,9 +234,14 @@ def columns(result: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def cell(row: dict[str, Any], key: str, fmt: str) -> str:
     """One formatted value; ``-`` where it does not apply (memory on a CPU, ratios of the
-    bound's own rows)."""
+    bound's own rows). ``fmt="rate"``: whole numbers, but two significant digits below 10 (tiny
+    CPU checks) so that no rate prints as 0."""
     value = row.get(key)
-    return "-" if value is None else fmt.format(value)
+    if value is None:
+        return "-"
+    if fmt == "rate":
+        return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+    return fmt.format(value)
 
 
 def format_rows(result: dict[str, Any]) -> str:
