@@ -199,11 +199,11 @@ def cmd_data(args) -> int:
     root = default_data_root(args.data_root)
     for name in args.names:
         try:  # one line and exit 2, never a traceback (offline, bad checksum, unknown name)
-            download(name, root)
+            where = download(name, root)  # the data root, or the weights' cached file
         except (DownloadError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"{name}: ready in {root}")
+        print(f"{name}: ready in {where}")
     return 0
 
 

@@ -232,3 +232,54 @@ def test_a_cell_converts_named_weights(caches, write_suite, tmp_path):
     with torch.no_grad():
         out = model(torch.rand(3, *spec.in_shape))
     assert out.shape == (2, 3, spec.num_classes)
+
+
+# ---------------------------------------------------------------------------------------------
+# harness data download timm:NAME / torchvision:NAME (the libraries' own downloaders)
+
+
+def test_download_of_cached_weights_names_the_file(caches, capsys):
+    hub, checkpoints = caches
+    torch.manual_seed(5)
+    place_on_hub(
+        hub,
+        "timm/resnet10t.c3_in1k",
+        "model.safetensors",
+        _random_state(timm.create_model("resnet10t")),
+    )
+    checkpoints.mkdir(parents=True)
+    torch.save(_random_state(torchvision.models.resnet18(weights=None)), checkpoints / TV_FILE)
+
+    names = ["timm:resnet10t.c3_in1k", f"torchvision:{TV_NAME}"]
+    assert main(["data", "download", *names]) == 0
+    out = capsys.readouterr().out.splitlines()
+    snapshot = hub / "models--timm--resnet10t.c3_in1k" / "snapshots" / COMMIT
+    assert out == [
+        f"timm:resnet10t.c3_in1k: ready in {snapshot / 'model.safetensors'}",
+        f"torchvision:{TV_NAME}: ready in {checkpoints / TV_FILE}",
+    ]
+
+
+def test_download_of_weights_offline_is_one_line_and_exit_2(caches, monkeypatch, capsys):
+    import urllib.error
+
+    assert main(["data", "download", "timm:resnet10t.c3_in1k"]) == 2  # the hub is offline
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: could not download timm:resnet10t.c3_in1k into the library's")
+    assert "$HF_HOME/hub for timm" in err
+
+    def unreachable(url, dst, *args, **kwargs):
+        raise urllib.error.URLError("[Errno 101] Network is unreachable")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", unreachable)
+    assert main(["data", "download", f"torchvision:{TV_NAME}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"could not download torchvision:{TV_NAME} " in err
+    assert "Network is unreachable" in err
+
+    assert main(["data", "download", "torchvision:Nope_Weights.X"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: pretrained: torchvision:Nope_Weights.X: no such torchvision weights"
+    )

@@ -194,21 +194,28 @@ def download(name: str, root: Path) -> Path:
     """Download one dataset into the data root.
 
     Args:
-        name: a dataset (cifar10, cifar100, svhn, mnist, textures, places365, tinyimagenet) or a
-            published corruption set (cifar10-c, cifar100-c).
+        name: a dataset (cifar10, cifar100, svhn, mnist, textures, places365, tinyimagenet), a
+            published corruption set (cifar10-c, cifar100-c), or pretrained weights
+            (``timm:<name>``, ``torchvision:<Enum>.<VALUE>``), which go to the library's own
+            cache (Hugging Face Hub / ``$TORCH_HOME``), not the data root.
         root: the data root (``--data-root`` / ``$HARNESS_DATA_ROOT`` / the default cache).
 
     Returns:
-        The root it was written to.
+        The root it was written to (for weights: the cached file).
 
     Raises:
         ValueError: unknown name.
         DownloadError: the network is unreachable, the transfer failed, a checksum does not
             match or the root is not writable (always a one-line message).
     """
+    from harness.weights import fetch_named, is_named
+
+    if is_named(name):
+        return _fetch_weights(name, fetch_named)
     if name not in SOURCES:
         raise ValueError(
-            f"nothing to download for {name!r}; choose from {', '.join(downloadable())}"
+            f"nothing to download for {name!r}; choose from {', '.join(downloadable())}, or "
+            "pretrained weights timm:<name> / torchvision:<Enum>.<VALUE>"
         )
     root = Path(root).expanduser()
     try:
@@ -232,3 +239,20 @@ def download(name: str, root: Path) -> Path:
             f"on one that has, then copy DIR here and point --data-root / ${DATA_ROOT_ENV} at it."
         ) from None
     return root
+
+
+def _fetch_weights(name: str, fetch: Callable[[str], Path]) -> Path:
+    """Named weights into the library's cache, every failure one :class:`DownloadError` line."""
+    from harness.weights import WeightsError
+
+    try:
+        return fetch(name)
+    except WeightsError as err:  # an unknown name: already one line, nothing to retry
+        raise DownloadError(str(err)) from None
+    except Exception as err:  # the hub's and torch.hub's HTTP errors share no base class
+        raise DownloadError(
+            f"could not download {name} into the library's cache: {_one_line(err)}. This "
+            f"machine may have no internet access: run `harness data download {name}` on one "
+            "that has, then copy its cache ($HF_HOME/hub for timm, $TORCH_HOME/hub/checkpoints "
+            "for torchvision) here."
+        ) from None
