@@ -292,3 +292,33 @@ def test_masksembles_masks_come_from_the_cells_seed_not_global_state() -> None:
     assert any(not torch.equal(x, y) for x, y in zip(a, c))  # the cell's seed decides
     for m in a:  # (M, C) binary masks, every channel used by some member
         assert set(m.unique().tolist()) <= {0.0, 1.0} and bool(m.amax(0).all())
+
+
+@pytest.mark.parametrize(("name", "hp", "m"), [c for c in CASES if c.values[2] == 4])
+def test_runner_training_loader_feeds_the_declared_layout(name: str, hp: dict, m: int) -> None:
+    """The runner's loader yields what the method declared: (M, B, ...) batches for
+    independent streams, (B, ...) otherwise; and the step trains on them."""
+    from harness.contract import Cell, Evaluation
+    from harness.data.base import ImageSet
+    from harness.registries import DATASETS
+    from harness.runner import train_loader
+
+    spec = METHODS.get(name)
+    values = expand_hparams(spec, hp)[0]
+    recipe = Recipe(batch_size=B, augment="crop_flip")
+    cell = Cell("t", "digits", "digits_cnn", dict(WIDTH), name, m, values, 0, recipe, Evaluation())
+    data = DATASETS.get("digits")
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (4 * B, *data.in_shape), dtype=torch.uint8, generator=gen)
+    loader = train_loader(
+        cell, data, ImageSet(images, torch.arange(4 * B) % K), torch.device("cpu")
+    )
+    x, y = next(iter(loader))
+    streams = spec.feeding_for(values).streams(m)
+    lead = (streams, B) if streams > 1 else (B,)
+    assert x.shape == (*lead, *data.in_shape) and y.shape == lead
+    model, _ = build(name, m, hp)
+    out = model.training_outputs(x, y)
+    assert (
+        out.targets.shape[1] == spec.feeding_for(values).to_json(B, m)["rows_per_member_per_step"]
+    )
