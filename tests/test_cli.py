@@ -47,7 +47,9 @@ def test_missing_data_fails_validation_with_path_and_fetch_command(tmp_path, cap
     assert "Traceback" not in out.stderr + out.stdout
     assert f"dataset 'cifar100' not found: looked in {tmp_path}/cifar-100-python" in out.stderr
     assert "Fetch it with `harness data download cifar100`" in out.stderr
-    assert f"cifar100-c not found: looked for {tmp_path}/CIFAR-100-C" in out.stderr
+    # the corruption files this suite's list needs, each named with its path and fetch command
+    assert f"{tmp_path}/CIFAR-100-C/gaussian_noise.npy is missing" in out.stderr
+    assert "Fetch it with `harness data download cifar100-c`" in out.stderr
     for suite in CIFAR_SUITES:  # the same in-process, for every shipped CIFAR suite
         assert main(["validate", f"{REPO}/suites/{suite}.yaml", "--data-root", str(tmp_path)]) == 2
         assert "Fetch it with `harness data download cifar" in capsys.readouterr().err
