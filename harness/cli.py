@@ -299,7 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="fetch datasets (needs internet)")
     dsub = d.add_subparsers(dest="data_command", required=True)
     dl = dsub.add_parser("download")
-    dl.add_argument("names", nargs="+")
+    dl.add_argument(
+        "names",
+        nargs="+",
+        help="datasets and corruption sets (see harness ls), or weights timm:NAME / "
+        "torchvision:ENUM.VALUE (into the library's own cache)",
+    )
     dl.add_argument("--data-root")
     dl.set_defaults(fn=cmd_data)
     return p

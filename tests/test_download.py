@@ -248,3 +248,19 @@ def test_ls_lists_the_corruption_sets(capsys):
     assert "15 benchmark + 4 extra corruptions × 5 severities" in c100
     assert "CIFAR-100-C/ for cifar100" in c100
     assert "`harness data download cifar100-c`" in c100
+
+
+def test_torchvision_md5_failure_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    import torchvision.datasets.cifar as tv_cifar
+
+    def corrupted(*args, **kwargs):  # what download_url raises after a failed md5 check
+        raise RuntimeError("File not found or corrupted.")
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", corrupted)
+    assert main(["data", "download", "cifar100", "--data-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"error: could not download cifar100 (torchvision CIFAR100) into {tmp_path}: File not "
+        "found or corrupted. (the file failed torchvision's md5 check"
+    )

@@ -232,7 +232,13 @@ def download(name: str, root: Path) -> Path:
         fetch(root)
     except DownloadError:
         raise
-    except (urllib.error.URLError, http.client.HTTPException, OSError, RuntimeError) as err:
+    except RuntimeError as err:  # torchvision's "File not found or corrupted." (md5 check)
+        raise DownloadError(
+            f"could not download {name} ({what}) into {root}: {_one_line(err)} (the file failed "
+            "torchvision's md5 check or is missing after the transfer); run the command again: "
+            "torchvision fetches a file whose md5 does not match anew"
+        ) from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
         raise DownloadError(
             f"could not download {name} ({what}) into {root}: {_one_line(err)}. This machine "
             f"may have no internet access: run `harness data download {name} --data-root DIR` "
