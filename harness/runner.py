@@ -34,7 +34,13 @@ import torch
 from harness.checkpoint import load_weights, log_event, rng_state, save_atomic, set_rng_state
 from harness.contract import CONVENTIONS, Cell, hparams_values, new_record
 from harness.cost import flops_per_image, parameter_counts, throughput
-from harness.data.base import DataMissingError, DatasetSpec, ImageSet, default_data_root
+from harness.data.base import (
+    DataMissingError,
+    DatasetSpec,
+    ImageSet,
+    default_data_root,
+    training_splits,
+)
 from harness.data.loader import DeviceLoader
 from harness.environment import environment
 from harness.evaluate import evaluate_all, evaluate_split
@@ -82,6 +88,7 @@ def build_model(
         cell.M,
         dict(cell.backbone_kwargs),
         pretrained,
+        seed=cell.seed,
     )
     return mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams))), ctx
 
@@ -93,7 +100,8 @@ def _save_atomic(obj: Any, path: Path) -> None:
 def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, ImageSet]]:
     spec = DATASETS.get(cell.dataset)
     spec.require(data_root)
-    return spec, spec.load(data_root)
+    # The loader's training pool, minus `validation` held-out images when the recipe asks.
+    return spec, training_splits(spec.load(data_root), cell.recipe.validation)
 
 
 def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
@@ -117,12 +125,18 @@ def pretrained_state(
     splits: dict[str, ImageSet],
     device: torch.device,
     progress: bool,
+    data_root: Path | None = None,
 ) -> dict[str, torch.Tensor] | None:
     """Weights to convert for methods that start from a trained single model.
 
-    ``pretrained: PATH`` loads them; ``pretrain_epochs: N`` first trains a `single` model of the
-    same backbone for N epochs with the cell's recipe and seed (checkpointed in the cell's
-    folder under ``pretrain/``, so an interrupted pretraining resumes too).
+    ``pretrained: PATH`` loads them. ``pretrain_epochs: N`` converts the suite's own `single`
+    cell of the same dataset, backbone and seed trained for N epochs with the suite's base
+    recipe (the method's fine-tuning recipe delta does not apply to it): the manifest
+    (``suite.json``) of the results folder names that cell, which is run through
+    :func:`run_cell` if it is not done yet (under its lease: trained once, on any executor;
+    a cell leased by another process is waited for) and whose ``final.pt`` is loaded. So the
+    pre-trained model of a seed is that suite's `single` model of the seed, and the conversion
+    comparison is paired.
     """
     if cell.hparams.get("pretrained"):
         from harness.weights import backbone_state, is_named  # timm:NAME / torchvision:NAME
@@ -133,27 +147,19 @@ def pretrained_state(
     epochs = int(cell.hparams.get("pretrain_epochs") or 0)
     if not epochs:
         return None
-    pre_dir = cell_dir / "pretrain"
-    final = pre_dir / "final.pt"
-    if not final.exists():
-        pre_dir.mkdir(exist_ok=True)
-        pre = Cell(
-            cell.suite,
-            cell.dataset,
-            cell.backbone,
-            cell.backbone_kwargs,
-            "single",
-            1,
-            {},
-            cell.seed,
-            dataclasses.replace(cell.recipe, epochs=epochs),
-            cell.evaluation,
+    from harness.pretrain import pretraining_cell, train_once
+
+    results_dir = cell_dir.parent
+    single = pretraining_cell(cell, results_dir, epochs)
+    rec = train_once(
+        single, results_dir, lambda c: run_cell(c, results_dir, data_root, False, progress)
+    )
+    if rec["status"] != "done":
+        raise RuntimeError(
+            f"the single cell to convert ({single.label}) failed: "
+            f"{(rec.get('error') or {}).get('message', rec['status'])}"
         )
-        model, _ = build_model(pre, spec)
-        model.to(device)
-        train_cell(pre, pre_dir, model, spec, splits, device, progress)
-        _save_atomic(model.state_dict(), final)
-    return load_backbone_state(final)
+    return load_backbone_state(results_dir / single.cell_id / "final.pt")
 
 
 def train_loader(
@@ -228,14 +234,17 @@ def train_cell(
             torch.cuda.synchronize(device)
         epoch_s = time.perf_counter() - t0
         train_s += epoch_s
-        val = evaluate_split(model, splits["val"], spec, recipe, device)
+        # Validation metrics only when the recipe holds out a split (`validation: n`): the test
+        # set is never looked at during training.
+        val: dict[str, float] = {}
+        if "val" in splits:
+            m = evaluate_split(model, splits["val"], spec, recipe, device)
+            val = {"val_acc": m["acc"], "val_nll": m["nll"], "val_ece": m["ece"]}
         history.append(
             {
                 "epoch": epoch + 1,
                 **stats,
-                "val_acc": val["acc"],
-                "val_nll": val["nll"],
-                "val_ece": val["ece"],
+                **val,
                 "time_s": epoch_s,
                 "lr": opt.param_groups[0]["lr"],
             }
@@ -334,7 +343,7 @@ def _run_leased(
     phase = "setup"  # setup → train → evaluate: the record says where a failure happened
     try:
         spec, splits = load_data(cell, data_root)
-        pre = pretrained_state(cell, cell_dir, spec, splits, device, progress)
+        pre = pretrained_state(cell, cell_dir, spec, splits, device, progress, data_root)
         model, ctx = build_model(cell, spec, pre)
         model.to(device)
         if cell.recipe.channels_last and device.type == "cuda":

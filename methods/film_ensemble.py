@@ -30,6 +30,10 @@ class FiLMHparams:
         default=0.5,
         metadata={"ge": 0, "help": "spread of the random per-member affine initialisation"},
     )
+    member_weight_decay: float | None = field(
+        default=None,
+        metadata={"ge": 0, "help": "weight decay of the member affine (null: the recipe's)"},
+    )
     member_grad: Literal["member", "mean"] = field(
         default="member",
         metadata={"help": "per-member params get their member's loss gradient (×M) or 1/M"},

@@ -106,3 +106,20 @@ class NormEnsemble(EnsembleModel):
     def forward(self, x: Tensor) -> Tensor:
         """Args: x (B, C, H, W). Returns: member logits (M, B, K)."""
         return self.net(x)  # (M, B, K)
+
+    def member_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """Optimizer groups of the per-member parameters other than the shared weights.
+
+        The member affine (weight, bias) decays with ``member_weight_decay`` (None: the
+        recipe's value, as a single model's norm affine).
+        """
+        wd = self.hp.member_weight_decay
+        params = [p for _, layer in self.norm_layers() for p in (layer.weight, layer.bias)]
+        return [{"params": params, "weight_decay": weight_decay if wd is None else wd}]
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """The shared weights with the recipe's decay, then :meth:`member_groups`."""
+        groups = self.member_groups(weight_decay)
+        ids = {id(p) for g in groups for p in g["params"]}
+        shared = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
+        return [{"params": shared, "weight_decay": weight_decay}, *groups]

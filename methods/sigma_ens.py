@@ -72,6 +72,10 @@ class SigmaEnsHparams:
         default=0.0,
         metadata={"ge": 0, "help": "weight decay of γ (null: the recipe's; default none)"},
     )
+    member_weight_decay: float | None = field(
+        default=None,
+        metadata={"ge": 0, "help": "weight decay of the member affine (null: the recipe's)"},
+    )
     member_grad: Literal["member", "mean"] = field(
         default="member",
         metadata={"help": "per-member params get their member's loss gradient (×M) or 1/M"},
@@ -104,17 +108,14 @@ class SigmaEnsemble(NormEnsemble):
     def convert_kwargs(self, hp: SigmaEnsHparams) -> dict[str, Any]:
         return {"gamma_init_mean": hp.gamma_init_mean, "gamma_init_std": hp.gamma_init_std}
 
-    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
-        """γ in its own group (``gamma_weight_decay``; None = the recipe's), the rest decayed."""
+    def member_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """The member affine (see the base), then γ with ``gamma_weight_decay`` (None: the
+        recipe's value; default 0)."""
         gammas = [layer.gamma for _, layer in self.norm_layers() if layer.gamma is not None]
-        ids = {id(g) for g in gammas}
-        rest = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
-        wd_gamma = (
-            weight_decay if self.hp.gamma_weight_decay is None else self.hp.gamma_weight_decay
-        )
+        wd = self.hp.gamma_weight_decay
         return [
-            {"params": rest, "weight_decay": weight_decay},
-            {"params": gammas, "weight_decay": wd_gamma},
+            *super().member_groups(weight_decay),
+            {"params": gammas, "weight_decay": weight_decay if wd is None else wd},
         ]
 
     def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:

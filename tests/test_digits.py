@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.data.base import ImageSet, stratified_split
@@ -128,3 +129,38 @@ def test_crop_flip_is_a_shifted_mirrored_window():
     }
     assert all(tuple(o[0].flatten().tolist()) in windows for o in out)
     assert isinstance(ImageSet(out, torch.zeros(64)), ImageSet)
+
+
+def test_digits_hard_is_few_shot_and_reduced_resolution():
+    from harness.data.digits import (
+        HARD_MEAN,
+        HARD_STD,
+        load_digits_hard_splits,
+        load_heldout_hard,
+        load_photo_patches_hard,
+        reduce_resolution,
+    )
+
+    s = load_digits_hard_splits()
+    assert {k: len(v) for k, v in s.items()} == {"train": 120, "test": 289}  # no val to merge
+    assert torch.bincount(s["train"].labels).tolist() == [15] * 8
+    full = load_digits_splits()
+    assert torch.equal(s["test"].labels, full["test"].labels)  # the same test images...
+    assert torch.equal(s["test"].images, reduce_resolution(full["test"].images))  # ...at 4×4
+    for split in (*s.values(), load_heldout_hard()["test"], load_photo_patches_hard()["test"]):
+        x = split.images
+        assert x.shape[1:] == (1, 8, 8) and x.dtype == torch.uint8
+        assert torch.equal(x[..., ::2, ::2].repeat_interleave(2, -2).repeat_interleave(2, -1), x)
+    x = s["train"].images.float() / 255
+    assert abs(x.mean().item() - HARD_MEAN[0]) < 1e-3 and abs(x.std().item() - HARD_STD[0]) < 1e-3
+
+
+def test_reduce_resolution_averages_blocks():
+    from harness.data.digits import reduce_resolution
+
+    img = torch.arange(64, dtype=torch.uint8).view(1, 1, 8, 8)
+    out = reduce_resolution(img, side=4)
+    assert out[0, 0, 0, 0].item() == round((0 + 1 + 8 + 9) / 4)  # 4.5 rounds to even: 4
+    assert torch.equal(out[0, 0, 0, :2], out[0, 0, 1, :2])  # one value per 2×2 block
+    with pytest.raises(ValueError, match="not a multiple of 3"):
+        reduce_resolution(img, side=3)

@@ -56,13 +56,21 @@ def test_film_affine_draw_is_seeded_by_the_cell():
 
 def test_gamma_gets_no_weight_decay_unless_asked():
     model = _build("sigma_ens")
-    groups = model.param_groups(5e-4)
-    gamma_ids = {id(layer.gamma) for _, layer in model.norm_layers()}
-    by_decay = {g["weight_decay"]: {id(p) for p in g["params"]} for g in groups}
-    assert by_decay[0.0] == gamma_ids
-    assert by_decay[5e-4] == {id(p) for p in model.parameters()} - gamma_ids
-    old = _build("sigma_ens", gamma_weight_decay=None).param_groups(5e-4)
-    assert [g["weight_decay"] for g in old] == [5e-4, 5e-4]
+    shared, affine, gamma = model.param_groups(5e-4)
+    layers = [layer for _, layer in model.norm_layers()]
+    assert [id(p) for p in gamma["params"]] == [id(layer.gamma) for layer in layers]
+    assert {id(p) for p in affine["params"]} == {
+        id(p) for layer in layers for p in (layer.weight, layer.bias)
+    }
+    every = [id(p) for g in (shared, affine, gamma) for p in g["params"]]
+    assert sorted(every) == sorted(id(p) for p in model.parameters())  # a partition
+    assert (shared["weight_decay"], affine["weight_decay"], gamma["weight_decay"]) == (
+        5e-4,
+        5e-4,
+        0.0,
+    )
+    old = _build("sigma_ens", gamma_weight_decay=None, member_weight_decay=0.0)
+    assert [g["weight_decay"] for g in old.param_groups(5e-4)] == [5e-4, 0.0, 5e-4]
 
 
 @pytest.mark.parametrize("method", ["sigma_ens", "film_ensemble"])
