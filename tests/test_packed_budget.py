@@ -100,3 +100,15 @@ def test_m_scaling_suites_compare_packed_at_default_alpha_and_at_equal_parameter
         budget = reference_count(_ctx_key(ctx), "sigma_ens")
         gap = abs(count_parameters(model) - budget) / budget
         assert gap <= cell.hparams["alpha_tolerance"] <= 0.1, (cell.M, model.alpha, gap)
+
+
+def test_validate_rejects_auto_alpha_without_a_reference(tmp_path) -> None:
+    from harness.suite import SuiteError, load_suite
+
+    suite = tmp_path / "bad.yaml"
+    suite.write_text(
+        "name: bad\ngrid:\n  datasets: [digits]\n  backbones: [digits_cnn]\n  M: [4]\n"
+        "  methods:\n    - {name: packed_ensemble, hparams: {alpha: auto}}\n"
+    )
+    with pytest.raises(SuiteError, match=r"alpha: auto needs alpha_reference"):
+        load_suite(suite)
