@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 
+from harness.contract import CONVENTIONS
 from harness.dispatch import pending, run_inprocess, write_manifest
 from harness.records import RecordError, read_record, validate_record, write_record
 from harness.runner import run_cell
@@ -59,7 +60,8 @@ def test_record_contents(tiny, tmp_path):
     }
     ood = rec["metrics"]["ood"]["sklearn_photos"]
     assert set(ood) == {"msp", "entropy", "mi"} and 0 <= ood["msp"]["auroc"] <= 1
-    assert "ID is the positive class" in rec["conventions"]["ood"]
+    assert rec["conventions"] == CONVENTIONS  # the one conventions text, written into each record
+    assert "msp = max" in rec["conventions"]["ood"]
     cost = rec["cost"]
     assert cost["params_total"] == 2 * cost["params_single"]
     assert cost["params_overhead"] == cost["params_single"]
