@@ -37,8 +37,8 @@ def test_sigma_and_film_are_siblings_of_one_base():
 def test_default_gamma_is_near_identity_and_seeded_by_the_cell():
     model = _build("sigma_ens", seed=3)
     s = torch.sigmoid(_gammas(model))
-    assert s.mean().item() == pytest.approx(0.9, abs=0.005)
-    assert 0.003 < s.std().item() < 0.02  # symmetry-breaking noise, ~1% of the scale
+    assert s.mean().item() == pytest.approx(0.953, abs=0.003)
+    assert 0.002 < s.std().item() < 0.01  # symmetry-breaking noise, ~0.5% of the scale
     torch.manual_seed(12345)  # the global generator must not matter
     again = _build("sigma_ens", seed=3)
     assert torch.equal(_gammas(again), _gammas(model))
