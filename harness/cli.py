@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,26 +12,36 @@ from pathlib import Path
 from harness.suite_io import SuiteError
 
 
-def _suite(path: str):
+def _suite(path: str, overrides: list[str] | tuple[str, ...] = ()):
     from harness.suite import load_suite
 
     if Path(path).is_dir():
         raise SuiteError(
             [f"{path}: is a directory; give a suite YAML file (e.g. suites/smoke.yaml)"]
         )
-    return load_suite(path)
+    return load_suite(path, overrides)
 
 
 def _preflight(suite, args, data_root: Path | None) -> int:
     """Print every problem knowable before training (suite, recipe, files, data); 2 if any."""
     from harness.preflight import suite_problems
 
-    problems = suite_problems(suite)
+    problems = suite_problems(suite) + _tensorboard_problems(args)
     if data_root is not None:
         problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
     for p in problems:
         print(p, file=sys.stderr)
     return 2 if problems else 0
+
+
+def _tensorboard_problems(args) -> list[str]:
+    """``--tensorboard`` asks every cell for TensorBoard events through the environment, which
+    local worker processes and Slurm tasks inherit; the package must be installed."""
+    from harness.progress import TENSORBOARD_ENV, tensorboard_problems
+
+    if getattr(args, "tensorboard", False):
+        os.environ[TENSORBOARD_ENV] = "1"
+    return tensorboard_problems()
 
 
 def _results_dir(args, suite) -> Path:
@@ -83,11 +94,12 @@ def cmd_ls(args) -> int:
 
 def cmd_validate(args) -> int:
     from harness.data.base import default_data_root
+    from harness.overrides import CellFilter
 
-    suite = _suite(args.suite)
+    suite = _suite(args.suite, args.overrides)
     if _preflight(suite, args, None if args.skip_data else default_data_root(args.data_root)):
         return 2
-    cells = suite.cells()
+    cells = CellFilter(args.only).select(suite.cells())
     print(
         f"{args.suite}: OK — suite {suite.name!r}, {len(cells)} cells "
         f"({len(suite.grid.datasets)} datasets × {len(suite.grid.backbones)} backbones × "
@@ -103,18 +115,22 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from harness.data.base import default_data_root
     from harness.executors import ExecutorOptions, make_executor, pending, write_manifest
+    from harness.overrides import CellFilter
     from reports.terminal import print_summary
 
-    suite = _suite(args.suite)
+    suite = _suite(args.suite, args.overrides)
     data_root = default_data_root(args.data_root)
+    cells = CellFilter(args.only).select(suite.cells())
+    results = _results_dir(args, suite)
     # Slurm tasks resolve their own data root (the profile's setup lines may set
     # HARNESS_DATA_ROOT there): the data is not checked on the submitting node.
-    if _preflight(suite, args, None if args.executor == "slurm" else data_root):
+    problems = _preflight(suite, args, None if args.executor == "slurm" else data_root)
+    if args.dry_run:
+        return print_plan(suite.cells(), cells, results, args.force) or problems
+    if problems:
         return 2
-    results = _results_dir(args, suite)
     results.mkdir(parents=True, exist_ok=True)
-    write_manifest(suite, results)
-    cells = suite.cells()
+    write_manifest(suite, results, tuple(args.only))
     todo = pending(cells, results, args.force)
     print(
         f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
@@ -139,6 +155,37 @@ def cmd_run(args) -> int:
     print(f"finished in {time.perf_counter() - t0:.1f} s")
     report_leased(executor.records)
     return print_summary(results)
+
+
+def print_plan(all_cells: list, selected: list, results: Path, force: bool) -> int:
+    """``--dry-run``: one line per cell of the suite, ``run`` or ``skip``, and why."""
+    from harness.contract import read_record
+    from harness.lease import describe, live_leases
+
+    chosen = {c.cell_id for c in selected}
+    leases = live_leases(results) if results.is_dir() else {}
+    n_run = 0
+    for c in all_cells:
+        rec = read_record(results / c.cell_id) if results.is_dir() else None
+        status = (rec or {}).get("status")
+        if c.cell_id not in chosen:
+            verdict, why = "skip", "not selected by --only"
+        elif c.cell_id in leases:
+            verdict, why = "skip", f"leased by {describe(leases[c.cell_id])}"
+        elif status == "done" and not force:
+            verdict, why = "skip", "done"
+        elif status == "done":
+            verdict, why = "run", "done, redone (--force)"
+        elif status == "failed":
+            err = (rec or {}).get("error") or {}
+            where = f" in {err['phase']}" if err.get("phase") else ""
+            verdict, why = "run", f"failed{where} ({err.get('type', '?')}), retried"
+        else:
+            verdict, why = "run", "pending"
+        n_run += verdict == "run"
+        print(f"{verdict:4s}  {c.cell_id}  {c.label}  ({why})")
+    print(f"dry run: {n_run} of {len(all_cells)} cells would run → {results}")
+    return 0
 
 
 def report_leased(ran: list[dict]) -> None:
@@ -176,10 +223,17 @@ def cmd_report(args) -> int:
     from reports.leaderboard import write_report
     from reports.terminal import expected_of
 
+    # The manifest's cells, never-started = missing; with overrides, the cells of the recorded
+    # suite file with those overrides applied.
+    expected = expected_of(args.results_dir)
+    if args.overrides:
+        from harness.contract import read_manifest
+
+        expected = _suite(read_manifest(Path(args.results_dir))["source"], args.overrides).cells()
     out = write_report(
         require_results(Path(args.results_dir)),
         Path(args.output) if args.output else None,
-        expected=expected_of(args.results_dir),  # the manifest's cells: never-started = missing
+        expected=expected,
         **report_kwargs(args),
     )
     print(f"wrote {out}")
@@ -207,6 +261,24 @@ def cmd_data(args) -> int:
     return 0
 
 
+def _add_override_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override suite entries, e.g. recipe.epochs=1 grid.seeds=[0,1] evaluation.ood=[] "
+        "grid.methods.sigma_ens.hparams.tau=0.5 (values read as YAML)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="keep the cells matching every condition: method, M, seed, dataset, backbone or a "
+        "hyper-parameter, e.g. --only method=sigma_ens,seed=0",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from harness.executors import EXECUTORS  # the names to pick from: one registry
     from reports.cli_options import add_report_arguments  # argparse only, nothing heavy
@@ -219,13 +291,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check a suite without training")
     v.add_argument("suite")
+    _add_override_arguments(v)
     v.add_argument("--data-root")
     v.add_argument("--skip-data", action="store_true", help="do not check that data exists")
     v.add_argument("-v", "--verbose", action="store_true", help="list the cells")
+    v.add_argument("--tensorboard", action="store_true", help="check run --tensorboard can work")
     v.set_defaults(fn=cmd_validate)
 
     r = sub.add_parser("run", help="run a suite's pending cells")
     r.add_argument("suite")
+    _add_override_arguments(r)
+    r.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list every cell that would run, and why the others would not (done, leased, "
+        "--only); run nothing",
+    )
     r.add_argument(
         "--executor",
         choices=["auto", *EXECUTORS],
@@ -251,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--force", action="store_true", help="redo finished cells")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    r.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write TensorBoard events per epoch to <cell>/tensorboard/ (progress.csv is "
+        "always written); needs the [tensorboard] extra",
+    )
     r.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("status", help="show each cell: pending/running/done/failed")
@@ -272,6 +359,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
     rep.add_argument("results_dir")
+    rep.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="expect the cells of the recorded suite file with these overrides",
+    )
     rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
     add_report_arguments(rep)  # reports/cli_options.py: --reference --format --interval ...
     rep.set_defaults(fn=cmd_report)
@@ -313,7 +406,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from harness.registry import UnknownNameError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # KEY=VALUE after an option (`run s.yaml --force recipe.epochs=1`) lands in `extra`:
+    # overrides wherever they stand on the line.
+    if hasattr(args, "overrides"):
+        args.overrides += [e for e in extra if "=" in e and not e.startswith("-")]
+        extra = [e for e in extra if e not in args.overrides]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )

@@ -24,6 +24,7 @@ from harness.contract.config import (
     hparam_defaults,
     hparams_values,
 )
+from harness.overrides import apply_overrides, override_of
 from harness.registries import BACKBONES, DATASETS, METHODS, method_defaults
 from harness.registry import UnknownNameError
 from harness.suite_io import Origins, SuiteError, load_suite_yaml
@@ -61,6 +62,7 @@ class Suite:
     evaluation: Evaluation
     description: str = ""
     source: Path | None = None
+    overrides: tuple[str, ...] = ()  # command-line KEY=VALUE overrides applied to the file
 
     def cells(self) -> list[Cell]:
         """Expand the grid: datasets × backbones × methods × hparam product × M × seeds."""
@@ -216,8 +218,18 @@ def _check_hparams(spec, hp: dict[str, Any], where: str, errors: list[str]) -> d
     return out
 
 
-def parse_suite(data: dict[str, Any], origins: Origins, source: Path) -> Suite:
-    """Validate a loaded mapping into a :class:`Suite` (raises SuiteError with every problem)."""
+def parse_suite(
+    data: dict[str, Any],
+    origins: Origins,
+    source: Path,
+    applied: dict[str, str] | None = None,
+) -> Suite:
+    """Validate a loaded mapping into a :class:`Suite` (raises SuiteError with every problem).
+
+    ``applied`` (canonical key path → override text, from :func:`apply_overrides`) makes each
+    problem under an overridden key name the override instead of the file.
+    """
+    applied = applied or {}
     errors: list[str] = []
     errors.extend(unknown_keys(data, TOP_KEYS, ""))
     name = data.get("name", source.stem)
@@ -301,13 +313,18 @@ def parse_suite(data: dict[str, Any], origins: Origins, source: Path) -> Suite:
             errors.append("recipe.milestones: required when schedule is 'multistep'")
 
     if errors:
-        raise SuiteError([_with_file(e, origins, source) for e in dict.fromkeys(errors)])
+        raise SuiteError([_with_file(e, origins, source, applied) for e in dict.fromkeys(errors)])
     grid = Grid(tuple(datasets), tuple(backbones), tuple(methods), tuple(grid_m), tuple(seeds))
-    return Suite(name, grid, recipe, evaluation, str(data.get("description", "")), source)
+    description = str(data.get("description", ""))
+    return Suite(name, grid, recipe, evaluation, description, source, tuple(applied.values()))
 
 
-def _with_file(message: str, origins: Origins, source: Path) -> str:
-    key = message.split(":", 1)[0].strip()
+def _with_file(message: str, origins: Origins, source: Path, applied: dict[str, str]) -> str:
+    key, _, rest = (s.strip() for s in message.partition(":"))
+    found = override_of(key, applied) if key and " " not in key else None
+    if found:  # the problem is the override's: name it (its key only when the problem is deeper)
+        canonical, text = found
+        return f"override {text}: {rest}" if key == canonical else f"override {text}: {message}"
     file = origins.file_of(key) if key and " " not in key else source
     return f"{_rel(file)}: {message}"
 
@@ -319,7 +336,9 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def load_suite(path: str | Path) -> Suite:
-    """Load, compose and validate a suite file."""
+def load_suite(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Suite:
+    """Load, compose and validate a suite file, with command-line ``KEY=VALUE`` overrides applied
+    to its mapping first (see :mod:`harness.overrides`)."""
     data, origins = load_suite_yaml(path)
-    return parse_suite(data, origins, Path(path).resolve())
+    applied = apply_overrides(data, overrides)
+    return parse_suite(data, origins, Path(path).resolve(), applied)

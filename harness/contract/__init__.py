@@ -9,6 +9,7 @@ the YAML parser produces it, and the engine, the executors and the reporter all 
 
 from harness.contract.build import build_dataclass, closest, field_doc, parse_name_values
 from harness.contract.config import (
+    SPEED_ONLY_RECIPE,
     BackboneEntry,
     Cell,
     Evaluation,
@@ -44,6 +45,7 @@ __all__ = [
     "OOD_CONVENTION",
     "RECORD_FILE",
     "SCHEMA_VERSION",
+    "SPEED_ONLY_RECIPE",
     "SUITE_FILE",
     "BackboneEntry",
     "Cell",

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from harness.contract.build import build_dataclass
 
 __all__ = [
+    "SPEED_ONLY_RECIPE",
     "BackboneEntry",
     "Cell",
     "Evaluation",
@@ -75,6 +76,14 @@ class Recipe:
         metadata={"gt": 0, "help": "a loss above this (or non-finite) marks the cell failed"},
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+#: Recipe fields that change how fast a cell trains or evaluates, never what it computes (up to
+#: floating-point summation order): left out of the cell id, so toggling one reuses finished
+#: cells; the record's ``config.recipe`` still states the values used. ``amp`` is not among them:
+#: bf16 autocast changes the numbers a run produces. ``device`` is not either (CPU and GPU
+#: kernels differ, and a cell's cost metrics depend on it).
+SPEED_ONLY_RECIPE: tuple[str, ...] = ("channels_last", "compile", "eval_batch_size")
 
 
 @dataclass(frozen=True)
@@ -192,10 +201,16 @@ class Cell:
             "recipe": jsonable(dataclasses.asdict(self.recipe)),
         }
 
+    def identity_config(self) -> dict[str, Any]:
+        """:meth:`config` without the speed-only recipe fields (:data:`SPEED_ONLY_RECIPE`)."""
+        config = self.config()
+        config["recipe"] = {k: v for k, v in config["recipe"].items() if k not in SPEED_ONLY_RECIPE}
+        return config
+
     @property
     def cell_id(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`config`."""
-        blob = json.dumps(self.config(), sort_keys=True, separators=(",", ":"))
+        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`identity_config`."""
+        blob = json.dumps(self.identity_config(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def shown_hparams(self) -> dict[str, Any]:

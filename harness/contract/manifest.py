@@ -7,6 +7,8 @@ lists expected cells that never produced a record as missing. Standard library o
 Format::
 
     {"name": suite name, "source": suite file, "current": [cell ids of the latest run],
+     "overrides": [command-line KEY=VALUE overrides of the latest run],
+     "only": [its --only filters],
      "cells": {cell_id: {"label": str, "cell": Cell.to_json()}}}
 """
 
@@ -24,9 +26,15 @@ _NOT_CONFIG = ("suite", "evaluation", "hparam_defaults")  # Cell.to_json keys be
 
 
 def build_manifest(
-    name: str, source: str, cells: Iterable[Cell], old: Mapping[str, Any] | None = None
+    name: str,
+    source: str,
+    cells: Iterable[Cell],
+    old: Mapping[str, Any] | None = None,
+    overrides: Iterable[str] = (),
+    only: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """The manifest for ``cells``, keeping the entries of ``old`` (earlier suite versions)."""
+    """The manifest for ``cells``, keeping the entries of ``old`` (earlier suite versions);
+    ``overrides`` and ``only`` are the command line's, so the results say how they were made."""
     cells = list(cells)
     entries = dict((old or {}).get("cells") or {})
     for c in cells:
@@ -35,6 +43,8 @@ def build_manifest(
         "name": name,
         "source": source,
         "current": [c.cell_id for c in cells],
+        "overrides": list(overrides),
+        "only": list(only),
         "cells": entries,
     }
 

@@ -59,12 +59,14 @@ class Executor(Protocol):
         ...
 
 
-def write_manifest(suite, results_dir: Path) -> None:
+def write_manifest(suite, results_dir: Path, only: tuple[str, ...] = ()) -> None:
     """Record which cells ``suite`` expects (merged with earlier runs of other versions), so
-    ``harness status`` and ``harness report`` can list the cells that never started."""
+    ``harness status`` and ``harness report`` can list the cells that never started, with the
+    command line's overrides (``suite.overrides``) and ``--only`` filters."""
     path = Path(results_dir) / SUITE_FILE
     old = json.loads(path.read_text()) if path.exists() else None
-    manifest = build_manifest(suite.name, str(suite.source), suite.cells(), old)
+    overrides = getattr(suite, "overrides", ())
+    manifest = build_manifest(suite.name, str(suite.source), suite.cells(), old, overrides, only)
     atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
 
 
