@@ -115,6 +115,7 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from harness.data.base import default_data_root
     from harness.executors import ExecutorOptions, make_executor, pending, write_manifest
+    from harness.executors.devices import parse_gpus
     from harness.overrides import CellFilter
     from reports.terminal import print_summary
 
@@ -144,6 +145,8 @@ def cmd_run(args) -> int:
         slurm_overrides=tuple(args.slurm),
         wait=args.wait,
         progress=not args.quiet,
+        gpus=parse_gpus(args.gpus),
+        cells_per_gpu=args.cells_per_gpu,
     )
     executor = make_executor(args.executor, options, len(todo))
     if executor.name == "local":
@@ -311,9 +314,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor",
         choices=["auto", *EXECUTORS],
         default="auto",
-        help="auto: in-process on a GPU machine, worker processes on a CPU-only one",
+        help="auto: in-process for one cell or on a one-GPU machine, else local worker "
+        "processes (one per GPU, or one per core without a GPU)",
     )
-    r.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    r.add_argument(
+        "--workers", type=int, help="worker processes (default: one per GPU, else one per core)"
+    )
+    r.add_argument(
+        "--gpus",
+        metavar="IDS",
+        help="local executor: the GPUs to place cells on, e.g. 0,2 (default: every visible one)",
+    )
+    r.add_argument(
+        "--cells-per-gpu",
+        type=int,
+        default=1,
+        metavar="N",
+        help="local executor: cells running at once on each GPU (default 1)",
+    )
     r.add_argument("--threads", type=int, help="torch threads per process")
     r.add_argument("--profile", help="Slurm cluster profile YAML (--executor slurm)")
     r.add_argument(
@@ -404,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.executors.devices import ExecutorError
     from harness.registry import UnknownNameError
 
     parser = build_parser()
@@ -424,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 2
-    except (UnknownNameError, FileNotFoundError) as exc:
+    except (UnknownNameError, FileNotFoundError, ExecutorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like

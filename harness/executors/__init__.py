@@ -2,13 +2,15 @@
 
 ========== ====================================================================================
 inprocess  every cell in this process, one after another
-local      spawned worker processes on this machine (they share its device)
+local      spawned worker processes on this machine: one per GPU (each sees only its own), or
+           one per core on a CPU-only machine
 slurm      one Slurm job array through submitit, one task per cell
 ========== ====================================================================================
 
-The CLI picks one by name from :data:`EXECUTORS` (``auto``: in-process on a GPU machine or for a
-single cell, local workers on a CPU-only one). Adding an executor is one module with a class
-taking :class:`ExecutorOptions` and implementing ``describe`` and ``run``, plus one line here.
+The CLI picks one by name from :data:`EXECUTORS` (``auto``: in-process for a single cell or on a
+machine with one GPU, local workers on a CPU-only machine or across several GPUs). Adding an
+executor is one module with a class taking :class:`ExecutorOptions` and implementing
+``describe`` and ``run``, plus one line here.
 No executor imports the CLI or the reporter.
 """
 
@@ -37,18 +39,29 @@ EXECUTORS: dict[str, str] = {
 }
 
 
-def resolve_name(name: str, n_cells: int, has_gpu: Callable[[], bool] | None = None) -> str:
-    """``auto`` → ``inprocess`` on a GPU machine or for at most one cell, else ``local``.
+def resolve_name(
+    name: str,
+    n_cells: int,
+    has_gpu: Callable[[], bool] | None = None,
+    gpu_count: Callable[[], int] | None = None,
+) -> str:
+    """``auto`` → ``inprocess`` for at most one cell or on a one-GPU machine, else ``local``
+    (one worker per core on CPU, one per GPU on a machine with several).
+
+    ``gpu_count`` (or the older ``has_gpu``, one GPU when true) replaces device discovery.
 
     Raises:
         ValueError: an unknown executor name, listing the valid ones.
     """
     if name == "auto":
-        if has_gpu is None:
-            import torch
+        if gpu_count is None:
+            if has_gpu is not None:
+                gpu_count = lambda: int(has_gpu())  # noqa: E731
+            else:
+                from harness.executors.devices import visible_gpus
 
-            has_gpu = torch.cuda.is_available
-        return "inprocess" if n_cells <= 1 or has_gpu() else "local"
+                gpu_count = lambda: len(visible_gpus())  # noqa: E731
+        return "inprocess" if n_cells <= 1 or gpu_count() == 1 else "local"
     if name not in EXECUTORS:
         raise ValueError(f"unknown executor {name!r}; valid: auto, {', '.join(EXECUTORS)}")
     return name

@@ -28,6 +28,9 @@ class ExecutorOptions:
         slurm_overrides: ``KEY=VALUE`` overrides of profile entries.
         wait: Slurm: wait for the job array to finish.
         progress: Show progress bars.
+        gpus: Local: the GPUs to place cells on (``CUDA_VISIBLE_DEVICES`` ids; None: every
+            visible one).
+        cells_per_gpu: Local: cells running at once on each GPU.
     """
 
     workers: int | None = None
@@ -36,6 +39,8 @@ class ExecutorOptions:
     slurm_overrides: tuple[str, ...] = ()
     wait: bool = False
     progress: bool = True
+    gpus: tuple[str, ...] | None = None
+    cells_per_gpu: int = 1
 
 
 class Executor(Protocol):

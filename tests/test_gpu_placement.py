@@ -1,0 +1,105 @@
+"""The local executor places cells on every visible GPU, each worker seeing only its own.
+
+Device discovery is injected (a fake set of GPU ids), so this runs on a CPU-only machine: a
+worker restricted by ``CUDA_VISIBLE_DEVICES`` to a GPU that does not exist simply trains on the
+CPU, and what is checked is the environment each worker ran its cells in.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.executors import ExecutorOptions, resolve_name
+from harness.executors.devices import ExecutorError, choose_gpus, parse_gpus, worker_slots
+from harness.executors.local import LocalWorkersExecutor, _run_cell_json
+from harness.suite import load_suite
+
+SIX_CELLS = """
+name: six
+grid:
+  datasets: [digits]
+  backbones: [{name: digits_cnn, kwargs: {width: 4}}]
+  seeds: [0, 1, 2, 3, 4, 5]
+  methods: [single]
+recipe: {epochs: 1, batch_size: 128}
+evaluation: {cost: false}
+"""
+
+FAKE_GPUS = ["0", "1", "2"]
+
+
+def barrier_then_run(cell_json, results_dir, data_root, force, threads, shared):
+    """Wait until 3 distinct workers hold a cell, then run it for real: proves the cells are
+    spread over 3 workers without depending on how fast each one starts."""
+    gate = Path(results_dir) / "_gate"
+    gate.mkdir(exist_ok=True)
+    (gate / str(os.getpid())).touch()
+    deadline = time.monotonic() + 120
+    while len(list(gate.iterdir())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _run_cell_json(cell_json, results_dir, data_root, force, threads, shared)
+
+
+def test_six_cells_spread_over_three_fake_gpus_each_worker_on_its_own(write_suite, tmp_path):
+    cells = load_suite(write_suite(SIX_CELLS)).cells()
+    assert len(cells) == 6
+    executor = LocalWorkersExecutor(
+        ExecutorOptions(threads=1, progress=False),
+        discover=lambda: list(FAKE_GPUS),
+        task=barrier_then_run,
+    )
+    assert "in 3 worker processes on GPUs 0, 1, 2" in executor.describe(6)
+    assert executor.run(cells, tmp_path, None, False) is True
+
+    records = executor.records
+    assert sorted(r["cell_id"] for r in records) == sorted(c.cell_id for c in cells)
+    assert all(r["status"] == "done" for r in records), [r.get("error") for r in records]
+    device_of: dict[int, set[str]] = {}
+    for r in records:
+        device_of.setdefault(r["worker"]["pid"], set()).add(r["worker"]["cuda_visible_devices"])
+    assert len(device_of) == 3  # three workers ran cells
+    assert all(len(d) == 1 for d in device_of.values())  # each always on one device
+    assert sorted(d for ds in device_of.values() for d in ds) == FAKE_GPUS  # a GPU each
+    assert all(r["cost"]["shared_device"] is False for r in records)  # one cell per GPU
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") != "0"  # the parent was never restricted
+
+
+def test_gpu_choice_and_cells_per_gpu():
+    assert parse_gpus("0, 2") == ("0", "2") and parse_gpus(None) is None
+    assert choose_gpus(("2", "0"), lambda: FAKE_GPUS) == ["2", "0"]
+    assert choose_gpus(None, lambda: FAKE_GPUS) == FAKE_GPUS
+    with pytest.raises(ExecutorError, match=r"^--gpus 7: no such GPU; visible GPUs: 0, 1, 2$"):
+        choose_gpus(("0", "7"), lambda: FAKE_GPUS)
+    # two cells per GPU: the GPUs interleaved, so fewer workers still spread first
+    assert worker_slots(["0", "2"], 2, 4) == ["0", "2", "0", "2"]
+    assert worker_slots(["0", "2"], 2, 3) == ["0", "2", "0"]
+    with pytest.raises(ExecutorError, match=r"^--cells-per-gpu must be >= 1, got 0$"):
+        worker_slots(["0"], 0, 1)
+
+    ex = LocalWorkersExecutor(
+        ExecutorOptions(gpus=("0", "2"), cells_per_gpu=2, threads=1), lambda: FAKE_GPUS
+    )
+    assert ex.describe(10).startswith("running 10 cells in 4 worker processes on GPUs 0, 2")
+    assert ex.describe(1).startswith("running 1 cells in 1 worker processes on GPUs 0,")
+    cpu = LocalWorkersExecutor(ExecutorOptions(workers=2, threads=1), lambda: [])
+    assert cpu.describe(5).startswith("running 5 cells in 2 worker processes, 1 thread")
+
+
+def test_auto_uses_local_workers_on_several_gpus():
+    assert resolve_name("auto", 6, gpu_count=lambda: 3) == "local"
+    assert resolve_name("auto", 6, gpu_count=lambda: 1) == "inprocess"
+    assert resolve_name("auto", 6, gpu_count=lambda: 0) == "local"
+    assert resolve_name("auto", 1, gpu_count=lambda: 3) == "inprocess"
+
+
+def test_cli_rejects_a_gpu_that_is_not_visible(write_suite, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # discovery reads it; nothing runs
+    path = str(write_suite(SIX_CELLS))
+    argv = ["run", path, "--executor", "local", "--gpus", "3", "--results", str(tmp_path)]
+    assert main(argv) == 2
+    assert "error: --gpus 3: no such GPU; visible GPUs: 0, 1" in capsys.readouterr().err
