@@ -45,6 +45,7 @@ from harness.data.loader import DeviceLoader
 from harness.environment import environment
 from harness.evaluate import evaluate_all, evaluate_split
 from harness.lease import LeaseHeld, acquire
+from harness.progress import ProgressLog, epoch_images
 from harness.records import atomic_write_text, read_record, write_record
 from harness.registries import DATASETS, METHODS, method_defaults
 from harness.train import DivergenceError, make_optimizer, make_scheduler, train_epoch
@@ -217,6 +218,7 @@ def train_cell(
             torch.set_rng_state(ckpt["rng_cpu"].cpu())
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
     log_event(cell_dir, "train", from_epoch=start_epoch)
+    plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, str(device))  # live progress.csv
     bar = tqdm(
         total=recipe.epochs * len(loader),
         initial=start_epoch * len(loader),
@@ -252,6 +254,9 @@ def train_cell(
         diag = model.diagnostics()
         if diag:
             diagnostics.append({"epoch": epoch + 1, **diag})
+        # Before the checkpoint: a kill in between leaves a row the resumed run drops.
+        images = epoch_images(loader, stats["steps"])
+        plog.write({**history[-1], "elapsed_s": train_s}, diag, images)
         _save_atomic(
             {
                 "model": model.state_dict(),
@@ -266,6 +271,7 @@ def train_cell(
             ckpt_path,
         )
     bar.close()
+    plog.close()
     return history, diagnostics, train_s
 
 

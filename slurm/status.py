@@ -8,6 +8,7 @@ reads sacct).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from harness.contract import read_manifest
 from harness.lease import describe, live_leases
+from harness.progress import progress_summary
 from harness.records import read_record
 from slurm.submit import SLURM_DIR, read_jobs
 
@@ -29,6 +31,7 @@ class CellState:
     state: str  # done | failed | running | queued | pending | lost
     job_id: str | None = None
     detail: str = ""
+    progress: str = ""  # executor device, epoch n/E, last accuracy, ETA (harness.progress)
 
 
 def expand_job_id(job_id: str) -> list[str]:
@@ -104,57 +107,72 @@ def task_returned(results_dir: Path, job_id: str) -> bool:
 
 
 def cell_states(results_dir: Path) -> list[CellState]:
+    """Every current cell of the suite's manifest, with its live progress when it has any."""
     manifest = read_manifest(results_dir)
     jobs = read_jobs(results_dir)
     slurm = sacct_states(list(jobs.values()))
     leases = live_leases(results_dir)
-    out = []
-    for cell_id in manifest["current"]:
-        label = manifest["cells"][cell_id]["label"]
-        rec = read_record(Path(results_dir) / cell_id)
-        job = jobs.get(cell_id)
-        # sacct lags behind the task by a second or two: once the task has written its result
-        # file it is over, whatever sacct still says (submitit's done() decides the same way).
-        active = job and slurm.get(job) in RUNNING | QUEUED and not task_returned(results_dir, job)
-        lease = leases.get(cell_id)
-        if rec and rec["status"] == "done":
-            out.append(CellState(cell_id, label, "done", job))
-        elif lease:  # trained or evaluated right now (a failed cell being retried, too)
-            owner = describe(lease)
-            age = f"heartbeat {lease['heartbeat_age_s']:.0f} s ago"
-            out.append(
-                CellState(
-                    cell_id,
-                    label,
-                    "running",
-                    lease.get("slurm_job_id") or job,
-                    f"leased by {owner} since {lease.get('started', '?')}, {age}",
-                )
-            )
-        elif rec and not active:  # a failed cell that was re-submitted is running/queued again
-            err = rec["error"]
-            tail = log_tail(results_dir, job) or err.get("traceback", "")[-600:]
-            out.append(
-                CellState(cell_id, label, "failed", job, f"{err['type']}: {err['message']}\n{tail}")
-            )
-        elif job and slurm.get(job) in RUNNING:
-            out.append(CellState(cell_id, label, "running", job, slurm[job]))
-        elif job and slurm.get(job) in QUEUED:
-            out.append(CellState(cell_id, label, "queued", job, slurm[job]))
-        elif job and job in slurm:
-            out.append(
-                CellState(
-                    cell_id,
-                    label,
-                    "lost",
-                    job,
-                    f"Slurm state {slurm[job]} and no record; re-run to resume\n"
-                    + log_tail(results_dir, job),
-                )
-            )
-        else:
-            out.append(CellState(cell_id, label, "pending", job))
-    return out
+    return [
+        _with_progress(_cell_state(c, manifest, results_dir, jobs, slurm, leases), results_dir)
+        for c in manifest["current"]
+    ]
+
+
+def _with_progress(state: CellState, results_dir: Path) -> CellState:
+    """The cell's live progress (progress.csv, progress.json) for every cell not done."""
+    if state.state == "done":
+        return state
+    summary = progress_summary(Path(results_dir) / state.cell_id, state.state == "running")
+    return dataclasses.replace(state, progress=summary)
+
+
+def _cell_state(
+    cell_id: str,
+    manifest: dict,
+    results_dir: Path,
+    jobs: dict[str, str],
+    slurm: dict[str, str],
+    leases: dict[str, dict],
+) -> CellState:
+    """One cell's state from its record, its lease and its Slurm job."""
+    label = manifest["cells"][cell_id]["label"]
+    rec = read_record(Path(results_dir) / cell_id)
+    job = jobs.get(cell_id)
+    # sacct lags behind the task by a second or two: once the task has written its result
+    # file it is over, whatever sacct still says (submitit's done() decides the same way).
+    active = job and slurm.get(job) in RUNNING | QUEUED and not task_returned(results_dir, job)
+    lease = leases.get(cell_id)
+    if rec and rec["status"] == "done":
+        return CellState(cell_id, label, "done", job)
+    elif lease:  # trained or evaluated right now (a failed cell being retried, too)
+        owner = describe(lease)
+        age = f"heartbeat {lease['heartbeat_age_s']:.0f} s ago"
+        return CellState(
+            cell_id,
+            label,
+            "running",
+            lease.get("slurm_job_id") or job,
+            f"leased by {owner} since {lease.get('started', '?')}, {age}",
+        )
+    elif rec and not active:  # a failed cell that was re-submitted is running/queued again
+        err = rec["error"]
+        tail = log_tail(results_dir, job) or err.get("traceback", "")[-600:]
+        return CellState(cell_id, label, "failed", job, f"{err['type']}: {err['message']}\n{tail}")
+    elif job and slurm.get(job) in RUNNING:
+        return CellState(cell_id, label, "running", job, slurm[job])
+    elif job and slurm.get(job) in QUEUED:
+        return CellState(cell_id, label, "queued", job, slurm[job])
+    elif job and job in slurm:
+        return CellState(
+            cell_id,
+            label,
+            "lost",
+            job,
+            f"Slurm state {slurm[job]} and no record; re-run to resume\n"
+            + log_tail(results_dir, job),
+        )
+    else:
+        return CellState(cell_id, label, "pending", job)
 
 
 def print_status(results_dir: Path) -> int:
@@ -163,7 +181,8 @@ def print_status(results_dir: Path) -> int:
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1
         job = f" job {s.job_id}" if s.job_id else ""
-        print(f"{s.state:8s} {s.cell_id}{job}  {s.label}")
+        live = f"  [{s.progress}]" if s.progress else ""
+        print(f"{s.state:8s} {s.cell_id}{job}  {s.label}{live}")
         if s.state in ("failed", "lost", "running") and s.detail:
             for line in s.detail.strip().splitlines():
                 print(f"           | {line}")

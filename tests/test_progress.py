@@ -1,0 +1,202 @@
+"""Live progress: progress.csv grows epoch by epoch while a cell trains, ``harness status`` shows
+the epoch, executor, device, accuracy and ETA; a resumed cell never holds an epoch twice;
+TensorBoard events on request, and a clear error when the package is missing."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from harness import progress
+from harness.progress import (
+    COLUMNS,
+    ProgressLog,
+    epoch_images,
+    eta_s,
+    progress_summary,
+    read_progress,
+)
+
+SLOW = """
+name: slow
+grid:
+  datasets: [digits]
+  backbones: [{{name: digits_cnn, kwargs: {{width: 4}}}}]
+  seeds: [0]
+  methods: [single]
+recipe: {{epochs: {epochs}, batch_size: 16, lr: 0.05, validation: 100}}
+evaluation: {{cost: false}}
+"""
+
+
+def row(epoch: int, epoch_s: float = 2.0, **extra: float) -> dict:
+    return {"epoch": epoch, "train_loss": 1.0 / epoch, "train_reg": 0.0, "train_acc": 0.5,
+            "lr": 0.1, "time_s": epoch_s, "elapsed_s": epoch * epoch_s, **extra}  # fmt: skip
+
+
+def test_rows_flushed_with_diagnostics_and_images_per_s(tmp_path):
+    log = ProgressLog(tmp_path, 0, 5, "cpu", tensorboard=False)
+    log.write(row(1, val_acc=0.25), {"tau": 0.5, "lam": 0.1, "layers": {"a": 1}, "on": True}, 100)
+    # Flushed: another reader sees the row before the writer closes the file.
+    rows = read_progress(tmp_path)
+    assert len(rows) == 1 and rows[0]["epoch"] == 1 and rows[0]["val_acc"] == 0.25
+    assert rows[0]["images_per_s"] == pytest.approx(50.0) and rows[0]["epoch_s"] == 2.0
+    assert rows[0]["diag_tau"] == 0.5 and rows[0]["diag_lam"] == 0.1
+    assert rows[0]["val_nll"] is None  # no such value this epoch: an empty cell
+    log.close()
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
+    assert header == [*COLUMNS, "diag_lam", "diag_tau"]  # nested and boolean values left out
+    info = json.loads((tmp_path / "progress.json").read_text())
+    assert info["executor"] == "inprocess" and info["device"] == "cpu" and info["epochs"] == 5
+
+
+def test_resume_truncates_rows_after_the_checkpoint(tmp_path):
+    log = ProgressLog(tmp_path, 0, 6, "cpu", tensorboard=False)
+    for e in (1, 2, 3, 4):  # the run was killed after writing epoch 4, checkpoint after 2
+        log.write(row(e), {"tau": float(e)})
+    log.close()
+    resumed = ProgressLog(tmp_path, 2, 6, "cpu", tensorboard=False)
+    assert resumed.rows_kept == 2
+    for e in (3, 4, 5):
+        resumed.write(row(e), {"tau": 10.0 * e})
+    resumed.close()
+    rows = read_progress(tmp_path)
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["diag_tau"] for r in rows] == [1.0, 2.0, 30.0, 40.0, 50.0]
+    with (tmp_path / "progress.csv").open(newline="") as f:
+        assert sum(1 for line in f if line.startswith("epoch,")) == 1  # one header
+    ProgressLog(tmp_path, 0, 6, "cpu", tensorboard=False).close()  # a fresh start: no rows
+    assert read_progress(tmp_path) == []
+
+
+def test_half_written_last_line_is_ignored(tmp_path):
+    log = ProgressLog(tmp_path, 0, 3, "cpu", tensorboard=False)
+    log.write(row(1))
+    log.close()
+    with (tmp_path / "progress.csv").open("a") as f:
+        f.write("2,0.7")  # a reader racing the writer sees part of a line
+    assert [r["epoch"] for r in read_progress(tmp_path)] == [1]
+
+
+def test_eta_from_mean_epoch_time():
+    rows = [{"epoch": 1, "epoch_s": 4.0}, {"epoch": 2, "epoch_s": 6.0}]
+    assert eta_s(rows, 10) == pytest.approx(40.0)  # mean 5 s × 8 epochs left
+    assert eta_s(rows, 10, since_last_s=3.0) == pytest.approx(37.0)
+    assert eta_s(rows, 10, since_last_s=100.0) == 0.0
+    assert eta_s(rows, 2) == 0.0
+    assert eta_s([], 10) is None
+
+
+def test_summary_names_executor_device_epoch_accuracy_eta(tmp_path):
+    log = ProgressLog(tmp_path, 0, 10, "cuda:1", tensorboard=False)
+    log.write(row(1, epoch_s=30.0, val_acc=0.8125))
+    log.write(row(2, epoch_s=30.0, val_acc=0.84375))
+    log.close()
+    past = time.time() - 10
+    os.utime(tmp_path / "progress.csv", (past, past))
+    text = progress_summary(tmp_path, running=True)
+    assert text.startswith("inprocess cuda:1, epoch 2/10, val acc 0.844, ETA 3m")
+    assert re.search(r"ETA 3m(4[5-9]|50)s$", text), text  # 8 × 30 s less the 10 s since
+    assert (
+        progress_summary(tmp_path, running=False) == "inprocess cuda:1, epoch 2/10, val acc 0.844"
+    )
+    assert progress_summary(tmp_path / "nothing", running=True) == ""
+
+
+def test_epoch_images_counts_streams_and_dropped_batches():
+    class Loader:
+        labels, batch_size, drop_last, streams = [0] * 100, 32, False, 1
+
+    assert epoch_images(Loader, 4) == 100
+    Loader.drop_last, Loader.streams = True, 3
+    assert epoch_images(Loader, 3) == 3 * 96
+
+
+def test_tensorboard_missing_is_a_validate_error(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(textwrap.dedent(SLOW).format(epochs=2))
+    monkeypatch.delenv(progress.TENSORBOARD_ENV, raising=False)
+    monkeypatch.setattr(progress, "tensorboard_installed", lambda: False)
+    assert main(["validate", str(suite), "--skip-data"]) == 0  # not asked for: fine
+    assert main(["validate", str(suite), "--skip-data", "--tensorboard"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"--tensorboard .*: the tensorboard package is not installed; pip", err)
+
+
+def test_tensorboard_events_hold_the_epoch_scalars(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv(progress.TENSORBOARD_ENV, "1")
+    log = ProgressLog(tmp_path, 0, 3, "cpu")
+    for e in (1, 2):
+        log.write(row(e, val_acc=0.5 + e / 10), {"tau": 0.25})
+    log.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    val = [(s.step, round(s.value, 6)) for s in acc.Scalars("val_acc")]
+    assert val == [(1, 0.6), (2, 0.7)]
+    assert [s.value for s in acc.Scalars("diag_tau")] == [0.25, 0.25]
+    assert "val_nll" not in acc.Tags()["scalars"]  # never written: no empty series
+
+
+def harness(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True,
+                          text=True, timeout=120, **kw)  # fmt: skip
+
+
+@pytest.mark.parametrize("executor", ["local", "inprocess"])
+def test_csv_grows_and_status_shows_the_epoch_while_a_cell_trains(tmp_path, executor):
+    """Acceptance: a slow digits cell run by ``harness run``, polled while it trains; a cell in
+    a local worker process shows as running (from its lease), with the epoch from its CSV."""
+    epochs = 14
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(textwrap.dedent(SLOW).format(epochs=epochs))
+    results = tmp_path / "results"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(suite), "--results", str(results),
+           "-q", "--executor", executor, "--workers", "1", "--threads", "1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    counts, shown = [], []
+    line = (
+        rf"^running .*\[{executor} cpu, epoch (\d+)/{epochs}, "
+        + r"val acc [01]\.\d{3}, ETA \d+m\d\ds\]$"
+    )
+    try:
+        while proc.poll() is None:
+            cells = [p.parent for p in (results / "slow").glob("*/progress.csv")]
+            before = len(read_progress(cells[0])) if cells else 0
+            # Well before the end (the cell is surely running); three epochs seen are enough.
+            if 1 <= before < epochs - 3 and len(set(shown)) < 3:
+                status = harness("status", str(results / "slow"), env=env)
+                after = len(read_progress(cells[0]))
+                m = re.search(line, status.stdout, re.M)
+                assert m, status.stdout
+                assert before <= int(m.group(1)) <= after  # the epoch on disk at that moment
+                shown.append(int(m.group(1)))
+                counts.append(after)
+            time.sleep(0.1)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, err
+    assert len(set(shown)) >= 2, (shown, err)  # status followed the training epoch by epoch
+    assert counts == sorted(counts) and counts[-1] > counts[0]  # the CSV grew while it ran
+    cell = next((results / "slow").glob("*/progress.csv")).parent
+    assert [r["epoch"] for r in read_progress(cell)] == list(range(1, epochs + 1))
+    with (cell / "progress.csv").open(newline="") as f:
+        assert next(csv.reader(f)) == list(COLUMNS)  # `single` has no diagnostics
+    status = harness("status", str(results / "slow"), env=env)
+    assert re.search(r"^done .*\n1 done$", status.stdout, re.M), status.stdout
