@@ -282,6 +282,17 @@ def _add_override_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_plugin_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it registers methods, backbones or datasets); repeatable; "
+        "worker processes and Slurm tasks import it too",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from harness.executors import EXECUTORS  # the names to pick from: one registry
     from reports.cli_options import add_report_arguments  # argparse only, nothing heavy
@@ -290,11 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("ls", help="list methods, backbones and datasets").set_defaults(fn=cmd_ls)
+    ls = sub.add_parser("ls", help="list methods, backbones and datasets")
+    _add_plugin_argument(ls)
+    ls.set_defaults(fn=cmd_ls)
 
     v = sub.add_parser("validate", help="check a suite without training")
     v.add_argument("suite")
     _add_override_arguments(v)
+    _add_plugin_argument(v)
     v.add_argument("--data-root")
     v.add_argument("--skip-data", action="store_true", help="do not check that data exists")
     v.add_argument("-v", "--verbose", action="store_true", help="list the cells")
@@ -304,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a suite's pending cells")
     r.add_argument("suite")
     _add_override_arguments(r)
+    _add_plugin_argument(r)
     r.add_argument(
         "--dry-run",
         action="store_true",
@@ -368,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="re-evaluate finished cells from their saved weights")
     e.add_argument("results_dir")
+    _add_plugin_argument(e)
     e.add_argument(
         "--suite",
         help="suite file whose evaluation block to apply (default: the one recorded in suite.json)",
@@ -383,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="expect the cells of the recorded suite file with these overrides",
     )
+    _add_plugin_argument(rep)
     rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
     add_report_arguments(rep)  # reports/cli_options.py: --reference --format --interval ...
     rep.set_defaults(fn=cmd_report)
@@ -423,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from harness.executors.devices import ExecutorError
-    from harness.registry import UnknownNameError
+    from harness.registry import RegistryError, load_plugins
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -438,12 +455,14 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
     try:
+        if getattr(args, "plugin", None):
+            load_plugins(args.plugin)
         return int(args.fn(args) or 0)
     except SuiteError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 2
-    except (UnknownNameError, FileNotFoundError, ExecutorError) as exc:
+    except (RegistryError, FileNotFoundError, ExecutorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like

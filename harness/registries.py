@@ -2,7 +2,9 @@
 method is one new module in ``methods/``, a new dataset one in ``harness/data/``, a new backbone
 one ``harness/backbones*.py`` module — no list to edit. Extra packages: ``Registry.add_package``
 or the environment variables ``HARNESS_METHOD_PACKAGES``, ``HARNESS_BACKBONE_PACKAGES``,
-``HARNESS_DATASET_PACKAGES`` (comma-separated importable package names).
+``HARNESS_DATASET_PACKAGES`` (comma-separated importable package names). Installed plugins:
+entry points in the groups ``harness.methods``, ``harness.backbones``, ``harness.datasets``;
+single modules: ``--plugin MODULE`` (``$HARNESS_PLUGINS``). See :mod:`harness.registry`.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ if TYPE_CHECKING:
     from methods.base import MethodSpec
 
 METHODS: Registry[MethodSpec] = Registry(
-    "method", packages=("methods",), env="HARNESS_METHOD_PACKAGES"
+    "method", packages=("methods",), env="HARNESS_METHOD_PACKAGES", group="harness.methods"
 )
 BACKBONES: Registry[BackboneSpec] = Registry(
-    "backbone", packages=("harness",), prefix="backbones", env="HARNESS_BACKBONE_PACKAGES"
+    "backbone",
+    packages=("harness",),
+    prefix="backbones",
+    env="HARNESS_BACKBONE_PACKAGES",
+    group="harness.backbones",
 )
 DATASETS: Registry[DatasetSpec] = Registry(
-    "dataset", packages=("harness.data",), env="HARNESS_DATASET_PACKAGES"
+    "dataset", packages=("harness.data",), env="HARNESS_DATASET_PACKAGES", group="harness.datasets"
 )
 
 

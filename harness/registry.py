@@ -4,19 +4,70 @@ Modelled on lm-evaluation-harness's registry: registering a name twice raises, l
 unknown name raises with the closest match and the list of valid choices. Plugins register at
 import time; a registry scans its packages lazily, on the first lookup (so the heavy
 torch-uncertainty/timm imports only happen when a name is actually used).
+
+Plugins from outside the package come three ways, all honoured in worker processes and Slurm
+tasks: installed distributions' entry points (groups ``harness.methods``, ``harness.backbones``,
+``harness.datasets``; each names a module, or a package whose modules are all imported), modules
+named with ``--plugin MODULE`` (:func:`load_plugins`, which also puts them in ``$HARNESS_PLUGINS``
+so spawned workers and Slurm tasks import them too), and the ``HARNESS_*_PACKAGES`` variables.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from harness.contract.build import closest
 
 T = TypeVar("T")
+
+#: Comma-separated plugin modules every process imports before its first lookup.
+PLUGINS_ENV = "HARNESS_PLUGINS"
+_imported_plugins: set[str] = set()
+
+
+def plugin_modules() -> list[str]:
+    """The modules named in ``$HARNESS_PLUGINS``, in order."""
+    return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+
+
+def import_plugins() -> None:
+    """Import every module of ``$HARNESS_PLUGINS`` not imported yet (each registers what it
+    defines).
+
+    Raises:
+        RegistryError: a module cannot be imported (naming it and why).
+    """
+    for module in plugin_modules():
+        if module in _imported_plugins:
+            continue
+        _imported_plugins.add(module)  # before importing: the module may look names up
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            _imported_plugins.discard(module)
+            raise RegistryError(f"plugin module {module!r} cannot be imported: {exc}") from exc
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """``--plugin MODULE``: import ``modules`` here and add them to ``$HARNESS_PLUGINS``, which
+    spawned worker processes inherit and Slurm tasks are given (the Slurm executor exports it)."""
+    modules = list(modules)
+    for module in modules:
+        if module in _imported_plugins:
+            continue
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise RegistryError(f"plugin module {module!r} cannot be imported: {exc}") from exc
+        _imported_plugins.add(module)
+    names = list(dict.fromkeys([*plugin_modules(), *modules]))
+    if names:
+        os.environ[PLUGINS_ENV] = ",".join(names)
 
 
 class RegistryError(KeyError):
@@ -54,6 +105,7 @@ class Registry(Generic[T]):
         packages: Packages scanned on first lookup.
         prefix: Only modules whose name starts with it are imported (``"backbones"``).
         env: Environment variable naming extra packages to scan.
+        group: Entry-point group of installed plugin distributions (``harness.methods``).
     """
 
     def __init__(
@@ -62,10 +114,13 @@ class Registry(Generic[T]):
         packages: tuple[str, ...] = (),
         prefix: str = "",
         env: str | None = None,
+        group: str | None = None,
     ) -> None:
         self.kind = kind
         self.prefix = prefix
         self.env = env
+        self.group = group
+        self._entry_points_loaded = False
         self._packages = list(packages)
         self._scanned: set[str] = set()
         self._items: dict[str, T] = {}
@@ -96,6 +151,30 @@ class Registry(Generic[T]):
                 if info.name.startswith("_") or not info.name.startswith(self.prefix):
                     continue
                 importlib.import_module(f"{package}.{info.name}")
+        self._load_entry_points()
+        import_plugins()
+
+    def _load_entry_points(self) -> None:
+        """Import the modules installed distributions declare in this registry's group (a
+        package's modules are all imported), after the built-in ones so a clash names the
+        plugin."""
+        if not self.group or self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True  # metadata is read once per process: it is slow
+        for ep in importlib.metadata.entry_points(group=self.group):
+            key = f"entry point {ep.name} = {ep.value}"
+            if key in self._scanned:
+                continue
+            self._scanned.add(key)
+            try:
+                obj = ep.load()
+                for info in pkgutil.iter_modules(getattr(obj, "__path__", [])):
+                    if not info.name.startswith("_"):
+                        importlib.import_module(f"{obj.__name__}.{info.name}")
+            except ImportError as exc:
+                raise RegistryError(
+                    f"{self.kind} plugin {key!r} (group {self.group}) cannot be imported: {exc}"
+                ) from exc
 
     def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
         """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted.

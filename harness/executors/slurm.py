@@ -24,7 +24,7 @@ class SlurmExecutor:
         from slurm.profile import load_profile
 
         self.options = options
-        self.profile = load_profile(options.profile, list(options.slurm_overrides))
+        self.profile = with_plugins(load_profile(options.profile, list(options.slurm_overrides)))
         self.array_id: str | None = None
 
     def describe(self, n_cells: int) -> str:
@@ -50,6 +50,22 @@ class SlurmExecutor:
             return False
         wait_jobs(jobs, progress=self.options.progress)
         return True
+
+
+def with_plugins(profile):
+    """The profile with a setup line exporting ``$HARNESS_PLUGINS`` (``--plugin`` modules), so
+    every task imports them whatever the cluster's environment propagation (``--export``)."""
+    import dataclasses
+    import os
+    import shlex
+
+    from harness.registry import PLUGINS_ENV
+
+    modules = os.environ.get(PLUGINS_ENV)
+    if not modules:
+        return profile
+    line = f"export {PLUGINS_ENV}={shlex.quote(modules)}"
+    return dataclasses.replace(profile, setup=(*profile.setup, line))
 
 
 def cancel_suite(results_dir: Path) -> int:
