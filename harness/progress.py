@@ -90,9 +90,19 @@ def tensorboard_problems() -> list[str]:
 def executor_name() -> str:
     """How this process runs cells: ``slurm`` (array task), ``local`` (a worker process of the
     local executor) or ``inprocess`` (the ``harness run`` process itself)."""
-    if os.environ.get("SLURM_JOB_ID"):
+    # submitit marks its tasks; an `salloc` shell running `harness run` is not a Slurm task.
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" or os.environ.get("SLURM_ARRAY_TASK_ID"):
         return "slurm"
     return "local" if multiprocessing.parent_process() is not None else "inprocess"
+
+
+def device_label(device: str) -> str:
+    """``cuda (GPU 2)``: the device and, when this process sees only some GPUs (a local worker
+    bound to one, a Slurm allocation), which ones ``CUDA_VISIBLE_DEVICES`` names."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if device.startswith("cuda") and visible:
+        return f"{device} (GPU {visible})"
+    return device
 
 
 def flat_scalars(diagnostics: Mapping[str, Any]) -> dict[str, float]:
@@ -187,7 +197,7 @@ class ProgressLog:
         kept = self._truncate(resume_epoch)
         info = {
             "executor": executor_name(),
-            "device": device,
+            "device": device_label(device),
             "epochs": epochs,
             "resumed_after": resume_epoch,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

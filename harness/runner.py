@@ -4,7 +4,8 @@ Each cell lives in ``<results>/<cell_id>/``: ``cell.json`` (the resolved config)
 (training state after the last finished epoch, written atomically), ``final.pt`` (final weights,
 for ``harness evaluate``), ``trained.json`` (history, written after ``final.pt``: training is
 over), ``record.json`` (the result, written last and atomically), ``events.jsonl`` (who trained,
-resumed, evaluated, when) and, while a process works on it, ``lease.json`` (harness.lease).
+resumed, evaluated, when), ``progress.csv``/``progress.json`` (one row per epoch as it trains,
+harness.progress) and, while a process works on it, ``lease.json`` (harness.lease).
 
 A finished cell is skipped; a cell leased by another live process is skipped and reported. A cell
 that raises or diverges gets a ``failed`` record with the reason and the phase (setup, train,

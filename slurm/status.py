@@ -3,7 +3,9 @@
 done / failed come from the result records; a cell that a live process works on, wherever it
 runs, holds a lease whose owner is shown (host:pid, Slurm job); for the other cells without a
 record the Slurm state comes from ``sacct`` (``squeue`` forgets finished jobs, and submitit too
-reads sacct).
+reads sacct). Every cell not done that has trained shows its live progress from its own folder
+(``progress.csv``, ``progress.json``: executor, device, epoch n/E, last accuracy, and an ETA while
+it runs), whichever executor trains it.
 """
 
 from __future__ import annotations

@@ -111,6 +111,13 @@ def test_summary_names_executor_device_epoch_accuracy_eta(tmp_path):
     assert progress_summary(tmp_path / "nothing", running=True) == ""
 
 
+def test_summary_falls_back_to_train_accuracy_without_validation(tmp_path):
+    log = ProgressLog(tmp_path, 0, 4, "cpu", tensorboard=False)
+    log.write(row(1))  # train_acc 0.5, no val_acc: the recipe holds out nothing
+    log.close()
+    assert progress_summary(tmp_path, running=False) == "inprocess cpu, epoch 1/4, train acc 0.500"
+
+
 def test_epoch_images_counts_streams_and_dropped_batches():
     class Loader:
         labels, batch_size, drop_last, streams = [0] * 100, 32, False, 1
@@ -200,3 +207,72 @@ def test_csv_grows_and_status_shows_the_epoch_while_a_cell_trains(tmp_path, exec
         assert next(csv.reader(f)) == list(COLUMNS)  # `single` has no diagnostics
     status = harness("status", str(results / "slow"), env=env)
     assert re.search(r"^done .*\n1 done$", status.stdout, re.M), status.stdout
+
+
+def test_status_of_a_slurm_task_cell_shows_job_gpu_epoch_and_eta(tmp_path, monkeypatch, capsys):
+    """A cell trained by a Slurm array task on another node: its lease names the job, its
+    progress files the executor, the GPU and the epoch."""
+    from harness.dispatch import write_manifest
+    from harness.suite import load_suite
+    from slurm.status import cell_states, print_status
+
+    path = tmp_path / "slow.yaml"
+    path.write_text(textwrap.dedent(SLOW).format(epochs=20))
+    suite = load_suite(path)
+    results = tmp_path / "results"
+    write_manifest(suite, results)
+    cell_dir = results / suite.cells()[0].cell_id
+    cell_dir.mkdir(parents=True)
+    owner = {"host": "gpu-node-7", "pid": 4242, "slurm_job_id": "77_3", "token": "t",
+             "started": "2026-11-30T10:00:00+0000"}  # fmt: skip
+    (cell_dir / "lease.json").write_text(json.dumps(owner))  # fresh heartbeat: live
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    log = ProgressLog(cell_dir, 0, 20, "cuda", tensorboard=False)
+    for e in (1, 2, 3, 4, 5):
+        log.write(row(e, epoch_s=60.0, val_acc=0.5))
+    log.close()
+    [state] = cell_states(results)
+    assert (state.state, state.job_id) == ("running", "77_3")
+    assert state.progress.startswith("slurm cuda (GPU 3), epoch 5/20, val acc 0.500, ETA 1")
+    assert print_status(results) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"^running  \w{16} job 77_3  .*\[slurm cuda \(GPU 3\), epoch 5/20, ", out, re.M
+    )
+    (cell_dir / "lease.json").unlink()  # the task died: no lease, no record, resumable
+    [state] = cell_states(results)
+    assert state.state == "pending"
+    assert state.progress == "slurm cuda (GPU 3), epoch 5/20, val acc 0.500"  # no ETA: not running
+
+
+@pytest.mark.slurm
+def test_status_follows_a_cell_in_a_slurm_array_task(tmp_path):
+    """The same acceptance on the single-node Slurm cluster: the running task's cell shows its
+    job id and epoch n/E from the task's progress files (skips where no cluster can start)."""
+    try:
+        from tests.slurm_cluster import slurm_environment
+    except ImportError:  # pragma: no cover - depends on how pytest imported this module
+        from slurm_cluster import slurm_environment
+
+    epochs = 14
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(textwrap.dedent(SLOW).format(epochs=epochs))
+    results = tmp_path / "results"
+    with slurm_environment():
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        run = harness("run", str(suite), "--executor", "slurm", "--profile", "local",
+                      "--results", str(results), "-q", env=env)  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
+        line = rf"^running  \w{{16}} job ([\d_]+)  .*\[slurm cpu, epoch (\d+)/{epochs}, val acc"
+        shown, deadline, status = [], time.time() + 240, None
+        while time.time() < deadline:
+            status = harness("status", str(results / "slow"), env=env)
+            m = re.search(line, status.stdout, re.M)
+            if m:
+                shown.append(int(m.group(2)))
+            if len(set(shown)) >= 2 or any((results / "slow").glob("*/record.json")):
+                break
+            time.sleep(0.3)
+        harness("cancel", str(results / "slow"), env=env)  # frees the cluster for other tests
+    assert len(set(shown)) >= 2, (shown, status and status.stdout)
