@@ -203,15 +203,17 @@ grid:
   backbones: [{name: digits_cnn, kwargs: {width: 4}}]
   seeds: [0, 1]
   methods: [single, {name: deep_ensemble, M: [2]}]
-recipe: {epochs: 6, batch_size: 128, lr: 0.05}
+recipe: {epochs: 80, batch_size: 128, lr: 0.01}
 evaluation: {cost: false}
 """
 
 
 def test_suite_submitted_twice_trains_each_cell_once(slurm_env, tmp_path: Path) -> None:
-    """The same suite submitted a second time while the first array runs: the cell leases
-    (harness.lease, taken by the runner inside each task) make the second array's tasks skip
-    the cells the first array holds or has finished, so every cell is trained exactly once."""
+    """The same suite submitted a second time, and run locally too, while the first array runs:
+    the cell leases (harness.lease, taken by the runner inside each task and each local run)
+    make every other runner skip the cells one holds, so every cell is trained exactly once.
+    (On the 2-CPU test node the second array queues behind the first; the local run is what
+    overlaps with the array's tasks.)"""
     import json
     import re
 
@@ -232,6 +234,10 @@ def test_suite_submitted_twice_trains_each_cell_once(slurm_env, tmp_path: Path) 
         time.sleep(0.5)
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert second.returncode == 0, second.stderr
+    local_cmd = [*cmd[: cmd.index("--executor")], "--executor", "inprocess", "-q",
+                 "--results", str(results)]  # fmt: skip
+    local = subprocess.run(local_cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert local.returncode == 0, local.stderr
     arrays = [re.search(r"submitted job array (\d+)", p.stdout) for p in (first, second)]
     ids = [m.group(1) for m in arrays if m]
     assert ids and ids[0] == re.search(r"submitted job array (\d+)", first.stdout).group(1)
@@ -251,3 +257,8 @@ def test_suite_submitted_twice_trains_each_cell_once(slurm_env, tmp_path: Path) 
         assert [e["from_epoch"] for e in starts] == [0], (cell_id, events)
         assert [e["event"] for e in events].count("done") == 1
     assert not list(folder.glob("*/lease.json"))
+    # Somebody found a cell leased: the local run (named owner: host:pid (job N_i)) or a task.
+    task_logs = "".join(p.read_text(errors="replace") for p in folder.glob("_slurm/*/*_log.err"))
+    assert re.search(r"skipped \S+: leased by \S+:\d+ \(job \d+_\d+\)", local.stdout) or (
+        "skipped: leased by" in task_logs
+    ), (local.stdout, task_logs[-2000:])
