@@ -276,3 +276,47 @@ def test_status_follows_a_cell_in_a_slurm_array_task(tmp_path):
             time.sleep(0.3)
         harness("cancel", str(results / "slow"), env=env)  # frees the cluster for other tests
     assert len(set(shown)) >= 2, (shown, status and status.stdout)
+
+
+def test_killed_run_resumes_the_csv_and_events_without_repeating_an_epoch(tmp_path):
+    """SIGKILL mid-training, then the same command: epochs 1..E once each in progress.csv, and
+    in the TensorBoard events asked for on the command line (workers inherit the request)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    epochs = 6
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(textwrap.dedent(SLOW).format(epochs=epochs))
+    results = tmp_path / "results"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop(progress.TENSORBOARD_ENV, None)
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(suite), "--results", str(results),
+           "-q", "--executor", "local", "--workers", "1", "--threads", "1",
+           "--tensorboard"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            cells = [p.parent for p in (results / "slow").glob("*/progress.csv")]
+            if cells and len(read_progress(cells[0])) >= 2:
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, 9)  # the run and its worker, at once, wherever they are
+        proc.wait(timeout=30)
+    cell = next((results / "slow").glob("*/progress.csv")).parent
+    assert 2 <= len(read_progress(cell)) < epochs
+    again = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)  # fmt: skip
+    try:
+        err = again.communicate(timeout=400)[1]
+    finally:
+        if again.poll() is None:
+            os.killpg(again.pid, 9)  # never leave a worker training behind
+            again.wait(timeout=30)
+    assert again.returncode == 0, err
+    assert [r["epoch"] for r in read_progress(cell)] == list(range(1, epochs + 1))
+    acc = EventAccumulator(str(cell / "tensorboard"))
+    acc.Reload()
+    assert [s.step for s in acc.Scalars("val_acc")] == list(range(1, epochs + 1))
