@@ -165,3 +165,43 @@ def test_cli_names_a_plugin_that_cannot_be_imported(tmp_path):
         "error: plugin module 'nope_plugin' cannot be imported: No module named 'nope_plugin'"
     ]
     assert out.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    try:  # tests/ as a package or as a rootdir-inserted folder
+        from tests.slurm_cluster import slurm_environment
+    except ImportError:  # pragma: no cover - depends on how pytest imported this module
+        from slurm_cluster import slurm_environment
+
+    with slurm_environment() as env:  # skips with a reason when no local cluster answers
+        yield env
+
+
+@pytest.mark.slurm
+def test_plugins_run_in_a_slurm_task(slurm_env, installed_plugin, tmp_path):
+    """Both kinds in one array on the local cluster: the entry-point method (found through the
+    task's PYTHONPATH) and the --plugin module (imported because the job script exports it)."""
+    plugin_dir = tmp_path / "plugins"
+    plugin_dir.mkdir()
+    (plugin_dir / "my_methods.py").write_text(PLUGIN_MODULE.format(name="option_single"))
+    suite = tmp_path / "plug.yaml"
+    suite.write_text(
+        SUITE.format(method="entry_point_single, option_single").replace("[0, 1]", "[0]")
+    )
+    argv = ["run", str(suite), "--executor", "slurm", "--profile", "local", "--wait", "-q"]
+    out = harness(
+        *argv,
+        "--plugin",
+        "my_methods",
+        "--results",
+        str(tmp_path / "r"),
+        pythonpath=[installed_plugin, plugin_dir],
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("r/plug/*/record.json"))]
+    assert sorted(r["config"]["method"] for r in records) == ["entry_point_single", "option_single"]
+    assert all(r["status"] == "done" for r in records), [r["error"] for r in records]
+    script = next((tmp_path / "r" / "plug" / "_slurm").rglob("*_submission.sh")).read_text()
+    assert f"export {PLUGINS_ENV}=my_methods" in script
