@@ -15,6 +15,7 @@ from harness.contract import SPEED_ONLY_RECIPE, Cell, Evaluation, Recipe, read_m
 from harness.overrides import CellFilter, parse_assignment, split_conditions
 from harness.suite import load_suite
 from harness.suite_io import SuiteError
+from tests.record_factory import make_record, write_records
 
 SUITE = """
 name: ov
@@ -241,3 +242,33 @@ def test_run_records_overrides_in_the_manifest(write_suite, tmp_path, monkeypatc
     cell = Cell.from_json(manifest["cells"][Nothing.ran[0]]["cell"])
     assert (cell.method, cell.seed) == ("single", 0)
     assert dataclasses.asdict(cell.recipe)["epochs"] == 3
+
+
+def test_report_overrides_set_the_expected_cells(write_suite, tmp_path, monkeypatch):
+    """``harness report RESULTS KEY=VALUE``: the recorded suite file with the overrides gives
+    the expected cells; those without a record are listed as missing."""
+    import harness.executors as executors
+
+    class Nothing:
+        name = "inprocess"
+
+        def __init__(self):
+            self.records = []
+
+        def describe(self, n):
+            return ""
+
+        def run(self, cells, results_dir, data_root, force):
+            return True
+
+    monkeypatch.setattr(executors, "make_executor", lambda *a, **k: Nothing())
+    path = str(write_suite(SUITE))
+    main(["run", path, "grid.seeds=[0]", "--results", str(tmp_path / "r"), "-q"])
+    folder = tmp_path / "r" / "ov"
+    write_records(folder, [make_record(suite="ov", cell_id="0123456789abcdef", method="single")])
+    wanted = {c.cell_id for c in load_suite(path, ["grid.seeds=[0, 7]"]).cells()}
+    assert main(["report", str(folder), "grid.seeds=[0, 7]", "--format", "md"]) == 0
+    text = (folder / "leaderboard.md").read_text()
+    missing = {line.split("|")[2].strip() for line in text.splitlines() if "| missing |" in line}
+    assert missing == wanted and len(missing) == 4
+    assert main(["report", str(folder), "recipe.epochs=x"]) == 2
