@@ -139,7 +139,12 @@ def pretrained_state(
     a cell leased by another process is waited for) and whose ``final.pt`` is loaded. So the
     pre-trained model of a seed is that suite's `single` model of the seed, and the conversion
     comparison is paired.
+
+    Only methods whose spec declares ``pretrained_conversion`` get here; the hyper-parameter
+    names alone never trigger a conversion.
     """
+    if not METHODS.get(cell.method).pretrained_conversion:
+        return None
     if cell.hparams.get("pretrained"):
         from harness.weights import backbone_state, is_named  # timm:NAME / torchvision:NAME
 
