@@ -18,14 +18,13 @@ from __future__ import annotations
 import os
 import pickle
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from harness.safe_files import fault_hook, honour_umask
+from harness.safe_files import atomic_write
 
 TRUST_ENV = "HARNESS_TRUST_PICKLE"
 
@@ -75,19 +74,7 @@ def save_atomic(obj: Any, path: Path) -> None:
     A unique temporary name (``mkstemp``) keeps two writers from sharing one temp file; on any
     failure, Ctrl-C included, the temp file is removed and the old ``path`` is left as it was.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            fault_hook(path, f)
-            os.fsync(f.fileno())
-        honour_umask(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: torch.save(obj, f), binary=True)
 
 
 def rng_state() -> dict[str, Any]:

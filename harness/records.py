@@ -7,8 +7,6 @@ The schema is documented in ``docs/records.md``. A record is written with write-
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from harness.contract.record import (
     read_record,
     validate_record,
 )
-from harness.safe_files import fault_hook, honour_umask
+from harness.safe_files import atomic_write
 
 # The schema (keys, versions, validation) and reading are defined once, in the contract layer,
 # so the reporter reads records without importing the engine; re-exported for the engine.
@@ -45,19 +43,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
     The file gets the same mode as one made by a plain ``open(path, "w")`` (umask honoured).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            fault_hook(path, f)
-            os.fsync(f.fileno())
-        honour_umask(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: f.write(text))
 
 
 def write_record(cell_dir: Path, rec: dict[str, Any]) -> Path:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -56,3 +58,25 @@ def fault_hook(path: Path, f: IO) -> None:
                 f.truncate(max(f.tell() // 2, 1))
                 f.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) -> None:
+    """Write ``path`` through ``write(f)`` so that readers see either the old or the new file,
+    whole: a unique temporary file (``mkstemp``, so two writers never share one), fsync,
+    ``os.replace``. The file gets the mode a plain ``open(path, "w")`` gives under the current
+    umask. On any failure, Ctrl-C included, the temporary file is removed and ``path`` is left
+    as it was.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
+            f.flush()
+            fault_hook(path, f)
+            os.fsync(f.fileno())
+        honour_umask(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
