@@ -14,6 +14,11 @@ training (evaluation, cost, record) re-evaluates ``final.pt`` without training; 
 during training resumes from the last epoch checkpoint, unless the cause was divergence (resuming
 would diverge again); ``force`` redoes everything. Every file is written atomically with the
 mode a plain ``open()`` gives; weights are loaded without running code (harness.checkpoint).
+
+The module is a little over 400 lines because it is one responsibility, the control flow of one
+cell (lease → train or resume → evaluate → record, with the failure classification that ties
+those phases together); the loader and cost measurement live in harness.cell_setup, checkpoints
+in harness.checkpoint, the pre-trained model's resolution in harness.pretrain.
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.cell_setup import measure_cost, run_conditions, train_loader
 from harness.checkpoint import load_weights, log_event, rng_state, save_atomic, set_rng_state
 from harness.contract import CONVENTIONS, Cell, hparams_values, new_record
-from harness.cost import flops_per_image, parameter_counts, throughput
 from harness.data.base import (
     DataMissingError,
     DatasetSpec,
@@ -42,7 +47,6 @@ from harness.data.base import (
     default_data_root,
     training_splits,
 )
-from harness.data.loader import DeviceLoader
 from harness.environment import environment
 from harness.evaluate import evaluate_all, evaluate_split
 from harness.lease import LeaseHeld, acquire
@@ -167,28 +171,6 @@ def pretrained_state(
             f"{(rec.get('error') or {}).get('message', rec['status'])}"
         )
     return load_backbone_state(results_dir / single.cell_id / "final.pt")
-
-
-def train_loader(
-    cell: Cell, spec: DatasetSpec, train: ImageSet, device: torch.device
-) -> DeviceLoader:
-    """The training loader: shuffled by (seed, epoch), the dataset's (or recipe's) augmentation,
-    on the device; the same data order for every method of a seed."""
-    recipe = cell.recipe
-    return DeviceLoader(
-        train,
-        recipe.batch_size,
-        device,
-        spec.mean,
-        spec.std,
-        augment=spec.augment if recipe.augment == "default" else recipe.augment,
-        shuffle=True,
-        seed=cell.seed,
-        drop_last=len(train) >= 2 * recipe.batch_size,
-        channels_last=recipe.channels_last and device.type == "cuda",
-        # M batches per step for methods whose members train on independent data.
-        streams=METHODS.get(cell.method).feeding_for(cell.hparams).streams(cell.M),
-    )
 
 
 def train_cell(
@@ -439,67 +421,3 @@ def trained_model(
     )
     log_event(cell_dir, "trained")
     return history, diag, train_s
-
-
-def run_conditions(cell: Cell, device: torch.device, shared_device: bool) -> dict[str, Any]:
-    """How the cost numbers were measured: device name, precision, and whether the device was
-    shared with other cells running at the same time (their throughput is then contended)."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        name = f"cuda:{index} {torch.cuda.get_device_name(index)}"
-    else:
-        name = "cpu"
-    return {
-        "device": name,
-        "precision": "bf16" if cell.recipe.amp and device.type == "cuda" else "fp32",
-        "shared_device": bool(shared_device),
-    }
-
-
-def measure_cost(
-    model: EnsembleModel,
-    ctx: BuildContext,
-    cell: Cell,
-    spec: DatasetSpec,
-    splits: dict[str, ImageSet],
-    device: torch.device,
-) -> dict[str, Any]:
-    """Parameters always; FLOPs, throughput and memory when the suite asks for cost."""
-    cost: dict[str, Any] = parameter_counts(model, ctx)
-    if not cell.evaluation.cost:
-        return cost
-    b = min(cell.recipe.batch_size, len(splits["train"]))
-    loader = DeviceLoader(
-        ImageSet(splits["train"].images[:b], splits["train"].labels[:b]),
-        b,
-        device,
-        spec.mean,
-        spec.std,
-        channels_last=cell.recipe.channels_last and device.type == "cuda",
-    )
-    x, y = next(iter(loader))
-    cost["loader_images_per_s"] = loader_throughput(cell, spec, splits, device)
-    cost["flops_per_image"] = flops_per_image(model, x)
-    cost.update(throughput(model, x, y, cell.recipe, device, steps=cell.evaluation.cost_steps))
-    return cost
-
-
-def loader_throughput(
-    cell: Cell,
-    spec: DatasetSpec,
-    splits: dict[str, ImageSet],
-    device: torch.device,
-    batches: int = 20,
-) -> float:
-    """Images/s the training loader delivers (device-resident uint8, augmentation on device),
-    to compare with the model's training throughput: a loader slower than the model starves it.
-    """
-    loader = train_loader(cell, spec, splits["train"], device)
-    seen, start = 0, time.perf_counter()
-    for i, (_, y) in enumerate(loader):
-        seen += y.numel()  # (B,) or, one batch per member, (M, B)
-        if i + 1 == batches:
-            break
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return seen / (time.perf_counter() - start)
