@@ -67,33 +67,49 @@ class Suite:
     def cells(self) -> list[Cell]:
         """Expand the grid: datasets × backbones × methods × hparam product × M × seeds."""
         out: list[Cell] = []
-        for ds, bb, me in itertools.product(
-            self.grid.datasets, self.grid.backbones, self.grid.methods
-        ):
-            spec = METHODS.get(me.name)
-            defaults = hparam_defaults(spec.hparams)
-            for hp in expand_values(defaults, me.hparams):
-                for m in members_for(spec, me, self.grid.M):
-                    for seed in self.grid.seeds:
-                        out.append(
-                            Cell(
-                                self.name,
-                                ds,
-                                bb.name,
-                                dict(bb.kwargs),
-                                me.name,
-                                m,
-                                hp,
-                                seed,
-                                dataclasses.replace(self.recipe, **me.recipe),
-                                self.evaluation,
-                                defaults,
-                            )
-                        )
+        for ds, me in itertools.product(self.grid.datasets, self.grid.methods):
+            for bb in method_backbones(me, self.grid.backbones):
+                out.extend(self._method_cells(ds, bb, me))
         seen: dict[str, Cell] = {}
         for c in out:  # the same config listed twice is one cell
             seen.setdefault(c.cell_id, c)
         return list(seen.values())
+
+    def _method_cells(self, ds: str, bb: BackboneEntry, me: MethodEntry) -> list[Cell]:
+        """Cells of one (dataset, backbone, method entry): hparam product × M × seeds."""
+        out: list[Cell] = []
+        spec = METHODS.get(me.name)
+        defaults = hparam_defaults(spec.hparams)
+        for hp in expand_values(defaults, me.hparams):
+            for m in members_for(spec, me, self.grid.M):
+                for seed in self.grid.seeds:
+                    out.append(
+                        Cell(
+                            self.name,
+                            ds,
+                            bb.name,
+                            dict(bb.kwargs),
+                            me.name,
+                            m,
+                            hp,
+                            seed,
+                            dataclasses.replace(self.recipe, **me.recipe),
+                            self.evaluation,
+                            defaults,
+                        )
+                    )
+        return out
+
+
+def method_backbones(
+    entry: MethodEntry, grid_backbones: tuple[BackboneEntry, ...] | list[BackboneEntry]
+) -> list[BackboneEntry]:
+    """The backbones a method entry runs on: its own ``backbones:`` (a grid backbone of that name
+    keeps its kwargs) or else the grid's."""
+    if entry.backbones is None:
+        return list(grid_backbones)
+    by_name = {b.name: b for b in grid_backbones}
+    return [by_name.get(n, BackboneEntry(n)) for n in entry.backbones]
 
 
 def expand_hparams(spec, values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -114,7 +130,7 @@ def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int,
 
 TOP_KEYS = ["name", "description", "grid", "recipe", "evaluation"]
 GRID_KEYS = ["datasets", "backbones", "methods", "M", "seeds"]
-METHOD_KEYS = ["name", "M", "hparams", "recipe"]
+METHOD_KEYS = ["name", "M", "hparams", "recipe", "backbones"]
 
 
 def _as_list(value: Any) -> list:
@@ -186,7 +202,12 @@ def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
             checked = build_dataclass(Recipe, item["recipe"], f"{where}.recipe", errors)
             if checked is not None:
                 delta = {k: getattr(checked, k) for k in item["recipe"] if hasattr(checked, k)}
-        entries.append(MethodEntry(str(item["name"]), ms, hp, delta))
+        bbs = None
+        if "backbones" in item:
+            bbs = coerce(_as_list(item["backbones"]), tuple[str, ...], f"{where}.backbones", errors)
+            for j, name in enumerate(bbs or ()):
+                _lookup(BACKBONES, name, f"{where}.backbones[{j}]", errors)
+        entries.append(MethodEntry(str(item["name"]), ms, hp, delta, bbs))
     return entries
 
 
@@ -291,7 +312,7 @@ def parse_suite(
                             m,
                         )
                     )
-        for bb in backbones:
+        for bb in method_backbones(me, backbones):
             if spec.backbones is not None and bb.name not in spec.backbones:
                 errors.append(
                     f"{where}: method {me.name!r} does not support backbone "

@@ -257,3 +257,34 @@ def test_all_leaves_out_methods_that_cannot_run_on_the_grid_backbone(write_suite
     names = {m.name for m in load_suite(write_suite(text)).grid.methods}
     assert "single" in names and "deep_ensemble" in names
     assert "batch_ensemble" not in names  # torch-uncertainty builds it for CNN families only
+
+
+def test_a_method_entry_can_run_on_its_own_backbones(write_suite):
+    """σN-Ens on WRN-28-8 beside WRN-28-10 comparators is one grid (the parameter claim)."""
+    text = BASE.replace(
+        "      hparams: {tau: [0.1, 1.0], lam: 0.01}\n",
+        "      hparams: {tau: [0.1, 1.0], lam: 0.01}\n"
+        "    - name: sigma_ens\n"
+        "      backbones: [resnet18]\n"
+        "      M: [4]\n",
+    )
+    cells = load_suite(write_suite(text)).cells()
+    on_resnet = [c for c in cells if c.backbone == "resnet18"]
+    # only the second sigma_ens entry: M=4 × its default hparams × 3 seeds
+    assert {c.method for c in on_resnet} == {"sigma_ens"}
+    assert len(on_resnet) == 3 and {c.M for c in on_resnet} == {4}
+    # the other entries stay on the grid's backbone: single 3 + deep 2×3 + sigma 2×2×3
+    assert len([c for c in cells if c.backbone == "digits_cnn"]) == 3 + 6 + 12
+
+
+def test_a_method_entrys_backbones_are_checked(write_suite):
+    text = BASE.replace(
+        "    - name: deep_ensemble\n",
+        "    - name: deep_ensemble\n      backbones: [resnet81]\n"
+        "    - name: mimo\n      backbones: [wrn28_8]\n",
+    )
+    p = problems(write_suite, text)
+    assert any(
+        "grid.methods[1].backbones[0]" in m and "resnet81" in m and "resnet18" in m for m in p
+    ), p
+    assert any("'mimo' does not support backbone 'wrn28_8'" in m for m in p), p

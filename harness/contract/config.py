@@ -109,6 +109,9 @@ class MethodEntry:
     M: tuple[int, ...] | None = None
     hparams: dict[str, Any] = field(default_factory=dict)
     recipe: dict[str, Any] = field(default_factory=dict)  # this method's recipe deltas
+    # Backbone names this method runs on instead of the grid's (e.g. σN-Ens on WRN-28-8 beside
+    # the WRN-28-10 comparators, for a comparison at a parameter budget); None = the grid's.
+    backbones: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
