@@ -23,3 +23,15 @@ def write_suite(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_environment():
+    """Restore os.environ after every test: code under test may set variables for the processes
+    it spawns (e.g. ``--plugin`` writes $HARNESS_PLUGINS), and a leak would change every later
+    test that starts a subprocess."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -135,7 +135,10 @@ def test_plugin_option_module_runs_in_local_workers(tmp_path):
 
 
 def test_load_plugins_sets_the_environment_and_names_a_bad_module(monkeypatch, tmp_path):
-    monkeypatch.delenv(PLUGINS_ENV, raising=False)
+    # setenv (not delenv) so that teardown removes what load_plugins writes: a leaked
+    # $HARNESS_PLUGINS would make every later subprocess import a module it cannot find.
+    monkeypatch.setenv(PLUGINS_ENV, "")
+    monkeypatch.setattr("harness.registry._imported_plugins", set())
     (tmp_path / "empty_plugin.py").write_text("LOADED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     load_plugins(["empty_plugin"])
