@@ -15,31 +15,40 @@ import torch
 
 from harness.contract import Cell
 from harness.cost import flops_per_image, parameter_counts, throughput
-from harness.data.base import DatasetSpec, ImageSet
-from harness.data.loader import DeviceLoader
+from harness.data.base import BatchLoader, DatasetSpec, LoaderOptions, Split
+from harness.data.loader import make_loader
 from harness.registries import METHODS
 from methods.base import BuildContext, EnsembleModel
 
 
 def train_loader(
-    cell: Cell, spec: DatasetSpec, train: ImageSet, device: torch.device
-) -> DeviceLoader:
+    cell: Cell,
+    spec: DatasetSpec,
+    train: Split,
+    device: torch.device,
+    shard: tuple[int, int] = (0, 1),
+) -> BatchLoader:
     """The training loader: shuffled by (seed, epoch), the dataset's (or recipe's) augmentation,
-    on the device; the same data order for every method of a seed."""
+    on the device; the same data order for every method of a seed. ``shard=(rank, world)``
+    gives a process of a multi-process cell its block of every global batch."""
     recipe = cell.recipe
-    return DeviceLoader(
+    return make_loader(
         train,
-        recipe.batch_size,
-        device,
-        spec.mean,
-        spec.std,
-        augment=spec.augment if recipe.augment == "default" else recipe.augment,
-        shuffle=True,
-        seed=cell.seed,
-        drop_last=len(train) >= 2 * recipe.batch_size,
-        channels_last=recipe.channels_last and device.type == "cuda",
-        # M batches per step for methods whose members train on independent data.
-        streams=METHODS.get(cell.method).feeding_for(cell.hparams).streams(cell.M),
+        LoaderOptions(
+            recipe.batch_size,
+            device,
+            spec.mean,
+            spec.std,
+            augment=spec.augment if recipe.augment == "default" else recipe.augment,
+            train=True,
+            shuffle=True,
+            seed=cell.seed,
+            drop_last=len(train) >= 2 * recipe.batch_size,
+            channels_last=recipe.channels_last and device.type == "cuda",
+            # M batches per step for methods whose members train on independent data.
+            streams=METHODS.get(cell.method).feeding_for(cell.hparams).streams(cell.M),
+            shard=shard,
+        ),
     )
 
 
@@ -63,7 +72,7 @@ def measure_cost(
     ctx: BuildContext,
     cell: Cell,
     spec: DatasetSpec,
-    splits: dict[str, ImageSet],
+    splits: dict[str, Split],
     device: torch.device,
 ) -> dict[str, Any]:
     """Parameters always; FLOPs, throughput and memory when the suite asks for cost."""
@@ -71,13 +80,15 @@ def measure_cost(
     if not cell.evaluation.cost:
         return cost
     b = min(cell.recipe.batch_size, len(splits["train"]))
-    loader = DeviceLoader(
-        ImageSet(splits["train"].images[:b], splits["train"].labels[:b]),
-        b,
-        device,
-        spec.mean,
-        spec.std,
-        channels_last=cell.recipe.channels_last and device.type == "cuda",
+    loader = make_loader(
+        splits["train"].subset(torch.arange(b)),
+        LoaderOptions(
+            b,
+            device,
+            spec.mean,
+            spec.std,
+            channels_last=cell.recipe.channels_last and device.type == "cuda",
+        ),
     )
     x, y = next(iter(loader))
     cost["loader_images_per_s"] = loader_throughput(cell, spec, splits, device)
@@ -89,11 +100,12 @@ def measure_cost(
 def loader_throughput(
     cell: Cell,
     spec: DatasetSpec,
-    splits: dict[str, ImageSet],
+    splits: dict[str, Split],
     device: torch.device,
     batches: int = 20,
 ) -> float:
-    """Images/s the training loader delivers (device-resident uint8, augmentation on device),
+    """Images/s the training loader delivers (in-memory sets: device-resident uint8,
+    augmentation on the device; file-backed sets: their own pipeline),
     to compare with the model's training throughput: a loader slower than the model starves it.
     """
     loader = train_loader(cell, spec, splits["train"], device)

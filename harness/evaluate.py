@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from harness.contract import Evaluation, Recipe
-from harness.data.base import DatasetSpec, ImageSet, adapt_images
-from harness.data.loader import DeviceLoader
+from harness.data.base import DatasetSpec, ImageSet, LoaderOptions, Split, adapt_images
+from harness.data.loader import make_loader
 from harness.metrics.collection import EnsembleMetrics, OODScores
 from harness.train import autocast
 from methods.base import EnsembleModel
@@ -24,17 +24,20 @@ from methods.base import EnsembleModel
 
 @torch.no_grad()
 def member_probs(
-    model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe, device: torch.device
+    model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
 ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Yield (probs (M, B, K) float32 on CPU, labels (B,)) in eval mode."""
+    """Yield (probs (M, B, K) float32 on CPU, labels (B,)) in eval mode (evaluation transforms,
+    the split's order)."""
     model.eval()
-    loader = DeviceLoader(
+    loader = make_loader(
         data,
-        recipe.eval_batch_size,
-        device,
-        spec.mean,
-        spec.std,
-        channels_last=recipe.channels_last and device.type == "cuda",
+        LoaderOptions(
+            recipe.eval_batch_size,
+            device,
+            spec.mean,
+            spec.std,
+            channels_last=recipe.channels_last and device.type == "cuda",
+        ),
     )
     for x, y in loader:
         with autocast(device, recipe):
@@ -43,7 +46,7 @@ def member_probs(
 
 
 def evaluate_split(
-    model: EnsembleModel, data: ImageSet, spec: DatasetSpec, recipe: Recipe, device: torch.device
+    model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
 ) -> dict[str, Any]:
     """All clean-set metrics (ensemble, members, diversity) of one split."""
     acc = EnsembleMetrics()
@@ -54,7 +57,7 @@ def evaluate_split(
 
 def evaluate_corruptions(
     model: EnsembleModel,
-    test: ImageSet,
+    test: Split,
     spec: DatasetSpec,
     evaluation: Evaluation,
     recipe: Recipe,
@@ -91,7 +94,7 @@ def evaluate_corruptions(
 
 def evaluate_ood(
     model: EnsembleModel,
-    test: ImageSet,
+    test: Split,
     spec: DatasetSpec,
     evaluation: Evaluation,
     recipe: Recipe,
@@ -111,7 +114,13 @@ def evaluate_ood(
         ood_spec = DATASETS.get(name)
         ood_spec.require(data_root)
         raw = ood_spec.load(data_root)["test"]
-        ood = ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
+        # In-memory sets are adapted to the ID input shape here; a lazy split's evaluation
+        # transform already produces it.
+        ood = (
+            ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
+            if isinstance(raw, ImageSet)
+            else raw
+        )
         scores.reset_ood()
         for p, _ in member_probs(model, ood, spec, recipe, device):
             scores.update_ood(p)
@@ -121,7 +130,7 @@ def evaluate_ood(
 
 def evaluate_all(
     model: EnsembleModel,
-    splits: dict[str, ImageSet],
+    splits: dict[str, Split],
     spec: DatasetSpec,
     evaluation: Evaluation,
     recipe: Recipe,

@@ -43,7 +43,7 @@ from harness.contract import CONVENTIONS, Cell, hparams_values, new_record
 from harness.data.base import (
     DataMissingError,
     DatasetSpec,
-    ImageSet,
+    Split,
     default_data_root,
     training_splits,
 )
@@ -103,7 +103,7 @@ def _save_atomic(obj: Any, path: Path) -> None:
     save_atomic(obj, path)  # unique temp name, fsync, umask-honouring mode
 
 
-def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, ImageSet]]:
+def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split]]:
     spec = DATASETS.get(cell.dataset)
     spec.require(data_root)
     # The loader's training pool, minus `validation` held-out images when the recipe asks.
@@ -128,7 +128,7 @@ def pretrained_state(
     cell: Cell,
     cell_dir: Path,
     spec: DatasetSpec,
-    splits: dict[str, ImageSet],
+    splits: dict[str, Split],
     device: torch.device,
     progress: bool,
     data_root: Path | None = None,
@@ -178,7 +178,7 @@ def train_cell(
     cell_dir: Path,
     model: EnsembleModel,
     spec: DatasetSpec,
-    splits: dict[str, ImageSet],
+    splits: dict[str, Split],
     device: torch.device,
     progress: bool,
 ) -> tuple[list[dict], list[dict], float]:
@@ -391,7 +391,7 @@ def trained_model(
     cell_dir: Path,
     model: EnsembleModel,
     spec: DatasetSpec,
-    splits: dict[str, ImageSet],
+    splits: dict[str, Split],
     device: torch.device,
     progress: bool,
 ) -> tuple[list[dict], list[dict], float]:

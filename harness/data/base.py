@@ -9,9 +9,10 @@ CIFAR-C layout.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, Union, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +51,90 @@ class ImageSet:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def subset(self, idx: Tensor) -> ImageSet:
+        """The rows ``idx`` (int64 indices) as a new set."""
+        return ImageSet(self.images[idx], self.labels[idx])
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """How a split is to be batched: the one argument every loader takes.
+
+    Attributes:
+        batch_size: the global batch B of one step (all ranks together).
+        device: where batches are produced.
+        mean / std: per-channel normalisation on the [0, 1] scale (images).
+        augment: "none", "crop_flip" or a dataset-specific name (e.g. "imagenet").
+        train: training transforms (True) or evaluation transforms (False).
+        shuffle: reshuffle every epoch.
+        seed: base seed of order and augmentation.
+        drop_last: drop the last incomplete global batch.
+        channels_last: produce channels_last image batches (GPU speed).
+        streams: independent batches per step (methods whose members train on independent
+            data); above 1, batches are (S, B, ...) and labels (S, B).
+        shard: ``(rank, world)``: yield only the rank's contiguous block
+            ``[rank·B/world, (rank+1)·B/world)`` of every global batch (multi-process cells); the
+            global order and augmentation are the same whatever the world size.
+        workers: loader worker processes; None lets the split choose.
+    """
+
+    batch_size: int
+    device: torch.device
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    augment: str = "none"
+    train: bool = False
+    shuffle: bool = False
+    seed: int = 0
+    drop_last: bool = False
+    channels_last: bool = False
+    streams: int = 1
+    shard: tuple[int, int] = (0, 1)
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        rank, world = self.shard
+        if not 0 <= rank < world:
+            raise ValueError(f"shard must be (rank, world), 0 <= rank < world; got {self.shard}")
+        if self.streams < 1:
+            raise ValueError(f"streams must be >= 1, got {self.streams}")
+
+
+@runtime_checkable
+class BatchLoader(Protocol):
+    """What every loader is: batches ``(x on the device, y int64 (B,))`` (``(S, B, ...)``/
+    ``(S, B)`` with several streams), a length in batches per epoch, and an epoch setter; order
+    and augmentation are a function of (seed, epoch, stream) only."""
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]: ...
+
+    def __len__(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+
+@runtime_checkable
+class LazySplit(Protocol):
+    """A split that is not an in-memory :class:`ImageSet`: images read from files as they are
+    needed (ImageNet) or inputs that are not images (token ids). It knows its labels, can be
+    subset (validation hold-out), and makes its own loader.
+
+    Attributes:
+        labels: int64 (N,); -1 where a set has no labels (OOD sets).
+    """
+
+    labels: Tensor
+
+    def __len__(self) -> int: ...
+
+    def subset(self, idx: Tensor) -> LazySplit: ...
+
+    def loader(self, options: LoaderOptions) -> BatchLoader: ...
+
+
+#: Any split a dataset's ``load`` may return.
+Split = Union[ImageSet, LazySplit]  # noqa: UP007 - a runtime alias, read by isinstance users
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -57,10 +142,10 @@ class DatasetSpec:
 
     Attributes:
         name: Registry name.
-        in_shape: (C, H, W) of its images.
+        in_shape: the model input's shape: (C, H, W) of its images, (L,) for token ids.
         num_classes: K for in-distribution use; None for OOD-only sets.
         mean / std: per-channel normalisation on the [0, 1] scale.
-        load: ``load(root) -> {"train", "test": ImageSet}`` (the whole training pool and the test
+        load: ``load(root) -> {"train", "test": Split}`` (the whole training pool and the test
             set; a validation split is carved by :func:`training_splits`, only when a recipe
             asks for one); OOD-only sets return "test".
         location: ``location(root) -> Path`` the files it needs (for error messages).
@@ -72,11 +157,11 @@ class DatasetSpec:
     """
 
     name: str
-    in_shape: tuple[int, int, int]
+    in_shape: tuple[int, ...]
     num_classes: int | None
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    load: Callable[[Path], dict[str, ImageSet]]
+    load: Callable[[Path], dict[str, Split]]
     location: Callable[[Path], Path]
     fetch: str = ""
     augment: str = "none"
@@ -185,8 +270,8 @@ def stratified_holdout(labels: Tensor, count: int, seed: int = VALIDATION_SEED) 
 
 
 def training_splits(
-    splits: dict[str, ImageSet], validation: int, seed: int = VALIDATION_SEED
-) -> dict[str, ImageSet]:
+    splits: dict[str, Split], validation: int, seed: int = VALIDATION_SEED
+) -> dict[str, Split]:
     """The splits a run trains and selects on.
 
     Everything a loader returns besides ``test`` is the training pool (a loader's own fixed
@@ -208,6 +293,8 @@ def training_splits(
     """
     pool = splits["train"]
     if "val" in splits:
+        if not isinstance(pool, ImageSet):
+            raise TypeError("a dataset of lazy splits returns its validation images in 'train'")
         pool = ImageSet(
             torch.cat([pool.images, splits["val"].images]),
             torch.cat([pool.labels, splits["val"].labels]),
@@ -218,6 +305,6 @@ def training_splits(
     held = stratified_holdout(pool.labels, validation, seed)
     keep = torch.ones(len(pool), dtype=torch.bool)
     keep[held] = False
-    out["train"] = ImageSet(pool.images[keep], pool.labels[keep])
-    out["val"] = ImageSet(pool.images[held], pool.labels[held])
+    out["train"] = pool.subset(keep.nonzero().flatten())
+    out["val"] = pool.subset(held)
     return out

@@ -19,7 +19,37 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.data.base import ImageSet
+from harness.data.base import BatchLoader, ImageSet, LoaderOptions, Split
+
+
+def make_loader(data: Split, options: LoaderOptions) -> BatchLoader:
+    """The one place a loader is made: an in-memory :class:`ImageSet` gets the device-resident
+    :class:`DeviceLoader`; any other split (files read on demand, token ids) makes its own.
+
+    Args:
+        data: the split.
+        options: batching, transforms, seeding and sharding (``shard=(rank, world)``).
+
+    Returns:
+        An iterable of ``(x, y)`` batches with ``len`` and ``set_epoch``.
+    """
+    if not isinstance(data, ImageSet):
+        return data.loader(options)
+    augment = options.augment if options.train else "none"
+    return DeviceLoader(
+        data,
+        options.batch_size,
+        options.device,
+        options.mean,
+        options.std,
+        augment=augment,
+        shuffle=options.shuffle,
+        seed=options.seed,
+        drop_last=options.drop_last,
+        channels_last=options.channels_last,
+        streams=options.streams,
+        shard=options.shard,
+    )
 
 
 class DeviceLoader:
@@ -37,6 +67,9 @@ class DeviceLoader:
         channels_last: produce channels_last batches (GPU speed).
         streams: independent batches per step; above 1, batches are (S, B, C, H, W) and labels
             (S, B), stream s drawn from its own generator.
+        shard: ``(rank, world)``: yield only the rank's contiguous block of every global batch
+            (multi-process cells). Order and augmentation are drawn for the whole global batch,
+            so they do not depend on the world size.
     """
 
     def __init__(
@@ -52,6 +85,7 @@ class DeviceLoader:
         drop_last: bool = False,
         channels_last: bool = False,
         streams: int = 1,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         if augment not in ("none", "crop_flip"):
             raise ValueError(f"augment must be 'none' or 'crop_flip', got {augment!r}")
@@ -70,6 +104,9 @@ class DeviceLoader:
         self.drop_last = drop_last
         self.channels_last = channels_last
         self.streams = streams
+        self.rank, self.world = shard
+        if not 0 <= self.rank < self.world:
+            raise ValueError(f"shard must be (rank, world) with 0 <= rank < world, got {shard}")
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -99,13 +136,21 @@ class DeviceLoader:
                 idx = order[i * self.batch_size : (i + 1) * self.batch_size].to(self.device)
                 x = self.images[idx]  # uint8 (B, C, H, W)
                 if self.augment == "crop_flip":
-                    x = crop_flip(x, g)
-                xs.append(self.normalize(x))
-                ys.append(self.labels[idx])
+                    x = crop_flip(x, g)  # drawn for the whole global batch, then sharded
+                lo, hi = self.block(len(idx))
+                xs.append(self.normalize(x[lo:hi]))
+                ys.append(self.labels[idx[lo:hi]])
             if self.streams == 1:
                 yield xs[0], ys[0]
             else:  # stacking keeps each stream's channels_last layout
                 yield torch.stack(xs), torch.stack(ys)  # (S, B, C, H, W), (S, B)
+
+    def block(self, batch: int) -> tuple[int, int]:
+        """Rows ``[lo, hi)`` of a global batch of ``batch`` rows that belong to this rank (the
+        last ranks get one row fewer when it does not divide)."""
+        base, extra = divmod(batch, self.world)
+        lo = self.rank * base + min(self.rank, extra)
+        return lo, lo + base + (self.rank < extra)
 
     def normalize(self, x: Tensor) -> Tensor:
         """uint8 (B, C, H, W) → normalised float32."""
