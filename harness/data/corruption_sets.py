@@ -51,6 +51,9 @@ SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
 ALL = "all"  # the suite keyword for a dataset's benchmark set
 
 CIFAR_C_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C"}
+#: Every published corruption set: its folder under the data root (ImageNet-C: JPEG folders
+#: ``<corruption>/<severity>/<wnid>/``, read by :mod:`harness.data.imagenet`).
+PUBLISHED_FOLDERS = {**CIFAR_C_FOLDERS, "imagenet-c": "imagenet-c"}
 
 # Class names in torch_uncertainty.transforms.corruption. "spatter" has no port there: it exists
 # only in the published files.
@@ -283,6 +286,14 @@ def check_corruptions(
                     f"corruption {name!r} cannot be generated on this machine for "
                     f"{dataset!r}: {missing}"
                 )
+    elif data_root is not None and cset.source not in CIFAR_C_FOLDERS:  # ImageNet-C folders
+        for name in used:
+            if not (Path(data_root) / PUBLISHED_FOLDERS[cset.source] / name).is_dir():
+                problems.append(
+                    f"corruption {name!r} of {dataset!r} cannot be read: "
+                    f"{Path(data_root) / PUBLISHED_FOLDERS[cset.source] / name} is missing. "
+                    f"`harness data download {cset.source}` prints where to get it"
+                )
     elif data_root is not None:
         folder = Path(data_root) / CIFAR_C_FOLDERS[cset.source]
         for file in ("labels", *used):
@@ -298,7 +309,7 @@ def mean_over(dataset: str, used: list[str], severities: tuple[int, ...]) -> str
     """One line saying what cAcc / cNLL / cECE average, for records and leaderboards."""
     cset = corruption_set(dataset)
     bench = [c for c in used if c in cset.benchmark]
-    where = CIFAR_C_FOLDERS[cset.source] if cset.source else f"{dataset} (generated here)"
+    where = PUBLISHED_FOLDERS[cset.source] if cset.source else f"{dataset} (generated here)"
     what = (
         f"all {len(cset.benchmark)} benchmark corruptions of {where}"
         if bench == list(cset.benchmark)
@@ -328,7 +339,7 @@ def corruption_listing() -> list[tuple[str, str]]:
             f"× {len(SEVERITIES)} severities"
         )
         if cset.source:
-            where = f"published files in {CIFAR_C_FOLDERS[cset.source]}/ for {', '.join(names)}"
+            where = f"published files in {PUBLISHED_FOLDERS[cset.source]}/ for {', '.join(names)}"
             out.append((key, f"{counts}, {where}; `harness data download {cset.source}`"))
         else:
             out.append((key, f"{counts}, generated here (torch-uncertainty transforms)"))

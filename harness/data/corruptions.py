@@ -320,6 +320,10 @@ def corrupted_split(
     source = DATASETS.get(dataset_name).corruption_source
     if source is None:
         return generated_corruption(dataset_name, root, test, corruption, severity)
+    if source == "imagenet-c":  # JPEG folders, read lazily like the test split itself
+        from harness.data.imagenet import read_imagenet_c
+
+        return read_imagenet_c(root, test, corruption, severity)
     out = read_cifar_c(root, source, corruption, severity)
     if len(out) != len(test) or not torch.equal(out.labels, test.labels):
         raise ValueError(
