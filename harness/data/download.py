@@ -58,10 +58,25 @@ CIFAR100_C = Archive(
 TINYIMAGENET = Archive(
     "http://cs231n.stanford.edu/tiny-imagenet-200.zip", "90528d7ca1a48142e341f4ef8d21d0de"
 )
+# Text (harness/data/sst2.py): GLUE's SST-2 (md5 as torchtext's SST2), Maas et al.'s IMDB
+# (torchtext's IMDB md5), 20 Newsgroups "bydate" (the md5 its distributors publish).
+SST2 = Archive(
+    "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip", "9f81648d4199384278b86e315dac217c"
+)
+IMDB = Archive(
+    "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
+    "7c2ac02c03563afcf9b574c7e56c153a",
+)
+NEWSGROUPS = Archive(
+    "http://qwone.com/~jason/20Newsgroups/20news-bydate.tar.gz", "d6e9e45cb8cb77ec5276dfa6dfc14318"
+)
 ARCHIVES: dict[str, Archive] = {
     "cifar10-c": CIFAR10_C,
     "cifar100-c": CIFAR100_C,
     "tinyimagenet": TINYIMAGENET,
+    "sst2": SST2,
+    "imdb": IMDB,
+    "20newsgroups": NEWSGROUPS,
 }
 # Kept for callers of the earlier names.
 CIFAR10_C_URL, CIFAR100_C_URL, TINYIMAGENET_URL = CIFAR10_C.url, CIFAR100_C.url, TINYIMAGENET.url
@@ -194,7 +209,8 @@ def download(name: str, root: Path) -> Path:
     """Download one dataset into the data root.
 
     Args:
-        name: a dataset (cifar10, cifar100, svhn, mnist, textures, places365, tinyimagenet), a
+        name: a dataset (cifar10, cifar100, svhn, mnist, textures, places365, tinyimagenet; text:
+            sst2, imdb, 20newsgroups), a
             published corruption set (cifar10-c, cifar100-c), or pretrained weights
             (``timm:<name>``, ``torchvision:<Enum>.<VALUE>``), which go to the library's own
             cache (Hugging Face Hub / ``$TORCH_HOME``), not the data root.
