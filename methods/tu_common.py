@@ -36,7 +36,8 @@ def build_tu(
     digits_builder: Callable[[BuildContext], nn.Module],
     **kwargs: Any,
 ) -> nn.Module:
-    """Build torch-uncertainty's model of a method for the cell's backbone family (CIFAR style)."""
+    """Build torch-uncertainty's model of a method for the cell's backbone family (CIFAR style
+    unless the backbone spec has a ``tu_style``)."""
     from harness.registries import BACKBONES
 
     spec = BACKBONES.get(ctx.backbone)
@@ -44,9 +45,11 @@ def build_tu(
         return digits_builder(ctx)
     c, k, m = ctx.in_shape[0], ctx.num_classes, ctx.num_members
     extra = {key: v for key, v in ctx.backbone_kwargs.items() if key == "dropout_rate"}
+    # ImageNet backbones (harness.backbones_imagenet) carry style "imagenet": the 7×7 stem.
+    style = getattr(spec, "tu_style", "cifar")
     if spec.family == "wideresnet":
         return wrn_builder(
-            in_channels=c, num_classes=k, num_estimators=m, style="cifar", **extra, **kwargs
+            in_channels=c, num_classes=k, num_estimators=m, style=style, **extra, **kwargs
         )
     if spec.family != "resnet" or spec.tu_arch is None:
         raise ValueError(
@@ -55,7 +58,7 @@ def build_tu(
         )
     arch = spec.tu_arch
     return resnet_builder(
-        in_channels=c, num_classes=k, arch=arch, num_estimators=m, style="cifar", **extra, **kwargs
+        in_channels=c, num_classes=k, arch=arch, num_estimators=m, style=style, **extra, **kwargs
     )
 
 
