@@ -67,10 +67,10 @@ class DeepEnsemble(EnsembleModel):
         return to_members(self.ensemble(x), self.num_members)  # (M·B, K) → (M, B, K)
 
     def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
-        """Args: x (B, C, H, W) shared, or (M, B, C, H, W) one batch per member; y (B,) or
-        (M, B) to match."""
+        """Args: x (B, ...) shared, or (M, B, ...) one batch per member (images or token ids);
+        y (B,) or (M, B) to match."""
         m = self.num_members
-        if x.dim() == 4:
+        if y.dim() == 1:  # one shared batch (images (B, C, H, W), token ids (B, L), ...)
             logits = self(x)  # (M, B, K)
             return TrainOutput(logits, y.unsqueeze(0).expand(m, -1), "sum")
         if x.shape[0] != m or tuple(y.shape) != tuple(x.shape[:2]):

@@ -74,8 +74,10 @@ class NormEnsemble(EnsembleModel):
         self.hp = hp
         self.num_members = ctx.num_members
         backbone = ctx.build_backbone()
-        preserve = ctx.pretrained is not None
-        if preserve:
+        # A backbone that loads pre-trained weights itself (``pretrained_weights``, e.g.
+        # hf_encoder) is converted like ``pretrained: PATH``: its outputs are preserved.
+        preserve = ctx.pretrained is not None or bool(getattr(backbone, "pretrained_weights", 0))
+        if ctx.pretrained is not None:
             backbone.load_state_dict(ctx.pretrained)
         gen = init_generator(ctx, f"{type(self).__name__}.init")
         self.net = SigmaEnsembleNet(
