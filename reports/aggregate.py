@@ -177,6 +177,10 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     per_epoch = (rec.get("diagnostics") or {}).get("per_epoch") or []
     last = per_epoch[-1] if per_epoch and isinstance(per_epoch[-1], Mapping) else {}
     row["k_eff"] = _num(last.get("k_eff"))  # σN-Ens's sharing diagnostics, last epoch
+    row["k_eff_scale"] = _num(last.get("k_eff_scale"))  # on |w_m·sigmoid(γ_m)|: the affine too
+    first = per_epoch[0] if per_epoch and isinstance(per_epoch[0], Mapping) else {}
+    # ‖∇γ L_div‖ / ‖∇γ L_task‖ of the first epoch: whether λ matters at the start of training.
+    row["grad_ratio"] = _num(first.get("grad_ratio"))
     row["importance_mean"] = _num(last.get("importance"))
     row["l_div"] = _num(last.get("l_div"))
     row.update(extra_columns(rec))  # per corruption, near/far OOD, cost conditions

@@ -20,7 +20,7 @@ TEXT_COLUMNS = ("error_type", "error_message", "error_traceback", "started_at", 
 
 # The one table of metric directions, by base metric name. A column maps to its base name with
 # base_metric(): "ood/svhn/msp/auroc" → "auroc", "sev3_ece" → "ece". Diversity diagnostics
-# (disagreement, mi, kl, k_eff) have no better direction and are never highlighted.
+# (disagreement, mi, kl, k_eff, grad_ratio) have no better direction and are never highlighted.
 DIRECTIONS: dict[str, Direction] = {
     **dict.fromkeys(
         ("acc", "member_acc", "val_acc", "cAcc", "auroc", "aupr_in", "aupr_out"), "higher"
@@ -100,6 +100,8 @@ DIVERSITY = (
     Column("disagreement", "Disagr. (%)", "Diversity", "pct", hidden=True),
     Column("mi", "MI", "Diversity", "f3", hidden=True),
     Column("k_eff", "k_eff", "Diversity", "f2", hidden=True),
+    Column("k_eff_scale", "k_eff (scale)", "Diversity", "f2", hidden=True),
+    Column("grad_ratio", "∇ ratio ep.1", "Diversity", "f2", hidden=True),
 )
 OOD_SCORES = {"msp": "MSP", "entropy": "entropy", "mi": "MI"}
 OOD_METRICS = {

@@ -144,6 +144,8 @@ def make_record(
                 {
                     "epoch": e,
                     "k_eff": k_eff + (1 - e) * 0.3,
+                    "k_eff_scale": k_eff + 0.1 + (1 - e) * 0.3,
+                    "grad_ratio": 4.0 / (e + 1),  # shrinks as γ settles
                     "importance": 0.5,
                     "num_features": 192,
                     "layers": {

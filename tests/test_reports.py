@@ -160,6 +160,8 @@ def test_flattened_columns():
     assert row["member_acc"] == pytest.approx(0.9 - 0.025)  # mean of 0.89, 0.88, 0.87, 0.86
     assert row["eval_ips"] == 5000 and math.isnan(row["eval_mem_mib"])  # null on CPU
     assert row["k_eff"] == pytest.approx(2.0) and row["hparams"] == "tau=0.1"
+    # k_eff on the effective member scale, last epoch; the gradient ratio of the first epoch.
+    assert row["k_eff_scale"] == pytest.approx(2.1) and row["grad_ratio"] == pytest.approx(4.0)
 
 
 def test_format_helpers():
