@@ -228,6 +228,14 @@ def download(name: str, root: Path) -> Path:
 
     if is_named(name):
         return _fetch_weights(name, fetch_named)
+    from harness.data.imagenet import preparation
+
+    if (manual := preparation(name, Path(root).expanduser())) is not None:
+        text, ready = manual  # sets behind a login or a third-party script: print the commands
+        if ready:
+            return Path(root).expanduser()
+        print(text, flush=True)
+        raise DownloadError(f"{name} cannot be downloaded here: prepare it with the commands above")
     if name not in SOURCES:
         raise ValueError(
             f"nothing to download for {name!r}; choose from {', '.join(downloadable())}, or "

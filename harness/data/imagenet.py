@@ -243,3 +243,26 @@ register_dataset(
         is_available=lambda root: layout(root) is not None,
     )
 )
+
+
+def preparation(name: str, root: Path) -> tuple[str, bool] | None:
+    """What ``harness data download NAME`` does for a set it cannot fetch itself: the commands
+    that prepare it under ``root``, and whether it is already there. None for other names.
+
+    ImageNet needs a login; ImageNet-C is five Zenodo archives without published checksums; the
+    OpenOOD sets are served from Google Drive by OpenOOD's own script.
+    """
+    from harness.data import imagenet_ood
+
+    root = Path(root)
+    if name == "imagenet":
+        return PREPARE.format(root=root), layout(root) is not None
+    if name == C_FOLDER:
+        from harness.data.corruption_sets import CORRUPTIONS
+
+        text = PREPARE.format(root=root).split("ImageNet-C", 1)[1]
+        have = all((Path(root) / C_FOLDER / c).is_dir() for c in CORRUPTIONS)
+        return "ImageNet-C" + text, have
+    if name in imagenet_ood.SETS:
+        return imagenet_ood.PREPARE.format(root=root), imagenet_ood._available(name, root)
+    return None
