@@ -76,6 +76,21 @@ class Recipe:
         metadata={"gt": 0, "help": "a loss above this (or non-finite) marks the cell failed"},
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    processes: int = field(
+        default=1,
+        metadata={
+            "ge": 1,
+            "help": "processes (one GPU each) one cell trains on with DistributedDataParallel; "
+            "batch_size stays the global batch, split evenly over them (docs/distributed.md)",
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.batch_size % self.processes:
+            raise ValueError(
+                f"batch_size {self.batch_size} is not divisible by processes {self.processes}: "
+                "every process trains on an equal block of the global batch"
+            )
 
 
 #: Recipe fields that change how fast a cell trains or evaluates, never what it computes (up to
@@ -208,6 +223,10 @@ class Cell:
         """:meth:`config` without the speed-only recipe fields (:data:`SPEED_ONLY_RECIPE`)."""
         config = self.config()
         config["recipe"] = {k: v for k, v in config["recipe"].items() if k not in SPEED_ONLY_RECIPE}
+        if config["recipe"].get("processes") == 1:
+            # One process is how every cell ran before the field existed: their ids stay. More
+            # processes change the numbers (per-process batch statistics), so they are identity.
+            del config["recipe"]["processes"]
         return config
 
     @property
