@@ -197,6 +197,19 @@ class TextLoader:
         self.labels = data.labels.to(options.device)
         self.epoch = 0
 
+    # DeviceLoader's attributes, which the progress log reads to count an epoch's samples.
+    @property
+    def batch_size(self) -> int:
+        return self.options.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.options.drop_last
+
+    @property
+    def streams(self) -> int:
+        return self.options.streams
+
     def __len__(self) -> int:
         n, b = len(self.labels), self.options.batch_size
         return n // b if self.options.drop_last else -(-n // b)

@@ -1,0 +1,391 @@
+"""SST-2 and text OOD sets in their published layouts, the token-id loader, the text backbones
+and a tiny text suite run end to end through the real CLI on the CPU.
+
+Fabricated here: a GLUE SST-2 tree (``SST-2/{train,dev,test}.tsv`` with GLUE's headers), the 20
+Newsgroups "bydate" test tree (``20news-bydate-test/<group>/<id>``, Latin-1 posts with headers),
+the IMDB test tree (``aclImdb/test/{pos,neg}/<id>_<rating>.txt`` with ``<br />`` tags) and a
+tiny BERT (``transformers.BertConfig`` → ``save_pretrained``, tokenizer from a tiny vocabulary).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.data.base import DatasetSpec, LazySplit, LoaderOptions
+from harness.data.sst2 import read_glue_tsv, read_imdb, read_newsgroups, register_text_datasets
+from harness.data.text import SEQ_LEN, TextSplit, WordTokenizer, make_tokenizer
+from harness.registries import DATASETS, METHODS
+from methods.base import BuildContext
+
+POS = ["a good movie", "great fun , truly great", "the best film of the year", "good acting"]
+NEG = ["a bad movie", "awful , just awful", 'the worst "film" ever', "dull and boring"]
+CPU = torch.device("cpu")
+
+
+def write_sst2(root: Path, repeat: int = 4) -> Path:
+    """GLUE's SST-2 layout: train/dev with ``sentence\\tlabel``, test with ``index\\tsentence``."""
+    folder = root / "SST-2"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [(s, 1) for s in POS] + [(s, 0) for s in NEG]
+    train = [f"{s} {i}\t{y}" for i in range(repeat) for s, y in rows]
+    (folder / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(train) + "\n")
+    dev = [f"{s} !\t{y}" for s, y in rows]
+    (folder / "dev.tsv").write_text("sentence\tlabel\n" + "\n".join(dev) + "\n")
+    test = [f"{i}\t{s}" for i, (s, _) in enumerate(rows)]
+    (folder / "test.tsv").write_text("index\tsentence\n" + "\n".join(test) + "\n")
+    return folder
+
+
+def write_ood(root: Path) -> None:
+    """20 Newsgroups bydate test and IMDB test trees, a few documents each."""
+    for group, ids in (("sci.space", ["60001", "60002"]), ("rec.autos", ["70001"])):
+        folder = root / "20news-bydate-test" / group
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in ids:
+            post = f"From: x@y.edu\nSubject: orbit {i}\n\nThe shuttle r\xe9entry burns {i}.\n"
+            (folder / i).write_bytes(post.encode("latin-1"))
+    for label, stars in (("pos", 9), ("neg", 2)):
+        folder = root / "aclImdb" / "test" / label
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(2):
+            (folder / f"{i}_{stars}.txt").write_text(f"A {label} review.<br /><br />Movie {i}.")
+
+
+@pytest.fixture
+def data_root(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    write_sst2(root)
+    write_ood(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A 2-layer, 16-wide BERT and its WordPiece tokenizer, saved as a local folder."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += sorted({w for s in POS + NEG for w in s.replace('"', "").split()} | {"!", '"'})
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    config = BertConfig(
+        vocab_size=len(words),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=SEQ_LEN,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}).save_pretrained(folder)
+    return folder
+
+
+# --------------------------------------------------------------------------------------------
+# Readers and tokenisers
+
+
+def test_glue_tsv_reader_keeps_quotes_and_labels(data_root: Path) -> None:
+    texts, labels = read_glue_tsv(data_root / "SST-2" / "dev.tsv")
+    assert texts[6] == 'the worst "film" ever !'  # an unbalanced CSV quote stays in its line
+    assert labels.tolist() == [1, 1, 1, 1, 0, 0, 0, 0] and labels.dtype == torch.int64
+    with pytest.raises(ValueError, match=r"expected the header 'sentence<TAB>label'"):
+        read_glue_tsv(data_root / "SST-2" / "test.tsv")  # GLUE test: index, sentence; no labels
+    bad = data_root / "bad.tsv"
+    bad.write_text("sentence\tlabel\na fine line\t1\nno label here\n")
+    with pytest.raises(ValueError, match=r"bad.tsv:3: expected 'sentence<TAB>0\|1'"):
+        read_glue_tsv(bad)
+
+
+def test_ood_readers_strip_headers_and_tags(data_root: Path) -> None:
+    posts = read_newsgroups(data_root / "20news-bydate-test")
+    assert posts == [  # sorted by path: rec.autos before sci.space; header block removed
+        "The shuttle r\xe9entry burns 70001.",
+        "The shuttle r\xe9entry burns 60001.",
+        "The shuttle r\xe9entry burns 60002.",
+    ]
+    reviews = read_imdb(data_root / "aclImdb" / "test")
+    assert reviews[0] == "A neg review. Movie 0." and len(reviews) == 4
+
+
+def test_word_tokenizer_is_built_from_train_only_and_pads_to_length() -> None:
+    tok = WordTokenizer(["a good movie", "a bad movie", "good !"])
+    vocab = tok.tokenizer.get_vocab()
+    # specials first, then by training frequency (ties in the trainer's fixed order)
+    assert [vocab[w] for w in ("[PAD]", "[UNK]", "[CLS]")] == [0, 1, 2]
+    assert {vocab["a"], vocab["good"], vocab["movie"]} == {3, 4, 5} and tok.vocab_size == 8
+    ids = tok(["A GOOD film", "good " * 10], 5)
+    # [CLS] first, lower-cased, unseen word → [UNK], padded with 0 / truncated to 5
+    assert ids.tolist() == [[2, vocab["a"], vocab["good"], 1, 0], [2] + [vocab["good"]] * 4]
+    again = WordTokenizer(["a good movie", "a bad movie", "good !"])
+    assert again.tokenizer.get_vocab() == vocab  # deterministic
+
+
+def test_tokenizer_names_are_checked(tiny_bert: Path) -> None:
+    with pytest.raises(ValueError, match=r"tokenizer must be 'word' or 'hf:<name or path>'"):
+        make_tokenizer("bpe", [])
+    from harness.data.base import DataMissingError
+
+    with pytest.raises(DataMissingError, match=r"tokenizer '/nonexistent/bert' is not on this"):
+        make_tokenizer("hf:/nonexistent/bert", [])
+    tok = make_tokenizer(f"hf:{tiny_bert}", [])
+    ids = tok(["a good movie !"], 8)
+    vocab = tok.tokenizer.get_vocab()
+    expected = [vocab[w] for w in ("[CLS]", "a", "good", "movie", "!", "[SEP]")] + [0, 0]
+    assert ids.tolist() == [expected] and tok.pad_id == 0
+
+
+def test_sst2_dataset_splits_are_lazy_token_ids(data_root: Path) -> None:
+    spec: DatasetSpec = DATASETS.get("sst2")
+    assert spec.in_shape == (SEQ_LEN,) and spec.num_classes == 2
+    spec.require(data_root)
+    splits = spec.load(data_root)
+    train, test = splits["train"], splits["test"]
+    assert isinstance(train, LazySplit) and isinstance(test, TextSplit)
+    assert train.ids.shape == (32, SEQ_LEN) and test.ids.shape == (8, SEQ_LEN)  # test = GLUE dev
+    assert test.labels.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    # dev's "!" never occurs in train: the word vocabulary saw train only, so it is [UNK]
+    assert test.ids[0, :5].tolist()[-1] == 1 and test.ids[0, 0].item() == 2
+    ood = DATASETS.get("20newsgroups").load(data_root)["test"]
+    assert ood.ids.shape == (3, SEQ_LEN) and set(ood.labels.tolist()) == {-1}
+    with pytest.raises(Exception, match=r"dataset 'imdb' not found: looked in"):
+        DATASETS.get("imdb").require(data_root / "elsewhere")
+
+
+# --------------------------------------------------------------------------------------------
+# Loader
+
+
+def test_loader_order_is_a_function_of_seed_epoch_and_stream() -> None:
+    split = TextSplit(torch.arange(30).view(10, 3), torch.arange(10))
+    opts = LoaderOptions(4, CPU, shuffle=True, seed=3, train=True)
+    first = [y.tolist() for _, y in split.loader(opts)]
+    assert first == [y.tolist() for _, y in split.loader(opts)]  # same seed, same order
+    expected = torch.randperm(10, generator=torch.Generator().manual_seed(3 * 100_003)).tolist()
+    assert [i for batch in first for i in batch] == expected  # DeviceLoader's seeding
+    later = split.loader(opts)
+    later.set_epoch(1)
+    assert [y.tolist() for _, y in later] != first
+    x, y = next(iter(split.loader(LoaderOptions(4, CPU, shuffle=True, seed=3, streams=2))))
+    assert x.shape == (2, 4, 3) and y[0].tolist() == expected[:4]  # stream 0 is the shared one
+    assert torch.equal(x[1][:, 0] // 3, y[1])  # ids and labels stay paired
+    unshuffled = [y.tolist() for _, y in split.loader(LoaderOptions(4, CPU))]
+    assert unshuffled == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    with pytest.raises(ValueError, match=r"text splits have no augmentation"):
+        split.loader(LoaderOptions(4, CPU, train=True, augment="crop_flip"))
+
+
+def test_shards_are_contiguous_blocks_of_the_global_batch() -> None:
+    split = TextSplit(torch.arange(20).view(10, 2), torch.arange(10))
+    whole = [y.tolist() for _, y in split.loader(LoaderOptions(5, CPU, shuffle=True, seed=1))]
+    ranks = [
+        [
+            y.tolist()
+            for _, y in split.loader(LoaderOptions(5, CPU, shuffle=True, seed=1, shard=(r, 2)))
+        ]
+        for r in range(2)
+    ]
+    for b, batch in enumerate(whole):  # rank 0: rows [0, 3), rank 1: rows [3, 5)
+        assert ranks[0][b] == batch[:3] and ranks[1][b] == batch[3:]
+    assert len(split.loader(LoaderOptions(4, CPU, drop_last=True))) == 2
+    sub = split.subset(torch.tensor([1, 4]))
+    assert sub.labels.tolist() == [1, 4] and sub.ids.tolist() == [[2, 3], [8, 9]]
+
+
+# --------------------------------------------------------------------------------------------
+# Backbones and methods on token ids
+
+
+@pytest.mark.parametrize("method", ["single", "sigma_ens", "deep_ensemble", "mc_dropout"])
+def test_methods_train_on_token_ids(method: str) -> None:
+    spec = METHODS.get(method)
+    kw = {"dim": 16, "depth": 1, "heads": 2, "vocab_size": 50}
+    m = spec.min_members if spec.max_members == 1 else 2
+    ctx = BuildContext("text_transformer", (12,), 3, m, kw, seed=0)
+    torch.manual_seed(0)
+    model = spec.build(ctx, spec.make_hparams({}))
+    streams = spec.feeding_for({}).streams(m)
+    lead = (streams, 6) if streams > 1 else (6,)
+    ids = torch.randint(3, 50, (*lead, 12))
+    ids[..., 8:] = 0  # padding
+    y = torch.randint(0, 3, lead)
+    model.train()
+    out = model.training_outputs(ids, y)
+    loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), out.targets.flatten())
+    loss.backward()
+    assert torch.isfinite(loss) and out.logits.shape[-1] == 3
+    model.eval()
+    with torch.no_grad():
+        probs = model(ids[0] if streams > 1 else ids).softmax(-1)
+    assert probs.shape == (m, 6, 3)
+    assert torch.allclose(probs.sum(-1), torch.ones(m, 6))
+
+
+def test_padding_does_not_change_the_prediction() -> None:
+    from harness.backbones_text import TextTransformer
+
+    torch.manual_seed(0)
+    net = TextTransformer(8, 2, vocab_size=20, dim=16, depth=2, heads=2).eval()
+    ids = torch.tensor([[2, 5, 6, 7, 0, 0, 0, 0]])
+    other = ids.clone()
+    other[0, 4:] = 0  # same real tokens, padding positions' embeddings never enter
+    with torch.no_grad():
+        a = net(ids)
+        net.tokens.weight[0] += 1.0  # a different pad embedding: masked out of keys and pooling
+        b = net(other)
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["packed_ensemble", "batch_ensemble"])
+def test_packed_and_batch_ensemble_refuse_transformers(method: str) -> None:
+    supported = METHODS.get(method).backbones
+    assert "text_transformer" not in supported and "hf_encoder" not in supported
+
+
+def test_hf_encoder_conversion_by_path_preserves_predictions(tiny_bert: Path) -> None:
+    """σN-Ens on a pre-trained encoder: every LayerNorm becomes member-specific and each member
+    reproduces the loaded model's logits at step 0."""
+    from methods.sigma_norm import SigmaLayerNorm, sigma_norm_layers
+
+    kw = {"model": str(tiny_bert)}
+    torch.manual_seed(0)
+    single = METHODS.get("single").build(BuildContext("hf_encoder", (8,), 2, 1, kw, seed=0), None)
+    torch.manual_seed(0)
+    sigma = METHODS.get("sigma_ens")
+    ens = sigma.build(BuildContext("hf_encoder", (8,), 2, 3, kw, seed=0), sigma.make_hparams({}))
+    layers = sigma_norm_layers(ens)
+    # embeddings + 2 per layer × 2 layers
+    assert len(layers) == 5 and all(isinstance(mod, SigmaLayerNorm) for _, mod in layers)
+    ids = torch.tensor([[2, 5, 6, 7, 3, 0, 0, 0], [2, 8, 9, 3, 0, 0, 0, 0]])
+    single.eval()
+    ens.eval()
+    with torch.no_grad():
+        ref, members = single(ids), ens(ids)  # (1, 2, 2), (3, 2, 2)
+    assert members.shape == (3, 2, 2)
+    assert torch.allclose(members, ref.expand(3, -1, -1), atol=1e-5)
+    with pytest.raises(OSError, match=r"hf_encoder: '/nonexistent/bert' is not on this machine"):
+        BuildContext("hf_encoder", (8,), 2, 1, {"model": "/nonexistent/bert"}).build_backbone()
+
+
+# --------------------------------------------------------------------------------------------
+# End to end through the CLI
+
+
+SCRATCH_SUITE = """
+name: sst2_tiny
+grid:
+  datasets: [sst2]
+  backbones:
+    - name: text_transformer
+      kwargs: {dim: 16, depth: 1, heads: 2, vocab_size: 64}
+  M: [2]
+  seeds: [0]
+  methods:
+    - single
+    - name: sigma_ens
+      hparams: {tau: 1.0, lam: 0.01}
+    - deep_ensemble
+    - name: mc_dropout
+      hparams: {dropout_rate: 0.1}
+recipe:
+  epochs: 2
+  batch_size: 8
+  optimizer: adamw
+  lr: 0.003
+  weight_decay: 0.01
+  schedule: cosine
+  eval_batch_size: 16
+  device: cpu
+evaluation:
+  corruptions: []
+  ood: [20newsgroups, imdb]
+"""
+
+CONVERSION_SUITE = """
+name: sst2_tinybert
+grid:
+  datasets: [sst2_tinybert]
+  backbones:
+    - name: hf_encoder
+      kwargs: {{model: "{model}"}}
+  M: [2]
+  seeds: [0]
+  methods:
+    - single
+    - name: sigma_ens
+      hparams: {{tau: 1.0, lam: 0.01}}
+recipe:
+  epochs: 1
+  batch_size: 8
+  optimizer: adamw
+  lr: 0.0001
+  weight_decay: 0.01
+  schedule: constant
+  eval_batch_size: 16
+  device: cpu
+evaluation:
+  corruptions: []
+  ood: [20newsgroups_tinybert]
+"""
+
+
+def _records(results: Path) -> dict[str, dict]:
+    out = {}
+    for path in results.glob("*/record.json"):
+        rec = json.loads(path.read_text())
+        out[rec["config"]["method"] if "config" in rec else rec["method"]] = rec
+    return out
+
+
+def test_text_suites_run_end_to_end_through_the_cli(
+    tmp_path: Path, data_root: Path, tiny_bert: Path, monkeypatch
+) -> None:
+    from harness.cli import main
+
+    scratch = tmp_path / "scratch.yaml"
+    scratch.write_text(textwrap.dedent(SCRATCH_SUITE))
+    results = tmp_path / "results"
+    argv = ["--results", str(results), "--data-root", str(data_root), "-q"]
+    assert main(["validate", str(scratch), "--data-root", str(data_root)]) == 0
+    assert main(["run", str(scratch), "--executor", "inprocess", *argv]) == 0
+    recs = _records(results / "sst2_tiny")
+    assert set(recs) == {"single", "sigma_ens", "deep_ensemble", "mc_dropout"}
+    for name, rec in recs.items():
+        assert rec["status"] == "done", (name, rec.get("error"))
+        clean = rec["metrics"]["clean"]
+        assert 0.0 <= clean["acc"] <= 1.0 and clean["nll"] > 0
+        assert set(rec["metrics"]["ood"]) == {"20newsgroups", "imdb"}
+        assert 0.0 <= rec["metrics"]["ood"]["imdb"]["msp"]["auroc"] <= 1.0
+    assert len(recs["sigma_ens"]["history"]) == 2
+    # 32 training sentences of 8 patterns, dev = the same patterns + "!": learnt in 2 epochs
+    # (measured: accuracy 1.0 for every method; chance is 0.5)
+    assert recs["single"]["metrics"]["clean"]["acc"] >= 0.75
+
+    # The pre-trained encoder by path: its tokeniser is registered by a plugin module.
+    plugin = tmp_path / "tinybert_text_plugin.py"
+    plugin.write_text(
+        "from harness.data.sst2 import register_text_datasets\n"
+        f"register_text_datasets('_tinybert', 'hf:{tiny_bert}')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    conversion = tmp_path / "conversion.yaml"
+    conversion.write_text(textwrap.dedent(CONVERSION_SUITE.format(model=tiny_bert)))
+    code = main(["run", str(conversion), "--executor", "inprocess", "--plugin", plugin.stem, *argv])
+    assert code == 0
+    recs = _records(results / "sst2_tinybert")
+    assert set(recs) == {"single", "sigma_ens"}
+    for name, rec in recs.items():
+        assert rec["status"] == "done", (name, rec.get("error"))
+        assert rec["metrics"]["clean"]["nll"] > 0
+        assert set(rec["metrics"]["ood"]) == {"20newsgroups_tinybert"}
+
+
+def test_register_text_datasets_names_every_set() -> None:
+    assert {"sst2", "20newsgroups", "imdb", "sst2_bert", "imdb_bert"} <= set(DATASETS.names())
+    with pytest.raises(Exception, match=r"dataset 'sst2' is already registered"):
+        register_text_datasets("", "word")
