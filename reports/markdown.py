@@ -22,6 +22,7 @@ from reports.paired_view import (
     md_escape,
     significance_marks,
 )
+from reports.selection import markdown_selection
 
 
 def render_markdown_table(
@@ -87,6 +88,7 @@ def render_markdown(
     if len(results.summary):
         lines += markdown_paired(paired, results.summary)
     lines += markdown_corruptions(results, options)
+    lines += markdown_selection(results.summary)
     if published is not None and len(published):
         from reports.published import markdown_published
 

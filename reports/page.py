@@ -30,6 +30,7 @@ from reports.columns import (
 )
 from reports.ood_groups import CONVENTION as OOD_GROUP_CONVENTION
 from reports.paired_view import PairedStats, group_key, paired_context, significance_marks
+from reports.selection import selection_context
 from reports.significance import TEST_NAMES, check_test
 
 INTERVALS = ("std", "ci")
@@ -312,6 +313,7 @@ def context(
         "bold_rule": bold_rule(paired),
         "paired": paired_context(paired, summary),
         "corruption_table": corruption_table(results, options),
+        "selection": selection_context(summary),
         "directions": {
             d: sorted(k for k, v in DIRECTIONS.items() if v == d) for d in ("higher", "lower")
         },
