@@ -88,7 +88,7 @@ def render_markdown(
     if len(results.summary):
         lines += markdown_paired(paired, results.summary)
     lines += markdown_corruptions(results, options)
-    lines += markdown_selection(results.summary)
+    lines += markdown_selection(results.summary, cell_text)
     if published is not None and len(published):
         from reports.published import markdown_published
 

@@ -11,6 +11,7 @@ single candidate has nothing to select, so it is left out.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -52,10 +53,13 @@ def selected_on_validation(summary: pd.DataFrame, metric: str = SELECT_ON) -> pd
     return pd.DataFrame(rows)
 
 
-def selection_context(summary: pd.DataFrame) -> dict[str, Any] | None:
-    """What the page and the Markdown render: header, rows of text; None when empty."""
-    from reports.page import cell_text  # the page's number format (page imports this module)
+def selection_context(
+    summary: pd.DataFrame, cell_text: Callable[[Any, Any, Any, str], str]
+) -> dict[str, Any] | None:
+    """What the page and the Markdown render: header, rows of text; None when empty.
 
+    ``cell_text(mean, spread, n, kind)`` is the page's number format (passed in: the page
+    imports this module)."""
     table = selected_on_validation(summary)
     if table.empty:
         return None
@@ -76,9 +80,11 @@ def selection_context(summary: pd.DataFrame) -> dict[str, Any] | None:
     return {"metric": SELECT_ON, "labels": [label for _, label, _ in SHOWN], "rows": rows}
 
 
-def markdown_selection(summary: pd.DataFrame) -> list[str]:
+def markdown_selection(
+    summary: pd.DataFrame, cell_text: Callable[[Any, Any, Any, str], str]
+) -> list[str]:
     """The selection table as Markdown lines (none when nothing was selected)."""
-    ctx = selection_context(summary)
+    ctx = selection_context(summary, cell_text)
     if ctx is None:
         return []
     lines = [
