@@ -120,6 +120,8 @@ def check_corruption(corruption: str, severity: int) -> None:
 
 def why_not_applicable(corruption: str, in_shape: tuple[int, int, int]) -> str | None:
     """Why a corruption cannot be generated for images of ``in_shape`` (None if it can)."""
+    if len(in_shape) != 3:  # token ids (L,) and other non-image inputs
+        return f"inputs of shape {tuple(in_shape)} are not images"
     c, h, w = in_shape
     side = min(h, w)
     if corruption not in _TRANSFORMS:
@@ -329,7 +331,7 @@ def corruption_listing() -> list[tuple[str, str]]:
 
     users: dict[str, list[str]] = {}
     for name, spec in DATASETS.items():
-        if spec.num_classes:  # OOD-only sets are never corrupted
+        if spec.num_classes and len(spec.in_shape) == 3:  # OOD-only and text sets never are
             users.setdefault(corruption_set(name).source or name, []).append(name)
     out = []
     for key, names in sorted(users.items()):
