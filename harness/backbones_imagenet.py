@@ -6,7 +6,8 @@
   MIMO and Masksembles build their own ResNet-50 from the same library in the same style
   (``packed_resnet``/``batched_resnet``/``mimo_resnet``/``masked_resnet`` with ``arch=50,
   style="imagenet"``, chosen through :attr:`ImageNetBackboneSpec.tu_style`). Keyword options go to
-  torch-uncertainty's ``resnet`` (e.g. ``width_multiplier``: the tests train a 1/16-width one).
+  torch-uncertainty's ``resnet`` (e.g. ``width_multiplier``), and ``input_size`` resizes the
+  inputs first (the CPU tests train a 1/16-width ResNet-50 on 32×32 inputs).
 - ``tv_resnet50``: torchvision's ResNet-50, for converting published weights
   (``pretrained: torchvision:ResNet50_Weights.IMAGENET1K_V2``).
 - ``vit_b16``: timm's ``vit_base_patch16_224`` (ViT-B/16, LayerNorm, 86.6 M parameters at
@@ -19,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from harness.backbones import BackboneSpec, _no_extra, register_backbone
 
@@ -35,10 +37,26 @@ class ImageNetBackboneSpec(BackboneSpec):
     tu_style: str = "imagenet"
 
 
-def _tu_resnet50(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any) -> nn.Module:
+class InputResize(nn.Module):
+    """Bilinear (antialiased) resize of a (B, C, H, W) batch to (B, C, size, size)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True)
+
+
+def _tu_resnet50(
+    in_shape, num_classes, dropout_rate: float = 0.0, input_size: int | None = None, **kw: Any
+) -> nn.Module:
+    """torch-uncertainty's ResNet-50, ImageNet style. ``input_size`` shrinks the inputs inside the
+    network first (smoke runs and CPU tests of the ImageNet pipeline: a 1/16-width ResNet-50 at
+    32×32 instead of 224×224); the default None takes them as the data gives them."""
     from torch_uncertainty.models.classification import resnet
 
-    return resnet(
+    net = resnet(
         in_channels=in_shape[0],
         num_classes=num_classes,
         arch=50,
@@ -46,6 +64,7 @@ def _tu_resnet50(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any) ->
         style="imagenet",
         **kw,
     )
+    return net if input_size is None else nn.Sequential(InputResize(input_size), net)
 
 
 def _tv_resnet50(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any) -> nn.Module:

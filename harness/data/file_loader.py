@@ -233,6 +233,23 @@ class FileLoader:
         n, b = len(self.split), self.options.batch_size
         return n // b if self.options.drop_last else -(-n // b)
 
+    # DeviceLoader's attributes, read by harness.progress to count an epoch's images.
+    @property
+    def labels(self) -> Tensor:
+        return self.split.labels
+
+    @property
+    def batch_size(self) -> int:
+        return self.options.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.options.drop_last
+
+    @property
+    def streams(self) -> int:
+        return self.options.streams
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 

@@ -140,14 +140,16 @@ def file_list(root: Path, split: str) -> tuple[list[str], np.ndarray, np.ndarray
     kind = layout(root)
     if kind is None:
         raise missing_error(root)
-    return _file_list_cached(str(location(root).resolve()), SPLITS[split], kind)
+    folder = location(root).resolve()
+    split_name = SPLITS[split]
+    # The fingerprint is part of the in-memory key too: a tree changed since is listed anew.
+    return _file_list_cached(str(folder), split_name, kind, _fingerprint(folder / split_name))
 
 
 @lru_cache(maxsize=4)
-def _file_list_cached(folder: str, split_name: str, kind: str):
+def _file_list_cached(folder: str, split_name: str, kind: str, fingerprint: str):
     split_dir = Path(folder) / split_name
     cache = Path(folder) / f".harness-files-{split_name}.npz"
-    fingerprint = _fingerprint(split_dir)
     try:
         with np.load(cache, allow_pickle=False) as z:
             if str(z["fingerprint"]) == fingerprint:
