@@ -9,8 +9,14 @@ tiny BERT (``transformers.BertConfig`` → ``save_pretrained``, tokenizer from a
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import http.server
 import json
+import tarfile
 import textwrap
+import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -389,3 +395,73 @@ def test_register_text_datasets_names_every_set() -> None:
     assert {"sst2", "20newsgroups", "imdb", "sst2_bert", "imdb_bert"} <= set(DATASETS.names())
     with pytest.raises(Exception, match=r"dataset 'sst2' is already registered"):
         register_text_datasets("", "word")
+
+
+# --------------------------------------------------------------------------------------------
+# harness data download (published archives served from 127.0.0.1 through the mirror variable)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def mirror(tmp_path: Path):
+    """(served folder, base URL) of a local HTTP server, for this test only."""
+    served = tmp_path / "served"
+    served.mkdir()
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(served))
+    )
+    httpd.handle_error = lambda request, client_address: None
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+def test_published_text_archives_stay_in_the_code() -> None:
+    from harness.data import download as dl
+
+    assert dl.ARCHIVES["sst2"].url == "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip"
+    assert dl.ARCHIVES["sst2"].md5 == "9f81648d4199384278b86e315dac217c"
+    assert dl.ARCHIVES["imdb"].filename == "aclImdb_v1.tar.gz"
+    assert dl.ARCHIVES["20newsgroups"].md5 == "d6e9e45cb8cb77ec5276dfa6dfc14318"
+
+
+def test_data_download_fetches_and_extracts_the_text_sets(
+    tmp_path: Path, mirror, monkeypatch, capsys
+) -> None:
+    from harness.cli import main
+    from harness.data import download as dl
+
+    served, base = mirror
+    staging = tmp_path / "staging"
+    write_sst2(staging)
+    write_ood(staging)
+    with zipfile.ZipFile(served / "SST-2.zip", "w") as z:  # GLUE's zip: a top folder SST-2/
+        for path in sorted((staging / "SST-2").rglob("*")):
+            z.write(path, path.relative_to(staging).as_posix())
+    with tarfile.open(served / "aclImdb_v1.tar.gz", "w:gz") as tar:
+        tar.add(staging / "aclImdb", arcname="aclImdb")
+    with tarfile.open(served / "20news-bydate.tar.gz", "w:gz") as tar:
+        tar.add(staging / "20news-bydate-test", arcname="20news-bydate-test")
+    for name, file in (
+        ("sst2", "SST-2.zip"),
+        ("imdb", "aclImdb_v1.tar.gz"),
+        ("20newsgroups", "20news-bydate.tar.gz"),
+    ):
+        md5 = hashlib.md5((served / file).read_bytes()).hexdigest()
+        monkeypatch.setitem(dl.ARCHIVES, name, dl.Archive(dl.ARCHIVES[name].url, md5))
+    monkeypatch.setenv(dl.MIRROR_ENV, base)
+    root = tmp_path / "data"
+    assert main(["data", "download", "sst2", "imdb", "20newsgroups", "--data-root", str(root)]) == 0
+    assert "sst2: ready in" in capsys.readouterr().out
+    for name in ("sst2", "imdb", "20newsgroups"):
+        DATASETS.get(name).require(root)  # raises DataMissingError if a file is not in place
+    assert not list(root.glob("*.zip")) and not list(root.glob("*.tar.gz"))  # archives removed
+    texts, labels = read_glue_tsv(root / "SST-2" / "train.tsv")
+    assert len(texts) == 32 and labels.sum().item() == 16
