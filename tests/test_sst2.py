@@ -144,6 +144,7 @@ def test_tokenizer_names_are_checked(tiny_bert: Path) -> None:
     vocab = tok.tokenizer.get_vocab()
     expected = [vocab[w] for w in ("[CLS]", "a", "good", "movie", "!", "[SEP]")] + [0, 0]
     assert ids.tolist() == [expected] and tok.pad_id == 0
+    assert tok([], 8).shape == (0, 8) and tok([], 8).dtype == torch.int64  # an empty OOD folder
 
 
 def test_sst2_dataset_splits_are_lazy_token_ids(data_root: Path) -> None:

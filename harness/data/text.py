@@ -117,10 +117,10 @@ class PretrainedTokenizer:
         self.vocab_size = len(self.tokenizer)
 
     def __call__(self, texts: Sequence[str], length: int) -> Tensor:
-        out = self.tokenizer(list(texts), padding="max_length", truncation=True, max_length=length)[
-            "input_ids"
-        ]
-        return _as_ids(out, length)
+        if not texts:  # the tokenizer refuses an empty batch
+            return _as_ids([], length)
+        enc = self.tokenizer(list(texts), padding="max_length", truncation=True, max_length=length)
+        return _as_ids(enc["input_ids"], length)
 
 
 def _as_ids(rows: list[list[int]], length: int) -> Tensor:
