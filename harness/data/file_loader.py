@@ -24,15 +24,17 @@ loader workers nor on the world size: with ``shard=(rank, world)`` every rank dr
 global order and decodes only its contiguous block ``[rank·B/world, (rank+1)·B/world)`` of each
 global batch (the same blocks as ``DeviceLoader``).
 
-Throughput and cores (measured in ``benchmarks/bench_file_loader.py``, figures in
-docs/benchmarks.md): PIL decode + RandomResizedCrop + flip of an ImageNet-sized JPEG
-(~500×375, quality 90) runs at roughly 150–250 images/s per core on current x86 cores
-(libjpeg-turbo). ResNet-50 in bf16 trains at ~3,000 images/s on one H200, so one GPU needs
-~12–20 decoding cores, an 8-GPU node ~100–160: more than most nodes have. On such a node use
-``workers`` = (cores per GPU − 1) and expect the CPU to bound ResNet-50 (not ViT-B/16, which
-trains at ~1,000 images/s/GPU); the remedies are a pre-resized copy of the training set (short
-side 160–256 px halves decode time), or GPU decoding (``torchvision.io.decode_jpeg`` on CUDA;
-DALI/FFCV), which this module does not do.
+Throughput and cores (``benchmarks/bench_file_loader.py``, figures in docs/benchmarks.md): on an
+AMD EPYC core, decode + RandomResizedCrop + flip of ImageNet-sized JPEGs (500×375, quality 90)
+costs ~2.8 ms of CPU per image (~360 images per CPU-second; decode alone ~1.2 ms), and a worker
+adds the batch collation (~300 per CPU-second). ResNet-50 trains at ~3,000 images/s in bf16 on one
+H200, so one GPU needs ~10–12 decoding workers and an 8-GPU node ~90–100 cores: a 2×56-core H200
+node keeps up with 12–13 workers per GPU (the default takes the node's cores / local ranks − 1, up
+to 16), a smaller node does not, and the record's ``loader_images_per_s`` (cost block) says so
+next to the model's throughput. ViT-B/16 (~1,000 images/s per GPU) needs a third of that. Where
+the CPU is short: a copy of the training set pre-resized to a short side of ~256 px (decode
+cost scales with pixels), or GPU decoding (``torchvision.io.decode_jpeg`` on CUDA, DALI, FFCV),
+which this module does not do.
 """
 
 from __future__ import annotations
