@@ -97,6 +97,8 @@ def test_missing_imagenet_names_both_layouts_and_the_preparation_command(tmp_pat
     assert not spec.is_available(tmp_path)
     with pytest.raises(DataMissingError, match=r"torchvision's ImageNet layout .*meta\.bin.*plain"):
         spec.load(tmp_path)
+    with pytest.raises(DataMissingError, match=r"d\.ImageNet\('.*/imagenet', split='val'\)"):
+        spec.require(tmp_path)
     # the raw val archive extracted flat (no class folders) is not a layout either
     (tmp_path / "imagenet" / "train" / "n01440764").mkdir(parents=True)
     (tmp_path / "imagenet" / "val").mkdir()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -94,9 +95,22 @@ def missing_error(root: Path, detail: str = "") -> DataMissingError:
         f"dataset 'imagenet' not found in {where}{': ' + detail if detail else ''}. Expected "
         f"torchvision's ImageNet layout ({where}/meta.bin + train/<wnid>/*.JPEG + "
         f"val/<wnid>/*.JPEG) or a plain folder tree ({where}/train/<wnid>/*.JPEG, "
-        f"val/<wnid>/*.JPEG). `harness data download imagenet` prints the preparation commands "
-        f"(ImageNet needs a login at image-net.org)."
+        f"val/<wnid>/*.JPEG). With ILSVRC2012_devkit_t12.tar.gz, ILSVRC2012_img_train.tar and "
+        f"ILSVRC2012_img_val.tar (image-net.org, login needed) in {where}, run `python -c "
+        f"\"import torchvision.datasets as d; d.ImageNet('{where}', split='train'); "
+        f"d.ImageNet('{where}', split='val')\"`; `harness data download imagenet` prints "
+        f"every preparation command."
     )
+
+
+@dataclass(frozen=True)
+class ImageNetSpec(DatasetSpec):
+    """ImageNet's registration: a missing tree is reported with both layouts and the commands
+    that prepare them (the generic message only knows one download command)."""
+
+    def require(self, root: Path) -> None:
+        if layout(root) is None:
+            raise missing_error(root)
 
 
 def _fingerprint(split_dir: Path) -> str:
@@ -225,7 +239,7 @@ def imagenet_c_available(root: Path, corruption: str, severity: int) -> bool:
 
 
 register_dataset(
-    DatasetSpec(
+    ImageNetSpec(
         name="imagenet",
         in_shape=(3, 224, 224),
         num_classes=NUM_CLASSES,
