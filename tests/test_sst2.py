@@ -350,7 +350,7 @@ def _records(results: Path) -> dict[str, dict]:
 
 
 def test_text_suites_run_end_to_end_through_the_cli(
-    tmp_path: Path, data_root: Path, tiny_bert: Path, monkeypatch
+    tmp_path: Path, data_root: Path, tiny_bert: Path, monkeypatch, capsys
 ) -> None:
     from harness.cli import main
 
@@ -359,6 +359,14 @@ def test_text_suites_run_end_to_end_through_the_cli(
     results = tmp_path / "results"
     argv = ["--results", str(results), "--data-root", str(data_root), "-q"]
     assert main(["validate", str(scratch), "--data-root", str(data_root)]) == 0
+    corrupted = tmp_path / "corrupted.yaml"
+    corrupted.write_text(
+        textwrap.dedent(SCRATCH_SUITE).replace("corruptions: []", "corruptions: [all]")
+    )
+    assert main(["validate", str(corrupted), "--data-root", str(data_root)]) == 2
+    assert (
+        "dataset 'sst2' has no corruptions (its inputs are not images)" in capsys.readouterr().err
+    )
     assert main(["run", str(scratch), "--executor", "inprocess", *argv]) == 0
     recs = _records(results / "sst2_tiny")
     assert set(recs) == {"single", "sigma_ens", "deep_ensemble", "mc_dropout"}

@@ -273,6 +273,8 @@ def check_corruptions(
     """
     if not names:
         return []
+    if len(corruption_set(dataset).in_shape) != 3:  # token ids: `all` would resolve to nothing
+        return [f"dataset {dataset!r} has no corruptions (its inputs are not images); set []"]
     try:
         used = resolve_corruptions(dataset, names)
     except ValueError:  # list every bad name, not only the first
