@@ -19,6 +19,7 @@ from harness.data.loader import make_loader
 from harness.registries import BACKBONES, DATASETS
 from tests import fabricate_imagenet as fab
 from tests.conftest import REPO
+from tests.test_download import server  # noqa: F401  (the local HTTP server fixture)
 
 CPU = torch.device("cpu")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -211,6 +212,44 @@ def test_imagenet_c_mirrors_val_and_is_read_without_a_resize(folder_tree):
     problems = check_corruptions("imagenet", ["fog", "snow"], folder_tree)
     assert len(problems) == 1 and "imagenet-c/snow is missing" in problems[0]
     assert check_corruptions("imagenet", ["spatter"], folder_tree) == []
+
+
+def test_download_imagenet_c_fetches_checks_and_extracts_the_five_archives(
+    tmp_path,
+    server,
+    monkeypatch,
+    capsys,  # noqa: F811  (the fixture imported above)
+):
+    import hashlib
+    import tarfile
+
+    from harness.data import download as dl
+    from harness.data import imagenet
+
+    published = imagenet.imagenet_c_archives()  # torch-uncertainty's URLs and md5s
+    assert [a.filename for a in published] == [
+        f"{g}.tar" for g in ("blur", "digital", "extra", "noise", "weather")
+    ]
+    assert published[0].md5 == "2d8e81fdd8e07fef67b9334fa635e45c"
+    served, base = server
+    staging = tmp_path / "staging"
+    fab.write_imagenet(staging, val_per_class=1)
+    groups = {"blur": "fog", "digital": "pixelate", "extra": "spatter", "noise": "shot_noise"}
+    groups["weather"] = "snow"
+    served_archives = []
+    for group, corruption in groups.items():
+        fab.write_imagenet_c(staging, (corruption,), severities=(1, 5), size=16)
+        with tarfile.open(served / f"{group}.tar", "w") as tar:  # <corruption>/ at the top
+            tar.add(staging / "imagenet-c" / corruption, arcname=corruption)
+        md5 = hashlib.md5((served / f"{group}.tar").read_bytes()).hexdigest()
+        served_archives.append(dl.Archive(f"https://zenodo.org/x/{group}.tar", md5))
+    monkeypatch.setattr(imagenet, "imagenet_c_archives", lambda: served_archives)
+    monkeypatch.setenv(dl.MIRROR_ENV, base)
+    root = tmp_path / "data"
+    assert main(["data", "download", "imagenet-c", "--data-root", str(root)]) == 0
+    assert f"imagenet-c: ready in {root}" in capsys.readouterr().out
+    assert sorted(p.name for p in (root / "imagenet-c").iterdir()) == sorted(groups.values())
+    assert len(list((root / "imagenet-c" / "snow" / "5").glob("*/*.JPEG"))) == 3
 
 
 # --- OpenOOD v1.5's ImageNet OOD sets -------------------------------------------------------

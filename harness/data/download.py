@@ -24,6 +24,7 @@ implicitly.
 from __future__ import annotations
 
 import http.client
+import importlib
 import os
 import tarfile
 import urllib.error
@@ -191,6 +192,10 @@ SOURCES: dict[str, tuple[str, Callable[[Path], None]]] = {
     "places365": (
         "torchvision Places365 (val, small)",
         lambda root: _torchvision("places365", root),
+    ),
+    "imagenet-c": (
+        "ImageNet-C: 5 archives from zenodo.org/record/2235448",
+        lambda root: importlib.import_module("harness.data.imagenet").fetch_imagenet_c(root),
     ),
     # Looked up at call time, so a mirror or a replaced entry applies.
     **{

@@ -63,9 +63,8 @@ ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar into {root}/imagenet/, then 
       (cd train && for f in *.tar; do d=${{f%.tar}}; mkdir $d && tar -xf $f -C $d && rm $f; done) &&
       tar -xf ILSVRC2012_img_val.tar -C val && (cd val && bash valprep.sh)
       (valprep.sh from https://raw.githubusercontent.com/soumith/imagenetloader.torch/master/valprep.sh)
-ImageNet-C (public, Zenodo record 2235448): download blur.tar, digital.tar, extra.tar, noise.tar,
-weather.tar from https://zenodo.org/record/2235448 and extract each into {root}/imagenet-c/
-(giving {root}/imagenet-c/<corruption>/<severity>/<wnid>/*.JPEG)."""
+ImageNet-C is public: `harness data download imagenet-c` fetches its five Zenodo archives
+(md5-checked) into {root}/imagenet-c/<corruption>/<severity>/<wnid>/*.JPEG."""
 
 
 def location(root: Path) -> Path:
@@ -265,20 +264,39 @@ def preparation(name: str, root: Path) -> tuple[str, bool] | None:
     """What ``harness data download NAME`` does for a set it cannot fetch itself: the commands
     that prepare it under ``root``, and whether it is already there. None for other names.
 
-    ImageNet needs a login; ImageNet-C is five Zenodo archives without published checksums; the
-    OpenOOD sets are served from Google Drive by OpenOOD's own script.
+    ImageNet needs a login; the OpenOOD sets are served from Google Drive by OpenOOD's own script.
     """
     from harness.data import imagenet_ood
 
     root = Path(root)
     if name == "imagenet":
         return PREPARE.format(root=root), layout(root) is not None
-    if name == C_FOLDER:
-        from harness.data.corruption_sets import CORRUPTIONS
-
-        text = PREPARE.format(root=root).split("ImageNet-C", 1)[1]
-        have = all((Path(root) / C_FOLDER / c).is_dir() for c in CORRUPTIONS)
-        return "ImageNet-C" + text, have
     if name in imagenet_ood.SETS:
         return imagenet_ood.PREPARE.format(root=root), imagenet_ood._available(name, root)
     return None
+
+
+def imagenet_c_archives():
+    """ImageNet-C's five Zenodo archives (blur, digital, extra, noise, weather) with their md5s,
+    as torch-uncertainty's ``ImageNetC`` dataset lists them.
+
+    Returns:
+        list of :class:`harness.data.download.Archive`.
+    """
+    from torch_uncertainty.datasets.classification import ImageNetC
+
+    from harness.data.download import Archive
+
+    return [Archive(u, m) for u, m in zip(ImageNetC.url, ImageNetC.tgz_md5, strict=True)]
+
+
+def fetch_imagenet_c(root: Path) -> None:
+    """Download, md5-check and extract the five archives into ``<root>/imagenet-c/`` (each holds
+    ``<corruption>/<severity>/<wnid>/*.JPEG`` at its top); a complete archive is not fetched
+    again (:func:`harness.data.download.fetch_archive`)."""
+    from harness.data.download import fetch_archive
+
+    folder = Path(root) / C_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    for archive in imagenet_c_archives():
+        fetch_archive(archive, folder)
