@@ -162,6 +162,12 @@ def test_sst2_dataset_splits_are_lazy_token_ids(data_root: Path) -> None:
     assert ood.ids.shape == (3, SEQ_LEN) and set(ood.labels.tolist()) == {-1}
     with pytest.raises(Exception, match=r"dataset 'imdb' not found: looked in"):
         DATASETS.get("imdb").require(data_root / "elsewhere")
+    # a recipe's validation hold-out: stratified rows of the training pool, as for images
+    from harness.data.base import training_splits
+
+    held = training_splits(splits, 4)
+    assert len(held["train"]) == 28 and held["val"].labels.tolist().count(1) == 2
+    assert isinstance(held["val"], TextSplit) and held["val"].ids.shape == (4, SEQ_LEN)
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,6 +332,8 @@ grid:
     - single
     - name: sigma_ens
       hparams: {{tau: 1.0, lam: 0.01}}
+    - name: sigma_ens
+      hparams: {{tau: 1.0, lam: 0.01, pretrain_epochs: 1}}
 recipe:
   epochs: 1
   batch_size: 8
@@ -392,9 +400,15 @@ def test_text_suites_run_end_to_end_through_the_cli(
     conversion.write_text(textwrap.dedent(CONVERSION_SUITE.format(model=tiny_bert)))
     code = main(["run", str(conversion), "--executor", "inprocess", "--plugin", plugin.stem, *argv])
     assert code == 0
-    recs = _records(results / "sst2_tinybert")
-    assert set(recs) == {"single", "sigma_ens"}
-    for name, rec in recs.items():
+    recs = [json.loads(p.read_text()) for p in (results / "sst2_tinybert").glob("*/record.json")]
+    labels = sorted(r["label"] for r in recs)
+    assert labels == [  # σN-Ens of the pre-trained encoder, and of the suite's fine-tuned single
+        "sst2_tinybert/hf_encoder/sigma_ens(M=2,lam=0.01)/seed0",
+        "sst2_tinybert/hf_encoder/sigma_ens(M=2,lam=0.01,pretrain_epochs=1)/seed0",
+        "sst2_tinybert/hf_encoder/single(M=1)/seed0",
+    ]
+    for rec in recs:
+        name = rec["label"]
         assert rec["status"] == "done", (name, rec.get("error"))
         assert rec["metrics"]["clean"]["nll"] > 0
         assert set(rec["metrics"]["ood"]) == {"20newsgroups_tinybert"}
