@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness import distributed
 from harness.cell_setup import measure_cost, run_conditions, train_loader
 from harness.checkpoint import load_weights, log_event, rng_state, save_atomic, set_rng_state
 from harness.contract import CONVENTIONS, Cell, hparams_values, new_record
@@ -49,7 +50,7 @@ from harness.data.base import (
 )
 from harness.environment import environment
 from harness.evaluate import evaluate_all, evaluate_split
-from harness.lease import LeaseHeld, acquire
+from harness.lease import LeaseHeld
 from harness.progress import ProgressLog, epoch_images
 from harness.records import atomic_write_text, read_record, write_record
 from harness.registries import DATASETS, METHODS, method_defaults
@@ -186,7 +187,8 @@ def train_cell(
     from tqdm.auto import tqdm
 
     recipe = cell.recipe
-    loader = train_loader(cell, spec, splits["train"], device)
+    ranks = distributed.ranks(cell)  # rank 0 of 1 unless the cell spans several processes
+    loader = train_loader(cell, spec, splits["train"], device, shard=ranks.shard)
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
     history: list[dict] = []
@@ -205,21 +207,25 @@ def train_cell(
         else:  # a checkpoint written before every random state was saved: CPU only
             torch.set_rng_state(ckpt["rng_cpu"].cpu())
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
-    log_event(cell_dir, "train", from_epoch=start_epoch)
-    plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, str(device))  # live progress.csv
+    if ranks.main:  # rank 0 writes the cell's files (harness.distributed)
+        log_event(cell_dir, "train", from_epoch=start_epoch, **ranks.event_fields())
+        plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, str(device))  # progress.csv
+    trainee = distributed.training_module(cell, model, device)  # DDP when several processes
+    distributed.seed_rank(cell, start_epoch)
     bar = tqdm(
         total=recipe.epochs * len(loader),
         initial=start_epoch * len(loader),
         desc=f"  {cell.method} M={cell.M} s{cell.seed}",
         leave=False,
         unit="step",
-        disable=not progress,
+        disable=not progress or not ranks.main,
     )
     for epoch in range(start_epoch, recipe.epochs):
         model.set_progress(epoch, recipe.epochs)
         loader.set_epoch(epoch)
         t0 = time.perf_counter()
-        stats = train_epoch(model, loader, opt, sched, recipe, device, progress=bar)
+        stats = train_epoch(trainee, loader, opt, sched, recipe, device, progress=bar)
+        stats = distributed.end_epoch(cell, model, stats, epoch)  # all ranks' stats, BN stats
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_s = time.perf_counter() - t0
@@ -227,7 +233,7 @@ def train_cell(
         # Validation metrics only when the recipe holds out a split (`validation: n`): the test
         # set is never looked at during training.
         val: dict[str, float] = {}
-        if "val" in splits:
+        if "val" in splits and ranks.main:
             m = evaluate_split(model, splits["val"], spec, recipe, device)
             val = {"val_acc": m["acc"], "val_nll": m["nll"], "val_ece": m["ece"]}
         history.append(
@@ -242,6 +248,8 @@ def train_cell(
         diag = model.diagnostics()
         if diag:
             diagnostics.append({"epoch": epoch + 1, **diag})
+        if not ranks.main:
+            continue  # the checkpoint and progress rows are rank 0's
         # Before the checkpoint: a kill in between leaves a row the resumed run drops.
         images = epoch_images(loader, stats["steps"])
         plog.write({**history[-1], "elapsed_s": train_s}, diag, images)
@@ -259,7 +267,8 @@ def train_cell(
             ckpt_path,
         )
     bar.close()
-    plog.close()
+    if ranks.main:
+        plog.close()
     return history, diagnostics, train_s
 
 
@@ -292,12 +301,16 @@ def run_cell(
     existing = read_record(cell_dir)
     if existing and existing["status"] == "done" and not force:
         return existing
+    if distributed.needs_launch(cell):  # `processes: N`: N ranks, each running this function
+        return distributed.launch_cell(cell, results_dir, data_root, force, progress, shared_device)
     try:
-        lease = acquire(cell_dir)
+        lease = distributed.acquire_lease(cell, cell_dir)  # rank 0's in a multi-process cell
     except LeaseHeld as exc:
         log.warning("cell %s skipped: %s", cell.label, exc)
         return {"cell_id": cell.cell_id, "status": "leased", "lease": exc.owner}
     try:
+        if not distributed.ranks(cell).main:
+            return distributed.follow(cell, cell_dir, data_root, progress)
         return _run_leased(cell, cell_dir, data_root, force, progress, shared_device)
     finally:
         lease.release()
@@ -327,6 +340,7 @@ def _run_leased(
             # Resuming would diverge again from the same state: that training starts over.
             (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
+    distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = pick_device(cell.recipe.device)
     started, t0 = now(), time.perf_counter()
     # The engine knows the method's defaults: the label and shown hparams are fixed here, at
@@ -348,6 +362,7 @@ def _run_leased(
         history, diag, train_s = trained_model(
             cell, cell_dir, model, spec, splits, device, progress
         )
+        distributed.leave(cell)  # rank 0 of a multi-process cell evaluates alone
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
         rec["diagnostics"]["batch_feeding"] = (  # images each member saw per training step
             METHODS.get(cell.method)

@@ -52,9 +52,13 @@ class CellTask(submitit.helpers.Checkpointable):
             os.environ.get("SLURM_RESTART_COUNT", "0"),
             torch.get_num_threads(),
         )
-        rec = run_cell(
-            cell, Path(results_dir), Path(data_root) if data_root else None, progress=False
-        )
+        root = Path(data_root) if data_root else None
+        if cell.recipe.processes > 1:  # this task is one rank of the cell (harness.distributed)
+            from harness.distributed import run_slurm_rank
+
+            rec = run_slurm_rank(cell, Path(results_dir), root)
+        else:
+            rec = run_cell(cell, Path(results_dir), root, progress=False)
         return {"cell_id": rec["cell_id"], "status": rec["status"]}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
@@ -81,29 +85,40 @@ def read_jobs(results_dir: Path) -> dict[str, str]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def make_executor(results_dir: Path, profile) -> submitit.AutoExecutor:
+def make_executor(results_dir: Path, profile, processes: int = 1) -> submitit.AutoExecutor:
+    """submitit's executor for the profile; ``processes`` > 1: one task per rank of a cell."""
+    from harness.distributed import slurm_parameters
+
     folder = Path(results_dir).resolve() / SLURM_DIR / "%j"
     ex = submitit.AutoExecutor(
         folder=folder, cluster="slurm", slurm_max_num_timeout=profile.max_num_timeout
     )
-    ex.update_parameters(name=f"harness-{Path(results_dir).name}", **profile.executor_parameters())
+    params = slurm_parameters(profile.executor_parameters(), processes)
+    ex.update_parameters(name=f"harness-{Path(results_dir).name}", **params)
     return ex
 
 
 def submit_cells(
     cells: list[Cell], results_dir: Path, data_root: Path | None, profile
 ) -> list[submitit.Job]:
-    """Submit one job array with one task per cell; returns submitit's jobs."""
+    """Submit one job array with one array task per cell (one array per distinct recipe
+    ``processes``: a cell of N processes is an array task of N Slurm tasks); returns submitit's
+    jobs in the order of ``cells``."""
     if not cells:
         return []
-    ex = make_executor(results_dir, profile)
     root = str(data_root) if data_root else None
-    jobs = ex.map_array(
-        CellTask(),
-        [c.to_json() for c in cells],
-        [str(Path(results_dir).resolve())] * len(cells),
-        [root] * len(cells),
-    )
+    by_id: dict[str, submitit.Job] = {}
+    for processes in sorted({c.recipe.processes for c in cells}):
+        group = [c for c in cells if c.recipe.processes == processes]
+        ex = make_executor(results_dir, profile, processes)
+        submitted = ex.map_array(
+            CellTask(),
+            [c.to_json() for c in group],
+            [str(Path(results_dir).resolve())] * len(group),
+            [root] * len(group),
+        )
+        by_id.update({c.cell_id: j for c, j in zip(group, submitted)})
+    jobs = [by_id[c.cell_id] for c in cells]
     ids = read_jobs(results_dir)
     ids.update({c.cell_id: j.job_id for c, j in zip(cells, jobs)})
     atomic_write_text(Path(results_dir) / SLURM_DIR / JOBS_FILE, json.dumps(ids, indent=1))
