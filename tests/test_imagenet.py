@@ -226,11 +226,14 @@ def test_download_imagenet_c_fetches_checks_and_extracts_the_five_archives(
     from harness.data import download as dl
     from harness.data import imagenet
 
-    published = imagenet.imagenet_c_archives()  # torch-uncertainty's URLs and md5s
-    assert [a.filename for a in published] == [
+    published = imagenet.imagenet_c_sources()  # torch-uncertainty's URLs and md5s
+    assert [u.rsplit("/", 1)[1] for u, _ in published] == [
         f"{g}.tar" for g in ("blur", "digital", "extra", "noise", "weather")
     ]
-    assert published[0].md5 == "2d8e81fdd8e07fef67b9334fa635e45c"
+    assert published[0] == (
+        "https://zenodo.org/record/2235448/files/blur.tar",
+        "2d8e81fdd8e07fef67b9334fa635e45c",
+    )
     served, base = server
     staging = tmp_path / "staging"
     fab.write_imagenet(staging, val_per_class=1)
@@ -242,8 +245,8 @@ def test_download_imagenet_c_fetches_checks_and_extracts_the_five_archives(
         with tarfile.open(served / f"{group}.tar", "w") as tar:  # <corruption>/ at the top
             tar.add(staging / "imagenet-c" / corruption, arcname=corruption)
         md5 = hashlib.md5((served / f"{group}.tar").read_bytes()).hexdigest()
-        served_archives.append(dl.Archive(f"https://zenodo.org/x/{group}.tar", md5))
-    monkeypatch.setattr(imagenet, "imagenet_c_archives", lambda: served_archives)
+        served_archives.append((f"https://zenodo.org/x/{group}.tar", md5))
+    monkeypatch.setattr(imagenet, "imagenet_c_sources", lambda: served_archives)
     monkeypatch.setenv(dl.MIRROR_ENV, base)
     root = tmp_path / "data"
     assert main(["data", "download", "imagenet-c", "--data-root", str(root)]) == 0

@@ -24,7 +24,6 @@ implicitly.
 from __future__ import annotations
 
 import http.client
-import importlib
 import os
 import tarfile
 import urllib.error
@@ -183,6 +182,15 @@ def _torchvision(name: str, root: Path) -> None:
         raise ValueError(name)
 
 
+def _imagenet_c(root: Path) -> None:
+    """ImageNet-C's five archives (torch-uncertainty's URLs, md5s) into ``<root>/imagenet-c/``."""
+    from harness.data.imagenet import C_FOLDER, imagenet_c_sources
+
+    for url, md5 in imagenet_c_sources():
+        (Path(root) / C_FOLDER).mkdir(parents=True, exist_ok=True)
+        fetch_archive(Archive(url, md5), Path(root) / C_FOLDER)
+
+
 SOURCES: dict[str, tuple[str, Callable[[Path], None]]] = {
     "cifar10": ("torchvision CIFAR10", lambda root: _torchvision("cifar10", root)),
     "cifar100": ("torchvision CIFAR100", lambda root: _torchvision("cifar100", root)),
@@ -193,10 +201,7 @@ SOURCES: dict[str, tuple[str, Callable[[Path], None]]] = {
         "torchvision Places365 (val, small)",
         lambda root: _torchvision("places365", root),
     ),
-    "imagenet-c": (
-        "ImageNet-C: 5 archives from zenodo.org/record/2235448",
-        lambda root: importlib.import_module("harness.data.imagenet").fetch_imagenet_c(root),
-    ),
+    "imagenet-c": ("ImageNet-C: 5 archives from zenodo.org/record/2235448", _imagenet_c),
     # Looked up at call time, so a mirror or a replaced entry applies.
     **{
         name: (archive.url, lambda root, n=name: fetch_archive(ARCHIVES[n], root))

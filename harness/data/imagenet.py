@@ -283,27 +283,11 @@ def preparation(name: str, root: Path) -> tuple[str, bool] | None:
     return None
 
 
-def imagenet_c_archives():
-    """ImageNet-C's five Zenodo archives (blur, digital, extra, noise, weather) with their md5s,
-    as torch-uncertainty's ``ImageNetC`` dataset lists them.
-
-    Returns:
-        list of :class:`harness.data.download.Archive`.
-    """
+def imagenet_c_sources() -> list[tuple[str, str]]:
+    """ImageNet-C's five Zenodo archives (blur, digital, extra, noise, weather) as (URL, md5),
+    as torch-uncertainty's ``ImageNetC`` dataset lists them; each holds
+    ``<corruption>/<severity>/<wnid>/*.JPEG`` at its top (``harness data download imagenet-c``
+    extracts them into ``<data_root>/imagenet-c/``)."""
     from torch_uncertainty.datasets.classification import ImageNetC
 
-    from harness.data.download import Archive
-
-    return [Archive(u, m) for u, m in zip(ImageNetC.url, ImageNetC.tgz_md5, strict=True)]
-
-
-def fetch_imagenet_c(root: Path) -> None:
-    """Download, md5-check and extract the five archives into ``<root>/imagenet-c/`` (each holds
-    ``<corruption>/<severity>/<wnid>/*.JPEG`` at its top); a complete archive is not fetched
-    again (:func:`harness.data.download.fetch_archive`)."""
-    from harness.data.download import fetch_archive
-
-    folder = Path(root) / C_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    for archive in imagenet_c_archives():
-        fetch_archive(archive, folder)
+    return list(zip(ImageNetC.url, ImageNetC.tgz_md5, strict=True))
