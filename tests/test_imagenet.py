@@ -319,16 +319,12 @@ def test_shipped_imagenet_suites_validate(capsys):
 
 
 def test_resnet50_suite_validates_with_its_data_present_and_lists_what_is_missing(tmp_path, capsys):
-    from harness.data.corruption_sets import CORRUPTIONS
-
     path = str(REPO / "suites" / "imagenet_resnet50.yaml")
     assert main(["validate", path, "--data-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "dataset 'imagenet' not found" in err and "openood_ssb_hard" in err
     assert f"{tmp_path}/imagenet-c/fog is missing" in err
-    fab.write_imagenet(tmp_path)
-    fab.write_imagenet_c(tmp_path, CORRUPTIONS, size=8)  # only the folders are checked here
-    fab.write_openood(tmp_path, per_set=1)
+    fab.write_for_suites(tmp_path)
     assert main(["validate", path, "--data-root", str(tmp_path)]) == 0
     assert "imagenet_resnet50.yaml: OK" in capsys.readouterr().out
 
