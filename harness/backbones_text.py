@@ -1,20 +1,22 @@
-"""Text backbones (family ``"transformer"``): token ids (B, L) int64 → logits (B, K).
+"""Text backbones: token ids (B, L) int64 → logits (B, K).
 
-- ``text_transformer``: a small transformer encoder trained from scratch: token and learned
-  position embeddings, ``depth`` pre-LN encoder blocks (``nn.LayerNorm`` before attention and
-  before the MLP, as in Xiong et al. 2020 / ViT), a final LayerNorm, mean pooling over the
-  non-padding tokens (or the first token, ``pooling: cls``; the word-level tokeniser prepends
-  ``[CLS]``), dropout and a linear head. Attention is ``F.scaled_dot_product_attention`` with
-  the padding mask; dropout lives in ``nn.Dropout`` modules (embeddings, both residual
-  branches, before the head) so that MC Dropout's wrapper finds and keeps them on.
-- ``hf_encoder``: a pre-trained encoder from ``transformers`` (``AutoModel.from_pretrained`` of
-  ``model:``, a Hub name in the local cache or a ``save_pretrained`` folder; never downloads)
-  with a fresh linear head on its pooled output (``pooler_output`` where the model has a
-  pooler, as ``BertForSequenceClassification``; else the first token's hidden state). Its
-  LayerNorms are plain ``nn.LayerNorm`` modules, which σN-Ens's converter replaces; the
-  attention mask is built from the pad id of the model's config. The module says
-  ``pretrained_weights = True``: a σN-Ens built on it converts the loaded weights preserving
-  their outputs (``methods/norm_ensemble.py``), as for ``pretrained: PATH``.
+- ``text_transformer`` (family ``transformer``): a small transformer encoder trained from
+  scratch: token and learned position embeddings, ``depth`` pre-LN encoder blocks
+  (``nn.LayerNorm`` before attention and before the MLP, as in Xiong et al. 2020 / ViT), a final
+  LayerNorm, mean pooling over the non-padding tokens (or the first token, ``pooling: cls``; the
+  word-level tokeniser prepends ``[CLS]``), dropout and a linear head. Attention is
+  ``F.scaled_dot_product_attention`` with the padding mask; dropout lives in ``nn.Dropout``
+  modules (embeddings, both residual branches, before the head) so that MC Dropout's wrapper
+  finds and keeps them on. Packed-Ensembles and BatchEnsemble rebuild it from their layers
+  (``methods/tu_text.py``).
+- ``hf_encoder`` (family ``pretrained_transformer``): a pre-trained encoder from
+  ``transformers`` (``AutoModel.from_pretrained`` of ``model:``, a Hub name in the local cache or
+  a ``save_pretrained`` folder; never downloads) with a fresh linear head on its pooled output
+  (``pooler_output`` where the model has a pooler, as ``BertForSequenceClassification``; else the
+  first token's hidden state). Its LayerNorms are plain ``nn.LayerNorm`` modules, which σN-Ens's
+  converter replaces; the attention mask is built from the pad id of the model's config. The
+  module says ``pretrained_weights = True``: a σN-Ens built on it converts the loaded weights
+  preserving their outputs (``methods/norm_ensemble.py``), as for ``pretrained: PATH``.
 
 Both read ``dropout_rate`` (MC Dropout sets it). Their input is the token ids a text dataset
 yields (``harness/data/text.py``); the tokeniser must be the one the encoder was trained with,
@@ -33,6 +35,9 @@ from harness.backbones import BackboneSpec, _no_extra, register_backbone
 from harness.data.text import WORD_VOCAB_SIZE
 
 FAMILY = "transformer"
+# A pre-trained encoder's architecture is the library's: methods that rebuild the network from
+# their own layers (Packed-Ensembles, BatchEnsemble) cannot, so it is a family of its own.
+PRETRAINED_FAMILY = "pretrained_transformer"
 POOLINGS = ("mean", "cls")
 
 
@@ -44,21 +49,24 @@ class EncoderBlock(nn.Module):
         heads: attention heads (D must be divisible by it).
         mlp_ratio: hidden width of the MLP over D.
         dropout: rate of the residual-branch and MLP dropouts.
+        linear: ``linear(f_in, f_out)`` → module (nn.Linear; BatchEnsemble's rank-1 layers).
     """
 
-    def __init__(self, dim: int, heads: int, mlp_ratio: float, dropout: float) -> None:
+    def __init__(
+        self, dim: int, heads: int, mlp_ratio: float, dropout: float, linear: Any = nn.Linear
+    ) -> None:
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim={dim} is not divisible by heads={heads}")
         self.heads = heads
         self.norm1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
+        self.qkv = linear(dim, 3 * dim)
+        self.proj = linear(dim, dim)
         self.drop1 = nn.Dropout(dropout)
         self.norm2 = nn.LayerNorm(dim)
         hidden = int(dim * mlp_ratio)
         self.mlp = nn.Sequential(
-            nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim)
+            linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), linear(hidden, dim)
         )
         self.drop2 = nn.Dropout(dropout)
 
@@ -83,6 +91,8 @@ class TextTransformer(nn.Module):
         dropout_rate: embedding, residual, MLP and head dropout.
         pooling: "mean" over non-padding tokens, or "cls" (the first token).
         pad_id: id of the padding token (masked out of attention and pooling).
+        linear: ``linear(f_in, f_out)`` → module for every linear layer (default nn.Linear), so
+            a comparator builds its variant of the same network (``methods/tu_text.py``).
     """
 
     def __init__(
@@ -97,6 +107,7 @@ class TextTransformer(nn.Module):
         dropout_rate: float = 0.0,
         pooling: str = "mean",
         pad_id: int = 0,
+        linear: Any = nn.Linear,
     ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
@@ -106,11 +117,11 @@ class TextTransformer(nn.Module):
         self.positions = nn.Parameter(torch.zeros(1, seq_len, dim))
         self.drop = nn.Dropout(dropout_rate)
         self.blocks = nn.ModuleList(
-            EncoderBlock(dim, heads, mlp_ratio, dropout_rate) for _ in range(depth)
+            EncoderBlock(dim, heads, mlp_ratio, dropout_rate, linear) for _ in range(depth)
         )
         self.norm = nn.LayerNorm(dim)
         self.head_drop = nn.Dropout(dropout_rate)
-        self.head = nn.Linear(dim, num_classes)
+        self.head = linear(dim, num_classes)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -228,7 +239,7 @@ register_backbone(
     BackboneSpec(
         "hf_encoder",
         _hf_encoder,
-        FAMILY,
+        PRETRAINED_FAMILY,
         "pre-trained transformers encoder (model: Hub name or folder, local) + linear head",
     )
 )

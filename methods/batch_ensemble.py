@@ -63,6 +63,10 @@ def build(ctx: BuildContext, hp: BatchEnsembleHparams) -> BatchEnsembleModel:
     from torch_uncertainty.models.classification import batched_resnet, batched_wideresnet28x10
 
     split = hp.batch == "split"
+    if ctx.family == "transformer":  # text_transformer with rank-1 linear layers
+        from methods.tu_text import batched_text_transformer
+
+        return BatchEnsembleModel(batched_text_transformer(ctx, split), ctx.num_members, split)
     net = build_tu(
         ctx,
         batched_resnet,
@@ -78,7 +82,7 @@ register_method(
         name="batch_ensemble",
         build=build,
         hparams=BatchEnsembleHparams,
-        families=TU_FAMILIES,
+        families=(*TU_FAMILIES, "transformer"),
         reference="Wen et al., ICLR 2020",
         batch_feeding=repeat_or_split,
     )

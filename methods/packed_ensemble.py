@@ -86,6 +86,10 @@ def _digits(ctx: BuildContext, alpha: float, gamma: int):
 def _build_net(ctx: BuildContext, alpha: float, gamma: int):
     from torch_uncertainty.models.classification import packed_resnet, packed_wideresnet28x10
 
+    if ctx.family == "transformer":  # text_transformer from the library's packed layers
+        from methods.tu_text import packed_text_transformer
+
+        return packed_text_transformer(ctx, alpha, gamma)
     return build_tu(
         ctx,
         packed_resnet,
@@ -235,7 +239,7 @@ register_method(
         name="packed_ensemble",
         build=build,
         hparams=PackedHparams,
-        families=TU_FAMILIES,
+        families=(*TU_FAMILIES, "transformer"),
         reference="Laurent et al., ICLR 2023",
         check=check,
     )

@@ -267,12 +267,15 @@ def test_torch_uncertainty_methods_support_backbones_by_family() -> None:
     """Supported backbones follow ``BackboneSpec.family``, not a list of names."""
     from harness.registries import BACKBONES
 
+    # Packed-Ensembles and BatchEnsemble also build the text encoder (methods/tu_text.py).
+    text = {"batch_ensemble": ("transformer",), "packed_ensemble": ("transformer",)}
     for name in ("batch_ensemble", "packed_ensemble", "mimo", "masksembles"):
         supported = METHODS.get(name).backbones
         assert supported is not None
+        families = ("cnn", "resnet", "wideresnet", *text.get(name, ()))
         for backbone in BACKBONES.names():
             family = BACKBONES.get(backbone).family
-            assert (backbone in supported) == (family in ("cnn", "resnet", "wideresnet"))
+            assert (backbone in supported) == (family in families)
         assert {"digits_cnn", "resnet18", "wrn28_10"} <= set(supported)
         assert "vit_small_32" not in supported
     assert METHODS.get("sigma_ens").backbones is None  # any backbone

@@ -214,7 +214,18 @@ def test_shards_are_contiguous_blocks_of_the_global_batch() -> None:
 # Backbones and methods on token ids
 
 
-@pytest.mark.parametrize("method", ["single", "sigma_ens", "deep_ensemble", "mc_dropout"])
+TEXT_METHODS = [
+    "single",
+    "sigma_ens",
+    "film_ensemble",
+    "deep_ensemble",
+    "mc_dropout",
+    "packed_ensemble",
+    "batch_ensemble",
+]
+
+
+@pytest.mark.parametrize("method", TEXT_METHODS)
 def test_methods_train_on_token_ids(method: str) -> None:
     spec = METHODS.get(method)
     kw = {"dim": 16, "depth": 1, "heads": 2, "vocab_size": 50}
@@ -255,9 +266,43 @@ def test_padding_does_not_change_the_prediction() -> None:
 
 
 @pytest.mark.parametrize("method", ["packed_ensemble", "batch_ensemble"])
-def test_packed_and_batch_ensemble_refuse_transformers(method: str) -> None:
+def test_packed_and_batch_ensemble_build_the_text_encoder_only(method: str) -> None:
+    """They rebuild text_transformer from their own layers; a pre-trained encoder's
+    architecture is the library's, so they refuse it (a validate error)."""
     supported = METHODS.get(method).backbones
-    assert "text_transformer" not in supported and "hf_encoder" not in supported
+    assert "text_transformer" in supported and "hf_encoder" not in supported
+
+
+def test_packed_and_batch_text_members_are_independent() -> None:
+    """Changing one member's own parameters changes that member's logits only."""
+    from methods.tu_text import batched_text_transformer, packed_text_transformer
+
+    kw = {"dim": 16, "depth": 2, "heads": 2, "vocab_size": 50}
+    ctx = BuildContext("text_transformer", (12,), 3, 4, kw, seed=0)
+    torch.manual_seed(0)
+    packed = packed_text_transformer(ctx, 2.0, 2).eval()
+    batched = batched_text_transformer(ctx, split=False).eval()
+    ids = torch.randint(3, 50, (5, 12))
+    ids[:, 9:] = 0
+    c = packed.tokens.weight.shape[1] // 4  # member block width α·D/M
+    with torch.no_grad():
+        before = packed(ids).view(4, 5, 3)
+        packed.tokens.weight[:, c : 2 * c] += torch.randn(50, c)  # member 1's embedding
+        after = packed(ids).view(4, 5, 3)
+        packed.blocks[0].norm1.weight[3 * c :] += 1.0  # member 3's LayerNorm affine
+        last = packed(ids).view(4, 5, 3)
+    changed = (before - after).abs().amax(dim=(1, 2))
+    assert changed[1] > 1e-3 and changed[[0, 2, 3]].max() == 0
+    changed = (after - last).abs().amax(dim=(1, 2))
+    assert changed[3] > 1e-3 and changed[:3].max() == 0
+    with torch.no_grad():
+        before = batched(ids).view(4, 5, 3)
+        batched.core_model.head.s_group[2] += 1.0  # member 2's fast weights
+        after = batched(ids).view(4, 5, 3)
+    changed = (before - after).abs().amax(dim=(1, 2))
+    assert changed[2] > 1e-3 and changed[[0, 1, 3]].max() == 0
+    with pytest.raises(ValueError, match=r"packed width α·dim = 20 does not split into M=4"):
+        packed_text_transformer(ctx, 1.25, 1)
 
 
 def test_hf_encoder_conversion_by_path_preserves_predictions(tiny_bert: Path) -> None:
@@ -305,6 +350,9 @@ grid:
     - deep_ensemble
     - name: mc_dropout
       hparams: {dropout_rate: 0.1}
+    - name: packed_ensemble
+      hparams: {alpha: 2, gamma: 1}
+    - batch_ensemble
 recipe:
   epochs: 2
   batch_size: 8
@@ -377,7 +425,14 @@ def test_text_suites_run_end_to_end_through_the_cli(
     )
     assert main(["run", str(scratch), "--executor", "inprocess", *argv]) == 0
     recs = _records(results / "sst2_tiny")
-    assert set(recs) == {"single", "sigma_ens", "deep_ensemble", "mc_dropout"}
+    assert set(recs) == {
+        "single",
+        "sigma_ens",
+        "deep_ensemble",
+        "mc_dropout",
+        "packed_ensemble",
+        "batch_ensemble",
+    }
     for name, rec in recs.items():
         assert rec["status"] == "done", (name, rec.get("error"))
         clean = rec["metrics"]["clean"]
