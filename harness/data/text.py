@@ -33,12 +33,14 @@ from torch import Tensor
 
 from harness.data.base import DataMissingError, LoaderOptions
 
-#: Tokens per sequence: GLUE SST-2 sentences are at most 56 words (dev: 55), so 64 keeps every
-#: word-level sentence whole; longer OOD texts (IMDB, newsgroups) are truncated to the same L,
-#: as the model's position embeddings require.
+#: Tokens per sequence. SST-2 items are single sentences or phrases (reported at about 19 words
+#: on average; the real files are not on the machine this was written on, so the share that is
+#: truncated is not measured here); longer OOD texts (IMDB, newsgroups) are truncated to the
+#: same L, as the model's position embeddings require.
 SEQ_LEN = 64
-#: Cap of the word-level vocabulary, special tokens included (SST-2's training split has ~14.8k
-#: distinct lower-cased words, all kept); ``text_transformer``'s default embedding size.
+#: Cap of the word-level vocabulary, special tokens included (SST-2's training split has about
+#: 15k distinct lower-cased words by published counts, so all should be kept; unmeasured here);
+#: ``text_transformer``'s default embedding size.
 WORD_VOCAB_SIZE = 20_000
 PAD, UNK, CLS = "[PAD]", "[UNK]", "[CLS]"
 WORD = "word"
