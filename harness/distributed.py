@@ -426,7 +426,10 @@ def launch_cell(
     from harness.records import read_record
 
     n = cell.recipe.processes
-    devices = rank_devices(cell)
+    try:
+        devices = rank_devices(cell)
+    except DistributedError as exc:
+        return record_launch_failure(cell, Path(results_dir), exc)
     pretrain_first(cell, results_dir, data_root)
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.SimpleQueue()
@@ -471,6 +474,44 @@ def launch_cell(
             "message": f"rank 0 exited with code {procs[0].exitcode} and wrote no record",
         },
     }
+
+
+def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict[str, Any]:
+    """A ``failed`` record (phase ``setup``) for a cell whose ranks cannot be started, written
+    under the cell's lease like any record, so the grid goes on and the reason is reported."""
+    import dataclasses
+
+    from harness.checkpoint import log_event
+    from harness.contract import new_record
+    from harness.environment import environment
+    from harness.records import write_record
+    from harness.registries import method_defaults
+    from harness.runner import now
+
+    cell_dir = results_dir / cell.cell_id
+    try:
+        lease = acquire(cell_dir)
+    except LeaseHeld as held:
+        return {"cell_id": cell.cell_id, "status": "leased", "lease": held.owner}
+    try:
+        cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+        rec = new_record(cell, environment(torch.device("cpu")), now())
+        rec["status"] = "failed"
+        rec["error"] = {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "",
+            "data_missing": False,
+            "phase": "setup",
+        }
+        rec["timings"]["total_s"] = 0.0
+        rec["finished_at"] = now()
+        write_record(cell_dir, rec)
+        log_event(cell_dir, "failed", phase="setup", error=type(exc).__name__)
+        log.warning("cell %s failed: %s", cell.label, exc)
+        return rec
+    finally:
+        lease.release()
 
 
 # ------------------------------------------------------------------------ Slurm

@@ -360,3 +360,22 @@ def test_two_task_cell_runs_through_submitit(slurm_env, tmp_path):
         "0": ("success", {"cell_id": cell_dir.name, "status": "done"}),
         "1": ("success", {"cell_id": cell_dir.name, "status": "trained"}),
     }
+
+
+def test_cuda_cell_without_enough_gpus_fails_with_a_record(tmp_path, monkeypatch):
+    """NCCL refuses two ranks on one GPU: a cell asking for more GPUs than the process sees
+    gets a failed record saying so, and the grid goes on."""
+    from harness.records import validate_record
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    cell = processes(sigma_cell(), 2)
+    cell = dataclasses.replace(cell, recipe=dataclasses.replace(cell.recipe, device="cuda"))
+    rec = run(cell, tmp_path)
+    validate_record(rec)
+    assert rec["status"] == "failed" and rec["error"]["phase"] == "setup"
+    assert rec["error"]["message"].endswith(
+        "needs 2 GPUs (recipe processes: 2), this process sees 1 (0); run it with --executor "
+        "inprocess on a machine with 2 GPUs, or on Slurm"
+    )
+    assert json.loads((tmp_path / cell.cell_id / "record.json").read_text()) == rec
+    assert not (tmp_path / cell.cell_id / "lease.json").exists()
