@@ -365,6 +365,8 @@ recipe:
 evaluation:
   corruptions: []
   ood: [20newsgroups, imdb]
+  cost: true
+  cost_steps: 1
 """
 
 CONVERSION_SUITE = """
@@ -439,6 +441,11 @@ def test_text_suites_run_end_to_end_through_the_cli(
         assert 0.0 <= clean["acc"] <= 1.0 and clean["nll"] > 0
         assert set(rec["metrics"]["ood"]) == {"20newsgroups", "imdb"}
         assert 0.0 <= rec["metrics"]["ood"]["imdb"]["msp"]["auroc"] <= 1.0
+        assert rec["cost"]["flops_per_image"] > 0 and rec["cost"]["train_images_per_s"] > 0
+    # parameters: the suite's tiny encoder alone, and each method's own count on top of it
+    single = recs["single"]["cost"]["params_total"]
+    assert recs["deep_ensemble"]["cost"]["params_total"] == 2 * single
+    assert single < recs["sigma_ens"]["cost"]["params_total"] < 1.1 * single
     assert len(recs["sigma_ens"]["history"]) == 2
     # 32 training sentences of 8 patterns, dev = the same patterns + "!": learnt in 2 epochs
     # (measured: accuracy 1.0 for every method; chance is 0.5)
