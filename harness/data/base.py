@@ -104,7 +104,19 @@ class LoaderOptions:
 class BatchLoader(Protocol):
     """What every loader is: batches ``(x on the device, y int64 (B,))`` (``(S, B, ...)``/
     ``(S, B)`` with several streams), a length in batches per epoch, and an epoch setter; order
-    and augmentation are a function of (seed, epoch, stream) only."""
+    and augmentation are a function of (seed, epoch, stream) only.
+
+    Attributes (read by the progress log to count the images an epoch fed):
+        labels: int64 (N,) of the whole split.
+        batch_size: the global batch B.
+        drop_last: whether the last incomplete batch is dropped.
+        streams: independent batches per step.
+    """
+
+    labels: Tensor
+    batch_size: int
+    drop_last: bool
+    streams: int
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]: ...
 
