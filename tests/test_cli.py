@@ -10,7 +10,7 @@ import pytest
 
 from harness.cli import main
 from harness.data.corruptions import ALL_CORRUPTIONS
-from tests import fabricate
+from tests import fabricate, fabricate_text
 from tests.conftest import REPO
 
 CIFAR_SUITES = [
@@ -64,6 +64,7 @@ def test_shipped_suites_validate_with_their_data_present(tmp_path, capsys):
     fabricate.write_cifar_c(tmp_path, "CIFAR-100-C", corruptions=ALL_CORRUPTIONS)
     fabricate.write_svhn(tmp_path)
     fabricate.write_dtd(tmp_path)
+    fabricate_text.write_for_suites(tmp_path)
     for path in sorted((REPO / "suites").glob("*.yaml")):
         assert main(["validate", str(path), "--data-root", str(tmp_path)]) == 0, path
         assert ": OK — suite" in capsys.readouterr().out

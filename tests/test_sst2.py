@@ -27,39 +27,9 @@ from harness.data.sst2 import read_glue_tsv, read_imdb, read_newsgroups, registe
 from harness.data.text import SEQ_LEN, TextSplit, WordTokenizer, make_tokenizer
 from harness.registries import DATASETS, METHODS
 from methods.base import BuildContext
+from tests.fabricate_text import NEG, POS, write_ood, write_sst2
 
-POS = ["a good movie", "great fun , truly great", "the best film of the year", "good acting"]
-NEG = ["a bad movie", "awful , just awful", 'the worst "film" ever', "dull and boring"]
 CPU = torch.device("cpu")
-
-
-def write_sst2(root: Path, repeat: int = 4) -> Path:
-    """GLUE's SST-2 layout: train/dev with ``sentence\\tlabel``, test with ``index\\tsentence``."""
-    folder = root / "SST-2"
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = [(s, 1) for s in POS] + [(s, 0) for s in NEG]
-    train = [f"{s} {i}\t{y}" for i in range(repeat) for s, y in rows]
-    (folder / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(train) + "\n")
-    dev = [f"{s} !\t{y}" for s, y in rows]
-    (folder / "dev.tsv").write_text("sentence\tlabel\n" + "\n".join(dev) + "\n")
-    test = [f"{i}\t{s}" for i, (s, _) in enumerate(rows)]
-    (folder / "test.tsv").write_text("index\tsentence\n" + "\n".join(test) + "\n")
-    return folder
-
-
-def write_ood(root: Path) -> None:
-    """20 Newsgroups bydate test and IMDB test trees, a few documents each."""
-    for group, ids in (("sci.space", ["60001", "60002"]), ("rec.autos", ["70001"])):
-        folder = root / "20news-bydate-test" / group
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in ids:
-            post = f"From: x@y.edu\nSubject: orbit {i}\n\nThe shuttle r\xe9entry burns {i}.\n"
-            (folder / i).write_bytes(post.encode("latin-1"))
-    for label, stars in (("pos", 9), ("neg", 2)):
-        folder = root / "aclImdb" / "test" / label
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(2):
-            (folder / f"{i}_{stars}.txt").write_text(f"A {label} review.<br /><br />Movie {i}.")
 
 
 @pytest.fixture
