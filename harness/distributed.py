@@ -23,11 +23,9 @@ Who does what: rank 0 alone holds the cell's lease, writes ``cell.json``, checkp
 evaluates alone after training; the other ranks train, then exit. Every rank resumes from the
 same ``checkpoint.pt``.
 
-Launch: locally, :func:`launch_cell` spawns the N ranks (``torch.multiprocessing`` spawn, the
-``env://`` rendezvous on a free local port) and waits for them; it is what
-:func:`harness.runner.run_cell` does for such a cell, in any local executor. On Slurm, the cell's
-job has N tasks (``tasks_per_node``) and each task calls :func:`run_slurm_rank`, which exports
-the rendezvous with ``submitit.helpers.TorchDistributedEnvironment``.
+Launch (:mod:`harness.distributed_launch`): locally, N spawned processes with the ``env://``
+rendezvous on a free port, started by :func:`harness.runner.run_cell` for such a cell in any
+local executor; on Slurm, an array task of N Slurm tasks whose rendezvous submitit exports.
 """
 
 from __future__ import annotations
@@ -36,10 +34,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import socket
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,8 +54,6 @@ RANK_ENV = "HARNESS_CELL_RANK"
 #: Seconds a collective may wait (rank 0 evaluating the validation split while others wait).
 TIMEOUT_ENV = "HARNESS_DIST_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 1800.0
-#: Seconds the launcher lets the other ranks finish after rank 0 has exited.
-FOLLOWER_GRACE_S = 60.0
 
 __all__ = [
     "RANK_ENV",
@@ -69,12 +62,9 @@ __all__ = [
     "barrier",
     "end_epoch",
     "follow",
-    "launch_cell",
     "leave",
     "needs_launch",
     "ranks",
-    "run_slurm_rank",
-    "slurm_parameters",
     "training_module",
 ]
 
@@ -122,11 +112,13 @@ def needs_launch(cell: Cell) -> bool:
 # ------------------------------------------------------------------------ inside the ranks
 
 
-def _timeout() -> dt.timedelta:
+def collective_timeout() -> dt.timedelta:
+    """How long a collective may wait for the other ranks (``$HARNESS_DIST_TIMEOUT_S``)."""
     return dt.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
 
 
-def _uses_cuda(cell: Cell) -> bool:
+def uses_cuda(cell: Cell) -> bool:
+    """Whether the cell's ranks train on GPUs (NCCL) rather than the CPU (gloo)."""
     device = cell.recipe.device
     return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
@@ -136,11 +128,13 @@ def process_group(cell: Cell) -> Iterator[Ranks]:
     """Join the cell's process group from the ``env://`` variables (MASTER_ADDR, MASTER_PORT,
     RANK, WORLD_SIZE, LOCAL_RANK): NCCL with this rank's GPU as the current device on CUDA,
     gloo on the CPU. Marks the process as a rank of ``cell`` (:data:`RANK_ENV`)."""
-    cuda = _uses_cuda(cell)
+    cuda = uses_cuda(cell)
     if cuda:
         # Locally each rank sees only its GPU; a Slurm task may see the node's: LOCAL_RANK picks.
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
-    dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", timeout=_timeout())
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", init_method="env://", timeout=collective_timeout()
+    )
     os.environ[RANK_ENV] = cell.cell_id
     try:
         yield ranks(cell)
@@ -158,23 +152,6 @@ def leave(cell: Cell) -> None:
     """
     if ranks(cell).world > 1:
         dist.destroy_process_group()
-
-
-def pretrain_first(cell: Cell, results_dir: Path, data_root: Path | None) -> None:
-    """Train the `single` cell that ``cell`` converts (``pretrain_epochs``) before the ranks
-    join their group, so that inside the group every rank finds it done and only loads it."""
-    from harness.registries import METHODS
-
-    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
-    if not METHODS.get(cell.method).pretrained_conversion or cell.hparams.get("pretrained"):
-        return
-    if not epochs:
-        return
-    from harness.pretrain import pretraining_cell, train_once
-    from harness.runner import run_cell
-
-    single = pretraining_cell(cell, results_dir, epochs)
-    train_once(single, results_dir, lambda c: run_cell(c, results_dir, data_root, False, False))
 
 
 class _FollowerLease:
@@ -213,35 +190,25 @@ def barrier(cell: Cell) -> None:
         dist.barrier()
 
 
-def follow(cell: Cell, cell_dir: Path, data_root: Path, progress: bool) -> dict[str, Any]:
-    """A rank other than 0: wait until rank 0 has prepared the cell's folder, build the same
-    model, train (writing nothing), exit. Evaluation and the record are rank 0's.
+def follow(cell: Cell, train: Callable[[], str]) -> dict[str, Any]:
+    """A rank other than 0: wait until rank 0 has prepared the cell's folder, then ``train``
+    (the runner's: build the same model and train it, writing nothing). Evaluation and the
+    record are rank 0's; this rank then exits.
+
+    Args:
+        train: returns ``"trained"``, or ``"evaluate_only"`` when training was already over.
 
     Returns:
-        ``{"cell_id", "status": "trained" | "failed" | "evaluate_only", "rank"}`` (not a record).
+        ``{"cell_id", "status": "trained" | "evaluate_only" | "failed", "rank"}`` (not a record).
     """
-    from harness import runner
-
     r = ranks(cell)
     barrier(cell)  # rank 0 has cleared stale files (force, divergence) and written cell.json
     out = {"cell_id": cell.cell_id, "rank": r.rank}
-    if (cell_dir / runner.TRAINED_FILE).exists() and (cell_dir / "final.pt").exists():
-        return {**out, "status": "evaluate_only"}  # rank 0 evaluates the trained weights alone
     try:
-        device = runner.pick_device(cell.recipe.device)
-        spec, splits = runner.load_data(cell, data_root)
-        pre = runner.pretrained_state(cell, cell_dir, spec, splits, device, False, data_root)
-        model, _ = runner.build_model(cell, spec, pre)
-        model.to(device)
-        if cell.recipe.channels_last and device.type == "cuda":
-            model.to(memory_format=torch.channels_last)
-        if cell.recipe.compile:
-            model.compile()
-        runner.train_cell(cell, cell_dir, model, spec, splits, device, False)
+        return {**out, "status": train()}
     except Exception as exc:  # rank 0 records the cell's failure; this rank only says why
         log.warning("rank %d of %s failed: %s: %s", r.rank, cell.label, type(exc).__name__, exc)
         return {**out, "status": "failed"}
-    return {**out, "status": "trained"}
 
 
 class _TrainingStep(nn.Module):
@@ -327,218 +294,3 @@ def seed_rank(cell: Cell, epoch: int) -> None:
     r = ranks(cell)
     if r.world > 1 and not r.main:
         torch.manual_seed((cell.seed * 1_000_003 + epoch) * 1_009 + r.rank)
-
-
-# ------------------------------------------------------------------------ launching locally
-
-
-def free_port() -> int:
-    """A TCP port free on this host now (the rendezvous of the ranks binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_devices(cell: Cell) -> list[str | None]:
-    """The ``CUDA_VISIBLE_DEVICES`` entry of each rank (one GPU each), or None per rank on CPU.
-
-    Raises:
-        DistributedError: a CUDA cell with fewer visible GPUs than processes (NCCL refuses two
-            ranks on one GPU).
-    """
-    n = cell.recipe.processes
-    if not _uses_cuda(cell):
-        return [None] * n
-    from harness.executors.devices import visible_gpus
-
-    gpus = visible_gpus()
-    if len(gpus) < n:
-        raise DistributedError(
-            f"{cell.label} needs {n} GPUs (recipe processes: {n}), this process sees "
-            f"{len(gpus)} ({', '.join(gpus) or 'none'}); run it with --executor inprocess on a "
-            f"machine with {n} GPUs, or on Slurm"
-        )
-    return gpus[:n]
-
-
-def _watch_parent(parent: int) -> None:
-    """End this rank when its launcher is gone (killed): an orphaned rank would go on writing."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="launcher-watch").start()
-
-
-def _rank_main(
-    rank: int,
-    world: int,
-    port: int,
-    gpu: str | None,
-    parent: int,
-    threads: int,
-    cell_json: dict[str, Any],
-    results_dir: str,
-    data_root: str,
-    force: bool,
-    progress: bool,
-    shared_device: bool,
-    results: Any,
-) -> None:
-    """One spawned rank: the env:// variables, its GPU, then :func:`harness.runner.run_cell`."""
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world),
-    )
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA initialises: cuda:0 is this GPU
-    _watch_parent(parent)
-    torch.set_num_threads(threads)
-    from harness.runner import run_cell
-
-    cell = Cell.from_json(cell_json)
-    with process_group(cell):
-        out = run_cell(cell, Path(results_dir), Path(data_root), force, progress, shared_device)
-    if rank == 0:
-        results.put(out)
-
-
-def launch_cell(
-    cell: Cell,
-    results_dir: Path,
-    data_root: Path,
-    force: bool = False,
-    progress: bool = True,
-    shared_device: bool = False,
-) -> dict[str, Any]:
-    """Run ``cell`` on ``cell.recipe.processes`` spawned local ranks and wait for them.
-
-    Returns:
-        Rank 0's :func:`harness.runner.run_cell` result (the record, or ``leased``), or, when
-        rank 0 died without one, the record on disk or a ``failed`` stub naming its exit code.
-    """
-    from harness.records import read_record
-
-    n = cell.recipe.processes
-    try:
-        devices = rank_devices(cell)
-    except DistributedError as exc:
-        return record_launch_failure(cell, Path(results_dir), exc)
-    pretrain_first(cell, results_dir, data_root)
-    ctx = torch.multiprocessing.get_context("spawn")
-    results = ctx.SimpleQueue()
-    port, parent = free_port(), os.getpid()
-    threads = max(1, torch.get_num_threads() // n) if devices[0] is None else 1
-    args = (cell.to_json(), str(results_dir), str(data_root), force, progress, shared_device)
-    procs = [
-        ctx.Process(
-            target=_rank_main,
-            args=(r, n, port, devices[r], parent, threads, *args, results),
-            name=f"rank{r}",
-        )
-        for r in range(n)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        while procs[0].is_alive():
-            procs[0].join(timeout=1.0)
-            if any(p.exitcode not in (None, 0) for p in procs[1:]) and procs[0].is_alive():
-                # A rank crashed: rank 0 fails at its next collective and records why.
-                procs[0].join(timeout=_timeout().total_seconds())
-                break
-        deadline = time.monotonic() + FOLLOWER_GRACE_S
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-    finally:
-        for p in procs:
-            if p.is_alive():  # Ctrl-C, or a rank stuck in a collective rank 0 never joins
-                p.terminate()
-                p.join(timeout=10)
-    if not results.empty():
-        return results.get()
-    rec = read_record(Path(results_dir) / cell.cell_id)
-    if rec:
-        return rec
-    return {
-        "cell_id": cell.cell_id,
-        "status": "failed",
-        "error": {
-            "type": DistributedError.__name__,
-            "message": f"rank 0 exited with code {procs[0].exitcode} and wrote no record",
-        },
-    }
-
-
-def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict[str, Any]:
-    """A ``failed`` record (phase ``setup``) for a cell whose ranks cannot be started, written
-    under the cell's lease like any record, so the grid goes on and the reason is reported."""
-    import dataclasses
-
-    from harness.checkpoint import log_event
-    from harness.contract import new_record
-    from harness.environment import environment
-    from harness.records import write_record
-    from harness.registries import method_defaults
-    from harness.runner import now
-
-    cell_dir = results_dir / cell.cell_id
-    try:
-        lease = acquire(cell_dir)
-    except LeaseHeld as held:
-        return {"cell_id": cell.cell_id, "status": "leased", "lease": held.owner}
-    try:
-        cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
-        rec = new_record(cell, environment(torch.device("cpu")), now())
-        rec["status"] = "failed"
-        rec["error"] = {
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "",
-            "data_missing": False,
-            "phase": "setup",
-        }
-        rec["timings"]["total_s"] = 0.0
-        rec["finished_at"] = now()
-        write_record(cell_dir, rec)
-        log_event(cell_dir, "failed", phase="setup", error=type(exc).__name__)
-        log.warning("cell %s failed: %s", cell.label, exc)
-        return rec
-    finally:
-        lease.release()
-
-
-# ------------------------------------------------------------------------ Slurm
-
-
-def slurm_parameters(params: dict[str, Any], processes: int) -> dict[str, Any]:
-    """submitit ``update_parameters`` for a cell of ``processes`` tasks: the profile's per-cell
-    ``gpus_per_node`` becomes per task (one GPU per rank), ``tasks_per_node`` = processes."""
-    if processes == 1:
-        return dict(params)
-    out = {**params, "tasks_per_node": processes, "nodes": 1}
-    if params.get("gpus_per_node"):
-        out["gpus_per_node"] = params["gpus_per_node"] * processes
-    return out
-
-
-def run_slurm_rank(cell: Cell, results_dir: Path, data_root: Path | None) -> dict[str, Any]:
-    """One task of a multi-task Slurm job: export the rendezvous (submitit), join the group,
-    run the cell as that rank."""
-    import submitit
-
-    from harness.runner import run_cell
-
-    submitit.helpers.TorchDistributedEnvironment().export(
-        set_cuda_visible_devices=False,
-        overwrite=True,  # LOCAL_RANK picks the GPU instead
-    )
-    pretrain_first(cell, results_dir, data_root)  # one task trains it, the others wait
-    with process_group(cell):
-        return run_cell(cell, results_dir, data_root, progress=False)

@@ -302,7 +302,9 @@ def run_cell(
     if existing and existing["status"] == "done" and not force:
         return existing
     if distributed.needs_launch(cell):  # `processes: N`: N ranks, each running this function
-        return distributed.launch_cell(cell, results_dir, data_root, force, progress, shared_device)
+        from harness.distributed_launch import launch_cell
+
+        return launch_cell(cell, results_dir, data_root, run_cell, force, progress, shared_device)
     try:
         lease = distributed.acquire_lease(cell, cell_dir)  # rank 0's in a multi-process cell
     except LeaseHeld as exc:
@@ -310,7 +312,7 @@ def run_cell(
         return {"cell_id": cell.cell_id, "status": "leased", "lease": exc.owner}
     try:
         if not distributed.ranks(cell).main:
-            return distributed.follow(cell, cell_dir, data_root, progress)
+            return distributed.follow(cell, lambda: _train_as_follower(cell, cell_dir, data_root))
         return _run_leased(cell, cell_dir, data_root, force, progress, shared_device)
     finally:
         lease.release()
@@ -399,6 +401,24 @@ def _run_leased(
         log_event(cell_dir, "done")
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     return rec
+
+
+def _train_as_follower(cell: Cell, cell_dir: Path, data_root: Path) -> str:
+    """A rank > 0 of a multi-process cell: build and train the model rank 0 trains (rank 0
+    writes every file). Returns ``"evaluate_only"`` when training is already over."""
+    if (cell_dir / TRAINED_FILE).exists() and (cell_dir / "final.pt").exists():
+        return "evaluate_only"  # rank 0 evaluates the trained weights alone
+    device = pick_device(cell.recipe.device)
+    spec, splits = load_data(cell, data_root)
+    pre = pretrained_state(cell, cell_dir, spec, splits, device, False, data_root)
+    model, _ = build_model(cell, spec, pre)
+    model.to(device)
+    if cell.recipe.channels_last and device.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    if cell.recipe.compile:
+        model.compile()
+    train_cell(cell, cell_dir, model, spec, splits, device, False)
+    return "trained"
 
 
 def trained_model(

@@ -54,9 +54,9 @@ class CellTask(submitit.helpers.Checkpointable):
         )
         root = Path(data_root) if data_root else None
         if cell.recipe.processes > 1:  # this task is one rank of the cell (harness.distributed)
-            from harness.distributed import run_slurm_rank
+            from harness.distributed_launch import run_slurm_rank
 
-            rec = run_slurm_rank(cell, Path(results_dir), root)
+            rec = run_slurm_rank(cell, Path(results_dir), root, run_cell)
         else:
             rec = run_cell(cell, Path(results_dir), root, progress=False)
         return {"cell_id": rec["cell_id"], "status": rec["status"]}
@@ -87,7 +87,7 @@ def read_jobs(results_dir: Path) -> dict[str, str]:
 
 def make_executor(results_dir: Path, profile, processes: int = 1) -> submitit.AutoExecutor:
     """submitit's executor for the profile; ``processes`` > 1: one task per rank of a cell."""
-    from harness.distributed import slurm_parameters
+    from harness.distributed_launch import slurm_parameters
 
     folder = Path(results_dir).resolve() / SLURM_DIR / "%j"
     ex = submitit.AutoExecutor(

@@ -241,7 +241,7 @@ def one_process_grads(blocks: list[slice]) -> dict[str, torch.Tensor]:
 def test_sigma_ens_batch_statistics_are_per_rank(tmp_path):
     """The documented difference: each rank normalises its B/2 images with their own
     per-member statistics, so a step is the mean of the blocks' one-process steps."""
-    from harness.distributed import free_port
+    from harness.distributed_launch import free_port
 
     out = tmp_path / "grads.pt"
     torch.multiprocessing.spawn(sigma_step_rank, args=(2, free_port(), str(out)), nprocs=2)
