@@ -31,7 +31,9 @@ def _preflight(suite, args, data_root: Path | None) -> int:
     """Print every problem knowable before training (suite, recipe, files, data); 2 if any."""
     from harness.preflight import suite_problems
 
-    problems = suite_problems(suite) + _tensorboard_problems(args)
+    # Without a data root (validate --skip-data) weight files are not checked either.
+    problems = suite_problems(suite, check_files=data_root is not None)
+    problems += _tensorboard_problems(args)
     if data_root is not None:
         problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
     for p in problems:

@@ -37,16 +37,19 @@ def recipe_problems(recipe: Recipe, where: str) -> list[str]:
     return out
 
 
-def suite_problems(suite: Any) -> list[str]:
+def suite_problems(suite: Any, check_files: bool = True) -> list[str]:
     """Everything knowable about a parsed suite before training, one message per problem.
 
     Args:
         suite: a :class:`harness.suite.Suite`.
+        check_files: also check that ``pretrained:`` weights are on disk (a path, or named weights
+            in the library's cache); ``harness validate --skip-data`` turns it off, since weights
+            are data like the datasets (the names are still checked).
 
     Returns:
         Messages ``<file>: <key path>: <problem>``; empty when the suite is sound.
     """
-    from harness.weights import is_named, named_problem
+    from harness.weights import WeightsError, is_named, named_problem, parse_pretrained
 
     problems = recipe_problems(suite.recipe, "recipe")
     for i, me in enumerate(suite.grid.methods):
@@ -56,9 +59,14 @@ def suite_problems(suite: Any) -> list[str]:
         pretrained = dict(me.hparams).get("pretrained")
         for path in pretrained if isinstance(pretrained, list | tuple) else [pretrained]:
             if is_named(path):  # timm:NAME / torchvision:NAME: known name, file in the cache
-                if problem := named_problem(path):
+                if not check_files:
+                    try:
+                        parse_pretrained(path)  # the name alone
+                    except WeightsError as err:
+                        problems.append(f"grid.methods[{i}].hparams.{err}")
+                elif problem := named_problem(path):
                     problems.append(f"grid.methods[{i}].hparams.{problem}")
-            elif path and not Path(str(path)).expanduser().is_file():
+            elif check_files and path and not Path(str(path)).expanduser().is_file():
                 problems.append(f"grid.methods[{i}].hparams.pretrained: no file {path}")
     if not suite.cells():
         problems.append(

@@ -290,8 +290,10 @@ def test_preflight_rejects_bad_recipes_and_empty_grids(tmp_path):
         .format(name="missing", epochs=1)
         .replace("- single", f"- {{name: sigma_ens, hparams: {{pretrained: {tmp_path}/no.pt}}}}")
     )
-    rc, _, err = run_cli("validate", str(missing), "--skip-data")
+    rc, _, err = run_cli("validate", str(missing))
     assert rc == 2 and f"grid.methods[0].hparams.pretrained: no file {tmp_path}/no.pt" in err
+    rc, _, err = run_cli("validate", str(missing), "--skip-data")  # weights are data too
+    assert rc == 0, err
 
 
 def test_empty_grid_is_an_error(tmp_path):
