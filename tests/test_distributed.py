@@ -147,6 +147,13 @@ def mlp_reference(tmp_path_factory, plugin_dir) -> dict:
     return rec
 
 
+def show(what: str, one: dict, two: dict) -> None:
+    """The compared numbers, for ``pytest -s`` (quoted in docs/distributed.md)."""
+    losses = [[f"{h['train_loss']:.8f}" for h in r["history"]] for r in (one, two)]
+    clean = [{k: f"{r['metrics']['clean'][k]:.8f}" for k in ("acc", "nll")} for r in (one, two)]
+    print(f"\n{what}: 1 process loss {losses[0]} {clean[0]}; 2 processes {losses[1]} {clean[1]}")
+
+
 def assert_same_numbers(one: dict, two: dict) -> None:
     for h1, h2 in zip(one["history"], two["history"], strict=True):
         for key in ("train_loss", "train_acc", "lr"):
@@ -164,6 +171,7 @@ def test_two_process_cell_equals_one_process_cell(tmp_path, with_plugin, mlp_ref
     rec = run(cell, tmp_path / "results")
     assert rec["status"] == "done", rec.get("error")
     assert rec["config"]["recipe"]["processes"] == 2
+    show("deep ensemble M=2, LayerNorm MLP", mlp_reference, rec)
     assert_same_numbers(mlp_reference, rec)
     assert_written_once(tmp_path / "results" / cell.cell_id)
     assert not (tmp_path / "results" / cell.cell_id / "checkpoint.pt").exists()
@@ -261,6 +269,7 @@ def test_sigma_ens_cell_differs_slightly_from_one_process(tmp_path):
     two = processes(one, 2)
     r1, r2 = run(one, tmp_path / "results"), run(two, tmp_path / "results")
     assert r1["status"] == r2["status"] == "done", (r1.get("error"), r2.get("error"))
+    show("σN-Ens M=2, digits CNN (BatchNorm)", r1, r2)
     l1, l2 = r1["history"][0]["train_loss"], r2["history"][0]["train_loss"]
     assert not close(l1, l2, 1e-4)  # per-rank batch statistics
     assert abs(l1 - l2) < 0.05 * l1  # the same method on the same data: close
@@ -269,6 +278,68 @@ def test_sigma_ens_cell_differs_slightly_from_one_process(tmp_path):
     running = [v for k, v in final.items() if k.endswith("running_mean")]
     assert running and all(v.shape[0] == 2 and torch.isfinite(v).all() for v in running)
     assert_written_once(tmp_path / "results" / two.cell_id)
+
+
+def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
+    """Two DDP training steps of every registered method on the digits CNN (spawned rank):
+    DDP reduces every parameter's gradient each step (an unused parameter, or a method whose
+    training step bypasses the wrapped forward, fails at the second step), and the replicas
+    stay identical. Rank 0 writes {method: max |p_rank0 - p_rank1|}."""
+    import torch.distributed as dist
+
+    from harness.cell_setup import train_loader
+    from harness.data.base import default_data_root
+    from harness.distributed import DistributedTraining
+    from harness.registries import DATASETS, METHODS
+    from harness.runner import build_model, load_data
+    from harness.train import ensemble_loss, make_optimizer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
+    os.environ["WORLD_SIZE"] = str(world)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    gaps = {}
+    for name in METHODS.names():
+        spec = METHODS.get(name)
+        if spec.backbones is not None and "digits_cnn" not in spec.backbones:
+            continue
+        m = spec.max_members if spec.max_members == 1 else max(spec.min_members, 2)
+        cell = dataclasses.replace(
+            sigma_cell(),
+            method=name,
+            M=m,
+            backbone_kwargs={"width": 16},  # Masksembles: >= 10
+        )
+        _, splits = load_data(cell, default_data_root(None))  # digits is built in
+        model, _ = build_model(cell, DATASETS.get("digits"))
+        trainee = DistributedTraining(model, torch.device("cpu"))
+        trainee.train()
+        opt = make_optimizer(model, cell.recipe)
+        loader = train_loader(
+            cell, DATASETS.get("digits"), splits["train"], torch.device("cpu"), (rank, world)
+        )
+        for _step, (x, y) in zip(range(2), loader):
+            loss, _, _ = ensemble_loss(trainee, x, y, cell.recipe)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        other = flat.clone()
+        dist.broadcast(other, src=1)
+        gaps[name] = (flat - other).abs().max().item()
+    if rank == 0:
+        Path(out).write_text(json.dumps(gaps))
+    dist.destroy_process_group()
+
+
+def test_every_method_trains_through_ddp_with_identical_replicas(tmp_path):
+    from harness.distributed_launch import free_port
+
+    out = tmp_path / "gaps.json"
+    torch.multiprocessing.spawn(every_method_rank, args=(2, free_port(), str(out)), nprocs=2)
+    gaps = json.loads(out.read_text())
+    assert {"single", "deep_ensemble", "sigma_ens", "mc_dropout", "batch_ensemble"} <= set(gaps)
+    assert gaps == {name: 0.0 for name in gaps}
 
 
 # ------------------------------------------------------------------ kill and resume
