@@ -21,7 +21,15 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from methods.base import BuildContext, EnsembleModel, MethodSpec, register_method, to_members
+from methods.base import (
+    BuildContext,
+    EnsembleModel,
+    MethodSpec,
+    Reduction,
+    TrainOutput,
+    register_method,
+    to_members,
+)
 from methods.tu_common import TU_FAMILIES, build_tu, digits_cnn
 
 STEPS_PER_UNIT = 16  # α grid of alpha: auto: multiples of 1/(16·M)
@@ -41,17 +49,32 @@ class PackedHparams:
         default=0.05,
         metadata={"gt": 0, "lt": 1, "help": "alpha: auto's allowed relative count difference"},
     )
+    # torch-uncertainty's routine averages the cross-entropy over all M·B rows, so each member's
+    # (unshared, grouped) weights get 1/M of the gradient they would get alone; "sum" trains every
+    # member at the recipe's learning rate, as the harness's deep ensemble and MIMO do.
+    loss_reduction: Literal["mean", "sum"] = field(
+        default="mean",
+        metadata={"help": "member losses: mean (torch-uncertainty) or sum (each as if alone)"},
+    )
 
 
 class PackedEnsemble(EnsembleModel):
-    def __init__(self, net, num_members: int, alpha: float) -> None:
+    def __init__(
+        self, net, num_members: int, alpha: float, loss_reduction: Reduction = "mean"
+    ) -> None:
         super().__init__()
         self.net = net
         self.num_members = num_members
         self.alpha = alpha  # the resolved α (alpha: auto is solved at build time)
+        self.loss_reduction = loss_reduction
 
     def forward(self, x: Tensor) -> Tensor:
         return to_members(self.net(x), self.num_members)  # (M·B, K) → (M, B, K)
+
+    def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
+        """Every member on the whole batch; member losses combined by ``loss_reduction``."""
+        out = super().training_outputs(x, y)
+        return TrainOutput(out.logits, out.targets, self.loss_reduction)
 
     def diagnostics(self) -> dict[str, Any]:
         return {"alpha": self.alpha}
@@ -208,7 +231,9 @@ def resolve_alpha(ctx: BuildContext, hp: PackedHparams) -> float:
 
 def build(ctx: BuildContext, hp: PackedHparams) -> PackedEnsemble:
     alpha = resolve_alpha(ctx, hp)
-    return PackedEnsemble(_build_net(ctx, alpha, hp.gamma), ctx.num_members, alpha)
+    return PackedEnsemble(
+        _build_net(ctx, alpha, hp.gamma), ctx.num_members, alpha, hp.loss_reduction
+    )
 
 
 def check(hp: PackedHparams, num_members: int) -> list[str]:

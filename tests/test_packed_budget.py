@@ -112,3 +112,26 @@ def test_validate_rejects_auto_alpha_without_a_reference(tmp_path) -> None:
     )
     with pytest.raises(SuiteError, match=r"alpha: auto needs alpha_reference"):
         load_suite(suite)
+
+
+def test_loss_reduction_sum_gives_each_member_its_full_gradient():
+    """Packed's members share no weight: with ``loss_reduction: sum`` every parameter's gradient
+    is exactly M times the torch-uncertainty ``mean`` one (each member trains as if alone)."""
+    from harness.contract import Recipe
+    from harness.train import ensemble_loss
+
+    spec = METHODS.get("packed_ensemble")
+    ctx = BuildContext("digits_cnn", (1, 8, 8), 8, 4, {}, None, seed=0)
+    x, y = torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(1)), torch.arange(6)
+    grads = {}
+    for red in ("mean", "sum"):
+        torch.manual_seed(0)
+        model = spec.build(ctx, spec.hparams(gamma=1, loss_reduction=red))
+        model.eval()  # fixed BatchNorm statistics: the two passes see the same function
+        loss, out, _ = ensemble_loss(model, x, y, Recipe())
+        assert out.reduction == red
+        loss.backward()
+        grads[red] = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    assert len(grads["sum"]) == len(grads["mean"]) > 0
+    for g_sum, g_mean in zip(grads["sum"], grads["mean"], strict=True):
+        torch.testing.assert_close(g_sum, 4 * g_mean)
