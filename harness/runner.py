@@ -7,6 +7,9 @@ over), ``record.json`` (the result, written last and atomically), ``events.jsonl
 resumed, evaluated, when), ``progress.csv``/``progress.json`` (one row per epoch as it trains,
 harness.progress) and, while a process works on it, ``lease.json`` (harness.lease).
 
+A cell whose recipe has ``processes: N`` trains on N ranks with DistributedDataParallel
+(harness.distributed, docs/distributed.md): rank 0 does all of the above, the others only train.
+
 A finished cell is skipped; a cell leased by another live process is skipped and reported. A cell
 that raises or diverges gets a ``failed`` record with the reason and the phase (setup, train,
 evaluate), and the grid goes on. Nothing trained is thrown away on a retry: a failure after
