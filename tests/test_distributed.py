@@ -451,3 +451,18 @@ def test_cuda_cell_without_enough_gpus_fails_with_a_record(tmp_path, monkeypatch
     )
     assert json.loads((tmp_path / cell.cell_id / "record.json").read_text()) == rec
     assert not (tmp_path / cell.cell_id / "lease.json").exists()
+
+
+def test_one_process_cells_keep_their_config_and_id():
+    """`processes: 1` is how every cell ran before the field: it is left out of the config
+    (so ids, cell.json and records are unchanged, and reports group old and new records);
+    more processes are part of both."""
+    one = sigma_cell()
+    two = processes(one, 2)
+    assert "processes" not in one.config()["recipe"]
+    assert two.config()["recipe"]["processes"] == 2
+    assert one.cell_id != two.cell_id
+    assert Cell.from_json(one.to_json()) == one and Cell.from_json(two.to_json()) == two
+    legacy = one.to_json()
+    assert "processes" not in legacy["recipe"]  # a cell.json written before the field
+    assert Cell.from_json(legacy).cell_id == one.cell_id

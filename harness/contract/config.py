@@ -208,6 +208,12 @@ class Cell:
 
     def config(self) -> dict[str, Any]:
         """The training-relevant configuration; its hash is the cell id."""
+        recipe = jsonable(dataclasses.asdict(self.recipe))
+        if recipe["processes"] == 1:
+            # One process is how every cell ran before the field existed: leaving it out keeps
+            # their ids, and their records and new ones group together in reports. More
+            # processes change the numbers (per-process batch statistics): they are identity.
+            del recipe["processes"]
         return {
             "dataset": self.dataset,
             "backbone": self.backbone,
@@ -216,17 +222,13 @@ class Cell:
             "M": self.M,
             "hparams": dict(sorted(self.hparams.items())),
             "seed": self.seed,
-            "recipe": jsonable(dataclasses.asdict(self.recipe)),
+            "recipe": recipe,
         }
 
     def identity_config(self) -> dict[str, Any]:
         """:meth:`config` without the speed-only recipe fields (:data:`SPEED_ONLY_RECIPE`)."""
         config = self.config()
         config["recipe"] = {k: v for k, v in config["recipe"].items() if k not in SPEED_ONLY_RECIPE}
-        if config["recipe"].get("processes") == 1:
-            # One process is how every cell ran before the field existed: their ids stay. More
-            # processes change the numbers (per-process batch statistics), so they are identity.
-            del config["recipe"]["processes"]
         return config
 
     @property
