@@ -59,11 +59,35 @@ from reports.record_extras import extra_columns
 from reports.summary import (  # noqa: F401 (metric_columns: re-exported)
     MCE_BASELINE,
     aggregate,
+    drop_duplicate_seeds,
     metric_columns,
     relative_corruption_error,
 )
 
 _CONFIG_IDENTITY = ("dataset", "backbone", "method", "M", "hparams", "seed")
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return json.loads(json.dumps(out, default=list))  # tuples → lists, as records hold them
+
+
+def _config_rest(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The non-identity part of a config, recipe and evaluation completed with today's defaults:
+    a record written before a field existed (or by a version that leaves a default value out,
+    as one-process cells leave out ``processes: 1``) compares equal to one that spells it."""
+    from harness.contract.config import Evaluation, Recipe
+
+    rest = {k: v for k, v in cfg.items() if k not in _CONFIG_IDENTITY}
+    for key, cls in (("recipe", Recipe), ("evaluation", Evaluation)):
+        if isinstance(rest.get(key), Mapping):
+            rest[key] = {**_field_defaults(cls), **rest[key]}
+    return rest
 
 _COST_KEYS = {  # record cost key → column
     "params_total": "params",
@@ -122,7 +146,7 @@ def variant_keys(records: Iterable[Mapping[str, Any]]) -> list[str]:
     for item in records:
         rec = _as_record(item)
         cfg = rec.get("config") or {}
-        rest = {k: v for k, v in cfg.items() if k not in _CONFIG_IDENTITY}
+        rest = _config_rest(cfg)
         values = seen.setdefault(_identity(rec), {})
         flat = _flatten(rest)
         for k in set(flat) | set(values):
@@ -134,7 +158,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     """One leaderboard row for one record (absent metrics are NaN)."""
     cfg = rec.get("config") or {}
     dataset, backbone, method, M, hparams = _identity(rec)
-    flat_cfg = _flatten({k: v for k, v in cfg.items() if k not in _CONFIG_IDENTITY})
+    flat_cfg = _flatten(_config_rest(cfg))
     row: dict[str, Any] = {
         "suite": str(rec.get("suite", "")),
         "cell_id": str(rec.get("cell_id", "")),
@@ -205,10 +229,11 @@ def records_to_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 @dataclass
 class Problem:
-    """A cell without a usable record: failed, invalid or missing, and why."""
+    """A cell without a usable record: failed, invalid, missing, or a duplicate (same
+    configuration and seed as a newer record, which is the one counted), and why."""
 
     cell_id: str
-    status: Literal["failed", "invalid", "missing"]
+    status: Literal["failed", "invalid", "missing", "duplicate"]
     reason: str
     config: str = ""
     detail: str = ""
@@ -319,7 +344,11 @@ def from_records(
     """:class:`Results` from records already read (each must validate)."""
     records = list(records)
     problems = list(problems)
-    cells = relative_corruption_error(records_to_frame(records), MCE_BASELINE)
+    cells, duplicates = drop_duplicate_seeds(records_to_frame(records))
+    cells = relative_corruption_error(cells, MCE_BASELINE)
+    for dropped, kept in duplicates:
+        reason = f"same configuration and seed as the newer record {kept}, which is counted"
+        problems.append(Problem(dropped, "duplicate", reason))
     for r in records:
         if r.get("status") == "failed":
             err = r.get("error") or {}

@@ -34,6 +34,32 @@ def metric_columns(cells: pd.DataFrame) -> list[str]:
     ]
 
 
+def drop_duplicate_seeds(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """Keep one done cell per configuration and seed.
+
+    Two records can describe the same configuration and seed under different cell ids (a
+    method gained a hyper-parameter whose default reproduces the old behaviour, so the cell was
+    re-run under its new id); counting both would pass one seed off as two and shrink every
+    interval. The most recently finished one is kept.
+
+    Returns:
+        The frame without the older duplicates, and ``(dropped cell id, kept cell id)`` pairs.
+    """
+    if cells.empty or "seed" not in cells:
+        return cells, []
+    done = cells[cells["status"] == "done"].sort_values("finished_at", kind="stable")
+    keys = [*GROUP_KEYS, "seed"]
+    dup = done.duplicated(keys, keep="last")
+    if not dup.any():
+        return cells, []
+    kept = done[~dup].set_index(keys)["cell_id"]
+    pairs = [
+        (str(r["cell_id"]), str(kept.loc[tuple(r[k] for k in keys)]))
+        for _, r in done[dup].iterrows()
+    ]
+    return cells.drop(index=done.index[dup]), pairs
+
+
 def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
     """Mean, std (ddof=1) and n of every metric over the seeds of each group of done cells.
 
