@@ -89,6 +89,7 @@ def _config_rest(cfg: Mapping[str, Any]) -> dict[str, Any]:
             rest[key] = {**_field_defaults(cls), **rest[key]}
     return rest
 
+
 _COST_KEYS = {  # record cost key → column
     "params_total": "params",
     "params_trainable": "params_trainable",
