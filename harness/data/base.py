@@ -125,6 +125,61 @@ class BatchLoader(Protocol):
     def set_epoch(self, epoch: int) -> None: ...
 
 
+def stream_seed(seed: int, epoch: int, stream: int = 0) -> int:
+    """Seed of one stream's order and augmentation in one epoch, the same for every loader.
+
+    Stream 0 keeps the seeding every method shares; stream s > 0 is offset by s times a large
+    prime, far beyond any (seed, epoch) offset in use, so streams never share a seed.
+    """
+    return seed * 100_003 + epoch + stream * 1_000_000_007
+
+
+def shard_block(batch: int, shard: tuple[int, int]) -> tuple[int, int]:
+    """Rows ``[lo, hi)`` of a global batch of ``batch`` rows that belong to rank ``shard[0]`` of
+    ``shard[1]`` (the last ranks get one row fewer when the world size does not divide it)."""
+    rank, world = shard
+    base, extra = divmod(batch, world)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (rank < extra)
+
+
+class OptionsLoader:
+    """What every loader built from :class:`LoaderOptions` shares: the attributes of
+    :class:`BatchLoader`, batches per epoch, the epoch, the per-stream generators and the rank's
+    block of a global batch. Subclasses set ``options`` and ``labels`` and yield the batches."""
+
+    options: LoaderOptions
+    labels: Tensor
+    epoch: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.options.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self.options.drop_last
+
+    @property
+    def streams(self) -> int:
+        return self.options.streams
+
+    def __len__(self) -> int:
+        n, b = len(self.labels), self.options.batch_size
+        return n // b if self.options.drop_last else -(-n // b)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def generator(self, stream: int = 0) -> torch.Generator:
+        """The CPU generator of one stream for the current epoch (order and augmentation)."""
+        return torch.Generator().manual_seed(stream_seed(self.options.seed, self.epoch, stream))
+
+    def block(self, batch: int) -> tuple[int, int]:
+        """This rank's rows ``[lo, hi)`` of a global batch of ``batch`` rows."""
+        return shard_block(batch, self.options.shard)
+
+
 @runtime_checkable
 class LazySplit(Protocol):
     """A split that is not an in-memory :class:`ImageSet`: images read from files as they are

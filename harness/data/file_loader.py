@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.data.base import BatchLoader, LoaderOptions
+from harness.data.base import BatchLoader, LoaderOptions, OptionsLoader
 
 #: Training augmentations a file split accepts (both mean RandomResizedCrop + flip here).
 TRAIN_AUGMENTS = ("imagenet", "crop_flip")
@@ -211,7 +211,7 @@ class _Batches:
             yield items
 
 
-class FileLoader:
+class FileLoader(OptionsLoader):
     """Batches of a :class:`FileSplit`: ``(x (B, 3, H, W) float normalised on the device, y (B,))``
     — ``(S, B, ...)`` / ``(S, B)`` with several streams, this rank's block only when sharded."""
 
@@ -223,7 +223,6 @@ class FileLoader:
             )
         self.split, self.options = split, options
         self.augmenting = options.train and options.augment in TRAIN_AUGMENTS
-        self.rank, self.world = options.shard
         self.epoch = 0
         self.workers = default_workers(len(split)) if options.workers is None else options.workers
         device = options.device
@@ -231,41 +230,9 @@ class FileLoader:
         self.std = torch.tensor(options.std or (1.0,) * 3, device=device).view(1, -1, 1, 1)
         self._loader: torch.utils.data.DataLoader | None = None
 
-    def __len__(self) -> int:
-        n, b = len(self.split), self.options.batch_size
-        return n // b if self.options.drop_last else -(-n // b)
-
-    # DeviceLoader's attributes, read by harness.progress to count an epoch's images.
     @property
-    def labels(self) -> Tensor:
+    def labels(self) -> Tensor:  # read by OptionsLoader and the progress log
         return self.split.labels
-
-    @property
-    def batch_size(self) -> int:
-        return self.options.batch_size
-
-    @property
-    def drop_last(self) -> bool:
-        return self.options.drop_last
-
-    @property
-    def streams(self) -> int:
-        return self.options.streams
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def generator(self, stream: int = 0) -> torch.Generator:
-        """The CPU generator of one stream for the current epoch (DeviceLoader's seeding)."""
-        seed = self.options.seed * 100_003 + self.epoch + stream * 1_000_000_007
-        return torch.Generator().manual_seed(seed)
-
-    def block(self, batch: int) -> tuple[int, int]:
-        """Rows ``[lo, hi)`` of a global batch of ``batch`` rows that belong to this rank (the
-        last ranks get one row fewer when the world size does not divide it)."""
-        base, extra = divmod(batch, self.world)
-        lo = self.rank * base + min(self.rank, extra)
-        return lo, lo + base + (self.rank < extra)
 
     def _data_loader(self) -> torch.utils.data.DataLoader:
         if self._loader is None:  # made once: persistent workers survive the epochs

@@ -19,7 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.data.base import BatchLoader, ImageSet, LoaderOptions, Split
+from harness.data.base import (
+    BatchLoader,
+    ImageSet,
+    LoaderOptions,
+    Split,
+    shard_block,
+    stream_seed,
+)
 
 
 def make_loader(data: Split, options: LoaderOptions) -> BatchLoader:
@@ -117,14 +124,9 @@ class DeviceLoader:
         self.epoch = epoch
 
     def generator(self, stream: int = 0) -> torch.Generator:
-        """The CPU generator of one stream for the current epoch (order, crops and flips).
-
-        Stream 0 keeps the seeding every method shares; stream s > 0 is offset by s times a
-        large prime, far beyond any (seed, epoch) offset in use, so streams never share a seed.
-        """
-        return torch.Generator().manual_seed(
-            self.seed * 100_003 + self.epoch + stream * 1_000_000_007
-        )
+        """The CPU generator of one stream for the current epoch (order, crops and flips);
+        :func:`harness.data.base.stream_seed` keeps streams apart."""
+        return torch.Generator().manual_seed(stream_seed(self.seed, self.epoch, stream))
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         n = len(self.labels)
@@ -146,11 +148,8 @@ class DeviceLoader:
                 yield torch.stack(xs), torch.stack(ys)  # (S, B, C, H, W), (S, B)
 
     def block(self, batch: int) -> tuple[int, int]:
-        """Rows ``[lo, hi)`` of a global batch of ``batch`` rows that belong to this rank (the
-        last ranks get one row fewer when it does not divide)."""
-        base, extra = divmod(batch, self.world)
-        lo = self.rank * base + min(self.rank, extra)
-        return lo, lo + base + (self.rank < extra)
+        """This rank's rows ``[lo, hi)`` of a global batch of ``batch`` rows."""
+        return shard_block(batch, (self.rank, self.world))
 
     def normalize(self, x: Tensor) -> Tensor:
         """uint8 (B, C, H, W) → normalised float32."""

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.data.base import DataMissingError, LoaderOptions
+from harness.data.base import DataMissingError, LoaderOptions, OptionsLoader
 
 #: Tokens per sequence. SST-2 items are single sentences or phrases (reported at about 19 words
 #: on average; the real files are not on the machine this was written on, so the share that is
@@ -177,7 +177,7 @@ class TextSplit:
         return TextLoader(self, options)
 
 
-class TextLoader:
+class TextLoader(OptionsLoader):
     """Batches ``(ids (B, L) int64 on the device, labels (B,))`` of a :class:`TextSplit`.
 
     Order: a permutation drawn from a CPU generator seeded by (seed, epoch, stream) with the
@@ -200,38 +200,6 @@ class TextLoader:
         self.ids = data.ids.to(options.device)  # (N, L) int64: SST-2's 67k × 64 is 34 MB
         self.labels = data.labels.to(options.device)
         self.epoch = 0
-
-    # DeviceLoader's attributes, which the progress log reads to count an epoch's samples.
-    @property
-    def batch_size(self) -> int:
-        return self.options.batch_size
-
-    @property
-    def drop_last(self) -> bool:
-        return self.options.drop_last
-
-    @property
-    def streams(self) -> int:
-        return self.options.streams
-
-    def __len__(self) -> int:
-        n, b = len(self.labels), self.options.batch_size
-        return n // b if self.options.drop_last else -(-n // b)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def generator(self, stream: int = 0) -> torch.Generator:
-        """The CPU generator of one stream in the current epoch (DeviceLoader's seeding)."""
-        o = self.options
-        return torch.Generator().manual_seed(o.seed * 100_003 + self.epoch + stream * 1_000_000_007)
-
-    def block(self, batch: int) -> tuple[int, int]:
-        """Rows ``[lo, hi)`` of a global batch of ``batch`` rows that are this rank's."""
-        rank, world = self.options.shard
-        base, extra = divmod(batch, world)
-        lo = rank * base + min(rank, extra)
-        return lo, lo + base + (rank < extra)
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         o, n = self.options, len(self.labels)
