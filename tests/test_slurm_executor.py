@@ -260,12 +260,15 @@ def test_cell_that_raises_shows_failed_with_its_error(results_root: Path, tmp_pa
 
 
 def test_task_killed_by_time_limit_is_requeued_and_resumes(results_root: Path, tmp_path: Path):
-    # ~0.26-0.35 s per epoch on one thread: about a minute of training, more than one attempt
-    # can hold. Slurm sends USR2 15-45 s after an attempt starts (--time=1, signal_delay_s=15,
-    # limits checked every 30 s); submitit calls CellTask.checkpoint and requeues the task,
-    # which resumes from the last epoch's checkpoint.pt (~12 s later with the local cluster's
-    # settings). Two or three attempts in all.
-    epochs = 220
+    # ~0.26-0.45 s per epoch on one thread: 40-70 s of training, more than one attempt can hold.
+    # Slurm sends USR2 up to 60 s earlier than --signal asks ("due to the resolution of event
+    # handling", sbatch(1)): here 16-45 s after an attempt starts (--time=1, signal_delay_s=15,
+    # limits checked every 30 s), of which ~10 s go to start-up on a loaded 2-core machine.
+    # submitit calls CellTask.checkpoint and requeues the task, which resumes from the last
+    # epoch's checkpoint.pt (~12 s later with the local cluster's settings). 150 epochs exceed
+    # what one attempt can train (≤ 35 s at 0.26 s/epoch: ≤ 135 epochs), and up to 20 requeues
+    # leave room for attempts that train only ~8 s each (~20 epochs).
+    epochs = 150
     suite = write_suite(
         tmp_path,
         "requeue",
@@ -275,7 +278,8 @@ def test_task_killed_by_time_limit_is_requeued_and_resumes(results_root: Path, t
     t0 = time.monotonic()
     rc, out = cli(
         "run", suite, "--executor", "slurm", "--profile", "local", "--results", results_root,
-        "--slurm", "timeout_min=1", "--slurm", "signal_delay_s=15", "--wait", "-q",
+        "--slurm", "timeout_min=1", "--slurm", "signal_delay_s=15",
+        "--slurm", "max_num_timeout=20", "--wait", "-q",
         timeout=400,
     )  # fmt: skip
     elapsed = time.monotonic() - t0
