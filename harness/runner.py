@@ -87,8 +87,10 @@ def build_model(
     cell: Cell,
     spec: DatasetSpec,
     pretrained: dict[str, torch.Tensor] | None = None,
+    device: torch.device | None = None,
 ) -> tuple[EnsembleModel, BuildContext]:
-    """Build the cell's method on its backbone (seeded: same seed → same initial weights)."""
+    """Build the cell's method on its backbone (seeded: same seed → same initial weights); with
+    ``device``, also place it there as the recipe asks (channels_last on CUDA, compile)."""
     seed_everything(cell.seed)
     mspec = METHODS.get(cell.method)
     ctx = BuildContext(
@@ -100,7 +102,14 @@ def build_model(
         pretrained,
         seed=cell.seed,
     )
-    return mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams))), ctx
+    model = mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams)))
+    if device is not None:
+        model.to(device)
+        if cell.recipe.channels_last and device.type == "cuda":
+            model.to(memory_format=torch.channels_last)
+        if cell.recipe.compile:
+            model.compile()  # in place: state_dict keys and the method's hooks stay as they are
+    return model, ctx
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
@@ -357,12 +366,7 @@ def _run_leased(
     try:
         spec, splits = load_data(cell, data_root)
         pre = pretrained_state(cell, cell_dir, spec, splits, device, progress, data_root)
-        model, ctx = build_model(cell, spec, pre)
-        model.to(device)
-        if cell.recipe.channels_last and device.type == "cuda":
-            model.to(memory_format=torch.channels_last)
-        if cell.recipe.compile:
-            model.compile()  # in place: state_dict keys and the method's hooks stay as they are
+        model, ctx = build_model(cell, spec, pre, device)
         phase = "train"
         history, diag, train_s = trained_model(
             cell, cell_dir, model, spec, splits, device, progress
@@ -414,12 +418,7 @@ def _train_as_follower(cell: Cell, cell_dir: Path, data_root: Path) -> str:
     device = pick_device(cell.recipe.device)
     spec, splits = load_data(cell, data_root)
     pre = pretrained_state(cell, cell_dir, spec, splits, device, False, data_root)
-    model, _ = build_model(cell, spec, pre)
-    model.to(device)
-    if cell.recipe.channels_last and device.type == "cuda":
-        model.to(memory_format=torch.channels_last)
-    if cell.recipe.compile:
-        model.compile()
+    model, _ = build_model(cell, spec, pre, device)
     train_cell(cell, cell_dir, model, spec, splits, device, False)
     return "trained"
 
