@@ -60,6 +60,22 @@ def fault_hook(path: Path, f: IO) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
+def fault_hold(path: Path) -> None:
+    """Fault injection, inert unless ``HARNESS_FAULT_HOLD=NAME:FLAG`` is set: after each atomic
+    write of a file called NAME, wait while the file FLAG exists.
+
+    It lets a test stop a cell at an epoch boundary (``checkpoint.pt`` is written after every
+    epoch) for as long as it likes — until a scheduler's time limit has interrupted it, say — and
+    then release it, so that its verdict never depends on how fast the machine trains.
+    """
+    hold = os.environ.get("HARNESS_FAULT_HOLD")
+    if not hold:
+        return
+    name, _, flag = hold.partition(":")
+    while name == path.name and os.path.exists(flag):
+        time.sleep(0.2)
+
+
 def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) -> None:
     """Write ``path`` through ``write(f)`` so that readers see either the old or the new file,
     whole: a unique temporary file (``mkstemp``, so two writers never share one), fsync,
@@ -80,3 +96,4 @@ def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fault_hold(path)

@@ -260,39 +260,60 @@ def test_cell_that_raises_shows_failed_with_its_error(results_root: Path, tmp_pa
 
 
 def test_task_killed_by_time_limit_is_requeued_and_resumes(results_root: Path, tmp_path: Path):
-    # ~0.26-0.45 s per epoch on one thread: 40-70 s of training, more than one attempt can hold.
-    # Slurm sends USR2 up to 60 s earlier than --signal asks ("due to the resolution of event
-    # handling", sbatch(1)): here 16-45 s after an attempt starts (--time=1, signal_delay_s=15,
-    # limits checked every 30 s), of which ~10 s go to start-up on a loaded 2-core machine.
-    # submitit calls CellTask.checkpoint and requeues the task, which resumes from the last
-    # epoch's checkpoint.pt (~12 s later with the local cluster's settings). 150 epochs exceed
-    # what one attempt can train (≤ 35 s at 0.26 s/epoch: ≤ 135 epochs), and up to 20 requeues
-    # leave room for attempts that train only ~8 s each (~20 epochs).
-    epochs = 150
+    # Deterministic whatever the machine's speed: the cell is held at its first epoch boundary
+    # (HARNESS_FAULT_HOLD: after each write of checkpoint.pt it waits while a flag file exists),
+    # so no attempt can finish before Slurm's time limit interrupts it (--time=1 with USR2 15 s
+    # before; Slurm may signal up to 60 s early, sbatch(1)). submitit calls CellTask.checkpoint
+    # and requeues the task; only once an attempt has logged that it resumed from the epoch
+    # checkpoint does the test remove the flag, and the cell then trains to the end. An attempt
+    # that a loaded machine starts too slowly to finish even one epoch is simply requeued again.
+    epochs = 5
+    flag = tmp_path / "hold"
+    flag.touch()
     suite = write_suite(
         tmp_path,
         "requeue",
         f"grid: {ONE_CELL_GRID}, methods: [single]}}\n"
         f"recipe: {{epochs: {epochs}}}\nevaluation: {{cost: false}}\n",
     )
-    t0 = time.monotonic()
-    rc, out = cli(
-        "run", suite, "--executor", "slurm", "--profile", "local", "--results", results_root,
-        "--slurm", "timeout_min=1", "--slurm", "signal_delay_s=15",
-        "--slurm", "max_num_timeout=20", "--wait", "-q",
-        timeout=400,
-    )  # fmt: skip
-    elapsed = time.monotonic() - t0
-    assert rc == 0, out
-
+    env = {**cli_env(), "HARNESS_FAULT_HOLD": f"checkpoint.pt:{flag}"}
+    cmd = [
+        *harness_cmd(), "run", str(suite), "--executor", "slurm", "--profile", "local",
+        "--results", str(results_root), "--slurm", "timeout_min=1",
+        "--slurm", "signal_delay_s=15", "--slurm", "max_num_timeout=20", "--wait", "-q",
+    ]  # fmt: skip
     results = results_root / "requeue"
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = t0 + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            jobs = jobs_of(results)
+            if jobs and "resuming after epoch" in task_logs(
+                results, next(iter(jobs.values())), "err"
+            ):
+                break
+            time.sleep(1)
+        held_s = time.monotonic() - t0
+        flag.unlink()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, out
+    assert held_s < 600, "no attempt resumed from its checkpoint within 10 minutes"
+
     ((cid, rec),) = records(results).items()
     job = jobs_of(results)[cid]
     err, log = task_logs(results, job, "err"), task_logs(results, job, "out")
     resumed = [int(n) for n in re.findall(r"resuming after epoch (\d+)", err)]
     attempts = sacct_attempts(job)
     print(
-        f"\ntime-limit requeue: {elapsed:.0f}s, {len(resumed) + 1} attempts, resumed after "
+        f"\ntime-limit requeue: {elapsed:.0f}s (held {held_s:.0f}s), {len(resumed) + 1} "
+        f"attempts, resumed after "
         f"epochs {resumed}; sacct attempts {attempts}"
     )
     assert rec["status"] == "done", rec.get("error")
@@ -303,7 +324,7 @@ def test_task_killed_by_time_limit_is_requeued_and_resumes(results_root: Path, t
     assert "Caught signal SIGUSR2" in log and "timed-out" in log, log
     assert "Requeued job" in log, log
     assert resumed and resumed[0] >= 1, err
-    assert resumed == sorted(resumed) and len(set(resumed)) == len(resumed), err
+    assert resumed == sorted(resumed), err  # never back to an earlier epoch
     assert re.search(r"restart [1-9]", err), err
     # The final attempt's own state is not checked: a warning USR2 can still arrive while the
     # finished task's interpreter exits (its result already written) and Slurm then records
