@@ -49,6 +49,7 @@ def real_result():
     return run_bench(methods=[("sigma_ens", {}), ("deep_ensemble", {})], loop="real", **TINY)
 
 
+@pytest.mark.slow
 def test_real_loop_rows_have_the_ratio_column(real_result):
     assert real_result["config"]["loop"] == "real"
     rows = real_result["rows"]
@@ -127,6 +128,7 @@ def test_markdown_fragment_has_every_row_and_an_m_scaling_table(real_result, tmp
     assert md.main([]) == 2
 
 
+@pytest.mark.slow
 def test_cli_accepts_loop_real(tmp_path, capsys):
     args = build_parser().parse_args(["bench", "--loop", "real"])
     assert args.loop == "real"

@@ -117,6 +117,7 @@ def test_executor_registry_resolves_auto_and_rejects_unknown_names():
     assert local.name == "local" and "in 3 worker processes, 1 thread(s)" in local.describe(3)
 
 
+@pytest.mark.slow
 def test_local_workers_record_label_and_shared_device_and_report_lists_missing(
     tmp_path, write_suite, capsys
 ):

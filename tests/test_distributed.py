@@ -165,6 +165,7 @@ def assert_same_numbers(one: dict, two: dict) -> None:
             assert close(a, b, 1e-4), (key, a, b)
 
 
+@pytest.mark.slow
 def test_two_process_cell_equals_one_process_cell(tmp_path, with_plugin, mlp_reference):
     cell = only_cell(write_suite(tmp_path, "deep_ensemble", "ln_mlp", 3, 2))
     assert cell.cell_id != mlp_reference["cell_id"]  # processes > 1 is part of the identity
@@ -247,6 +248,7 @@ def one_process_grads(blocks: list[slice]) -> dict[str, torch.Tensor]:
     return total
 
 
+@pytest.mark.slow
 def test_sigma_ens_batch_statistics_are_per_rank(tmp_path):
     """The documented difference: each rank normalises its B/2 images with their own
     per-member statistics, so a step is the mean of the blocks' one-process steps."""
@@ -264,6 +266,7 @@ def test_sigma_ens_batch_statistics_are_per_rank(tmp_path):
     assert gap > 1e-3  # not the full batch's statistics: the numbers do change
 
 
+@pytest.mark.slow
 def test_sigma_ens_cell_differs_slightly_from_one_process(tmp_path):
     one = only_cell(write_suite(tmp_path, "sigma_ens", "{name: digits_cnn, kwargs: {width: 4}}",
                                 1, 1))  # fmt: skip
@@ -333,6 +336,7 @@ def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_every_method_trains_through_ddp_with_identical_replicas(tmp_path):
     from harness.distributed_launch import free_port
 
@@ -352,6 +356,7 @@ def cli_env(plugin_dir: Path, **extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": path, PLUGINS_ENV: PLUGIN, "OMP_NUM_THREADS": "1", **extra}
 
 
+@pytest.mark.slow
 def test_killed_ddp_cell_resumes_on_both_ranks(tmp_path, plugin_dir, mlp_reference):
     suite = write_suite(tmp_path, "deep_ensemble", "ln_mlp", 3, 2)
     results = tmp_path / "results"

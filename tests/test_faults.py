@@ -74,6 +74,7 @@ def reference(tmp_path_factory) -> dict[str, dict]:
     return {cid: r["metrics"] for cid, r in recs.items()}
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_train_each_cell_once(tmp_path, reference):
     suite = write_grid(tmp_path, "faults", epochs=6)
     results = tmp_path / "results"
@@ -108,6 +109,7 @@ TARGETS = ["checkpoint.pt:1", "checkpoint.pt:2", "checkpoint.pt:2", "record.json
            "final.pt:1", "trained.json:1", "random", "random"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, reference):
     rng = random.Random(16)
     suite = write_grid(tmp_path, "faults", epochs=6)
@@ -223,6 +225,7 @@ def test_failure_during_training_resumes_unless_divergence(tmp_path, monkeypatch
     assert [s["from_epoch"] for s in train_starts(other / cell.cell_id)] == [0, 0]
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_local_executor(tmp_path):
     """SIGINT to the parent only (``kill -INT``, the harder case than a terminal's Ctrl-C, which
     reaches the workers too): no cell starts afterwards and the run exits 130 promptly."""
@@ -276,6 +279,7 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     return out.returncode, out.stdout, out.stderr
 
 
+@pytest.mark.slow
 def test_preflight_rejects_bad_recipes_and_empty_grids(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -324,6 +328,7 @@ def test_empty_grid_is_an_error(tmp_path):
                         "backbones or M, or a list is empty)"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_commands_reading_a_results_folder_fail_clearly(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

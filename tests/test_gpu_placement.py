@@ -45,6 +45,7 @@ def barrier_then_run(cell_json, results_dir, data_root, force, threads, shared):
     return _run_cell_json(cell_json, results_dir, data_root, force, threads, shared)
 
 
+@pytest.mark.slow
 def test_six_cells_spread_over_three_fake_gpus_each_worker_on_its_own(write_suite, tmp_path):
     cells = load_suite(write_suite(SIX_CELLS)).cells()
     assert len(cells) == 6

@@ -105,6 +105,7 @@ def run_in_workers(suite: Path, results: Path, pythonpath: list[Path], *extra: s
     return [json.loads(p.read_text()) for p in sorted(results.glob("plug/*/record.json"))]
 
 
+@pytest.mark.slow
 def test_entry_point_plugin_is_listed_and_runs_in_local_workers(installed_plugin, tmp_path):
     ls = harness("ls", pythonpath=[installed_plugin], cwd=tmp_path)
     assert ls.returncode == 0, ls.stderr
@@ -118,6 +119,7 @@ def test_entry_point_plugin_is_listed_and_runs_in_local_workers(installed_plugin
     assert all(0 < r["metrics"]["clean"]["acc"] <= 1 for r in records)
 
 
+@pytest.mark.slow
 def test_plugin_option_module_runs_in_local_workers(tmp_path):
     plugin_dir = tmp_path / "plugins"
     plugin_dir.mkdir()

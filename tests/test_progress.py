@@ -162,6 +162,7 @@ def harness(*argv: str, **kw) -> subprocess.CompletedProcess:
                           text=True, timeout=120, **kw)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "inprocess"])
 def test_csv_grows_and_status_shows_the_epoch_while_a_cell_trains(tmp_path, executor):
     """Acceptance: a slow digits cell run by ``harness run``, polled while it trains; a cell in
@@ -278,6 +279,7 @@ def test_status_follows_a_cell_in_a_slurm_array_task(tmp_path):
     assert len(set(shown)) >= 2, (shown, status and status.stdout)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_the_csv_and_events_without_repeating_an_epoch(tmp_path):
     """SIGKILL mid-training, then the same command: epochs 1..E once each in progress.csv, and
     in the TensorBoard events asked for on the command line (workers inherit the request)."""

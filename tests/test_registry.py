@@ -151,6 +151,7 @@ def test_registry_scans_its_packages_and_added_ones(tmp_path, monkeypatch):
         broken.names()
 
 
+@pytest.mark.slow
 def test_new_method_module_shows_in_ls_all_and_contract_tests(plugin_package):
     # harness ls: discovered without any list being edited
     out = _run("-m", "harness.cli", "ls")

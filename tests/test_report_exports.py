@@ -199,6 +199,7 @@ def _latex_numbers(tex: str) -> dict[tuple[str, str], str]:
     return out
 
 
+@pytest.mark.latex
 def test_latex_numbers_match_the_csv_and_it_compiles(tmp_path):
     recs = _cells_on("single", 1, [0.80, 0.82, 0.81])
     recs += _cells_on("deep_ensemble", 4, [0.85, 0.86, 0.87], hparams={"note": "50%_&_$x"})

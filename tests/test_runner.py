@@ -180,6 +180,7 @@ def test_invalid_record_is_rejected_before_writing(tmp_path):
     assert not (tmp_path / "record.json").exists()
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_redoing_finished_cells(tmp_path):
     """SIGKILL `harness run` mid-grid, re-run: finished cells are kept, the rest completes."""
     text = (

@@ -41,6 +41,7 @@ def test_every_shipped_cifar_suite_uses_a_measured_lambda():
     assert min(pairs) >= 0.005  # 1e-4 (the old default) gave a ratio of ~1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("lam", "tau"), sorted(_shipped_pairs().items()))
 def test_gradient_ratio_at_the_first_epoch_is_not_negligible(lam, tau):
     torch.manual_seed(0)
