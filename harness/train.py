@@ -38,8 +38,16 @@ class DivergenceError(RuntimeError):
 
 
 def make_optimizer(model: EnsembleModel, recipe: Recipe) -> torch.optim.Optimizer:
-    """SGD (momentum, optional Nesterov) or AdamW over the method's parameter groups."""
-    groups = model.param_groups(recipe.weight_decay)
+    """SGD (momentum, optional Nesterov) or AdamW over the method's parameter groups.
+
+    A group's ``lr_scale`` (BatchEnsemble's fast-weight multiplier) sets its learning rate to
+    ``lr_scale · recipe.lr``; the schedule then scales every group's rate alike.
+    """
+    groups = [
+        {k: v for k, v in g.items() if k != "lr_scale"}
+        | ({"lr": recipe.lr * g["lr_scale"]} if "lr_scale" in g else {})
+        for g in model.param_groups(recipe.weight_decay)
+    ]
     if recipe.optimizer == "sgd":
         return torch.optim.SGD(
             groups,

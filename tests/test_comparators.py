@@ -9,7 +9,9 @@ import math
 import pytest
 import torch
 
+from harness.contract import Recipe
 from harness.registries import METHODS
+from harness.train import make_optimizer
 from methods.base import BuildContext
 
 
@@ -70,3 +72,54 @@ def test_film_unknown_init_is_refused(tmp_path):
     )
     with pytest.raises(SuiteError, match="init"):
         load_suite(path)
+
+
+# --- BatchEnsemble -----------------------------------------------------------------------------
+
+
+def _one_sgd_step(model, lr: float = 0.1) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{name: (parameter change, gradient)} of one plain SGD step (no momentum, no decay)."""
+    recipe = Recipe(optimizer="sgd", lr=lr, momentum=0.0, weight_decay=0.0, nesterov=False)
+    opt = make_optimizer(model, recipe)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 8, (8,))
+    model.train()
+    out = model.training_outputs(x, y)
+    torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), out.targets.flatten()).backward()
+    opt.step()
+    return {n: (p.detach() - before[n], p.grad.detach()) for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("multiplier", [0.5, 1.0])
+def test_batch_ensemble_fast_weights_step_at_the_multiplier(multiplier):
+    """UB's fast_weight_lr_multiplier (default 0.5): r, s and the per-member biases move by
+    multiplier·lr·grad, every slow weight by lr·grad; 1.0 is torch-uncertainty's."""
+    lr = 0.1
+    model = _build("batch_ensemble", fast_weight_lr_multiplier=multiplier)
+    steps = _one_sgd_step(model, lr)
+    kinds = {"fast": 0, "bias": 0, "slow": 0}
+    for name, (delta, grad) in steps.items():
+        leaf = name.rsplit(".", 1)[-1]
+        kind = "fast" if leaf in ("r_group", "s_group") else "slow"
+        if name == "net.core_model.head.bias":  # BatchLinear's (M, K) per-member bias
+            kind = "bias"
+        factor = multiplier if kind in ("fast", "bias") else 1.0
+        assert grad.abs().sum() > 0, name
+        # the step, to float32 rounding of p + Δp (Δp ≪ p for r, s ≈ 1)
+        torch.testing.assert_close(delta, -lr * factor * grad, rtol=1e-4, atol=1e-6)
+        ratio = (delta.norm() / (lr * grad.norm())).item()
+        assert ratio == pytest.approx(factor, rel=1e-3), name
+        kinds[kind] += 1
+    assert kinds["fast"] >= 4 and kinds["bias"] == 1 and kinds["slow"] >= 4
+
+
+def test_batch_ensemble_default_is_ubs_recipe():
+    model = _build("batch_ensemble")
+    groups = model.param_groups(5e-4)
+    assert [g.get("lr_scale", 1.0) for g in groups] == [1.0, 0.5, 0.5]
+    assert [g["weight_decay"] for g in groups] == [5e-4, 0.0, 5e-4]  # no decay on r, s only
+    opt = make_optimizer(model, Recipe(lr=0.2))
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.2, 0.1, 0.1])
+    every = sorted(id(p) for g in groups for p in g["params"])
+    assert every == sorted(id(p) for p in model.parameters())  # a partition
