@@ -123,3 +123,38 @@ def test_batch_ensemble_default_is_ubs_recipe():
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.2, 0.1, 0.1])
     every = sorted(id(p) for g in groups for p in g["params"])
     assert every == sorted(id(p) for p in model.parameters())  # a partition
+
+
+# --- deep ensemble: gradient clipping per member -----------------------------------------------
+
+
+def test_deep_ensemble_clips_each_member_as_if_trained_alone():
+    """grad_clip on a deep ensemble = each member trained alone with grad_clip (the members'
+    losses are summed, so member m's gradient is its own loss's; the clip must not mix them)."""
+    import copy
+
+    from harness.train import make_scheduler, train_epoch
+
+    torch.manual_seed(0)
+    ens = _build("deep_ensemble", members=3, independent_data=False)
+    alone = [copy.deepcopy(m) for m in ens.ensemble.core_models]
+    recipe = Recipe(optimizer="sgd", lr=0.5, momentum=0.9, weight_decay=0.0, grad_clip=0.05)
+    batches = [(torch.randn(16, 1, 8, 8), torch.randint(0, 8, (16,))) for _ in range(3)]
+
+    def train(model):
+        opt = make_optimizer(model, recipe)
+        train_epoch(
+            model, batches, opt, make_scheduler(opt, recipe, 3), recipe, torch.device("cpu")
+        )
+
+    train(ens)
+    single_spec = METHODS.get("single")
+    ctx = BuildContext("digits_cnn", (1, 8, 8), 8, 1, {"width": 8}, None, seed=0)
+    for member, start in zip(ens.ensemble.core_models, alone, strict=True):
+        solo = single_spec.build(ctx, single_spec.make_hparams({}))
+        solo.net.load_state_dict(start.state_dict())
+        train(solo)
+        for (name, p), q in zip(member.named_parameters(), solo.net.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+        moved = sum((p - s).abs().sum() for p, s in zip(member.parameters(), start.parameters()))
+        assert moved > 0
