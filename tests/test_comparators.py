@@ -12,7 +12,7 @@ import torch
 from harness.contract import Recipe
 from harness.registries import METHODS
 from harness.train import make_optimizer
-from methods.base import BuildContext
+from methods.base import BuildContext, count_parameters
 
 
 @pytest.fixture(autouse=True)
@@ -158,3 +158,53 @@ def test_deep_ensemble_clips_each_member_as_if_trained_alone():
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
         moved = sum((p - s).abs().sum() for p, s in zip(member.parameters(), start.parameters()))
         assert moved > 0
+
+
+# --- Masksembles: masks are buffers ------------------------------------------------------------
+
+
+def test_masksembles_masks_are_buffers_not_parameters():
+    from torch_uncertainty.layers.masksembles import Mask1d, Mask2d
+
+    model = _build("masksembles", width=16)
+    assert not [n for n, _ in model.named_parameters() if n.endswith("masks")]
+    masks = {n: b for n, b in model.named_buffers() if n.endswith("masks")}
+    assert len(masks) == 3 and all(b.dtype == torch.float32 for b in masks.values())
+    assert not [m for m in model.modules() if isinstance(m, Mask1d | Mask2d)]
+    # params_total: every parameter is trained (the masks' 4·(16 + 32 + 32) values are not)
+    assert count_parameters(model) == count_parameters(model, trainable_only=True)
+
+
+def test_masksembles_forward_equals_the_library_without_float64():
+    """Same outputs as torch-uncertainty's Mask2d with the same masks; no float64 op."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch_uncertainty.layers.masksembles import Mask2d
+
+    from methods.masksembles import FixedMasks
+
+    torch.manual_seed(0)
+    lib = Mask2d(12, num_masks=3, scale=2.0, device=None)
+    ours = FixedMasks(lib.masks.detach().clone())
+    x = torch.randn(9, 12, 2, 2)
+    torch.testing.assert_close(ours(x), lib(x), rtol=0, atol=0)
+
+    class Dtypes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: set[torch.dtype] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple | list) else [out]:
+                if isinstance(t, torch.Tensor):
+                    self.seen.add(t.dtype)
+            return out
+
+    model = _build("masksembles", width=16).eval()
+    with Dtypes() as mode:
+        model(torch.randn(4, 1, 8, 8))
+    floating = {d for d in mode.seen if d.is_floating_point}
+    assert floating == {torch.float32}
+    with Dtypes() as mode:
+        ours(x.bfloat16())
+    assert {d for d in mode.seen if d.is_floating_point} == {torch.bfloat16}
