@@ -208,3 +208,61 @@ def test_masksembles_forward_equals_the_library_without_float64():
     with Dtypes() as mode:
         ours(x.bfloat16())
     assert {d for d in mode.seen if d.is_floating_point} == {torch.bfloat16}
+
+
+# --- mCE over the common severities ------------------------------------------------------------
+
+# baseline error per severity 1..5 on two corruptions (rising with severity, as on CIFAR-C)
+BASE_ERR = {"gaussian_noise": [0.1, 0.2, 0.4, 0.6, 0.8], "contrast": [0.05, 0.1, 0.3, 0.5, 0.7]}
+
+
+def test_mce_uses_the_severities_both_models_have():
+    from harness.metrics.corruption import mean_corruption_error
+
+    base = {c: dict(enumerate(e, start=1)) for c, e in BASE_ERR.items()}
+    mine = {c: {s: 0.8 * base[c][s] for s in (1, 2)} for c in base}  # 0.8×, fewer severities
+    assert mean_corruption_error(mine, base) == pytest.approx(0.80)
+    # CE_c = Σ_s E / Σ_s E_base (Hendrycks & Dietterich), not the mean of per-severity ratios
+    mine = {"contrast": {1: 0.1, 2: 0.1}}
+    assert mean_corruption_error(mine, base) == pytest.approx(0.2 / 0.15)
+    assert math.isnan(mean_corruption_error({"fog": {1: 0.3}}, base))
+
+
+def test_mce_warns_on_a_zero_baseline_corruption():
+    from harness.metrics.corruption import mean_corruption_error
+
+    base = {"gaussian_noise": {1: 0.5}, "contrast": {1: 0.0}}
+    mine = {"gaussian_noise": {1: 0.4}, "contrast": {1: 0.1}}
+    with pytest.warns(UserWarning, match=r"baseline's error is 0 on contrast .*left out"):
+        value = mean_corruption_error(mine, base)
+    assert value == pytest.approx(0.8)
+
+
+def test_report_mce_with_mismatched_severities_is_0_80():
+    """A method with exactly 0.8× the baseline's error, evaluated at severities 1–2 only, against
+    a baseline evaluated at 1–5: mCE 0.80 in the report."""
+    from record_factory import make_record
+
+    from reports.aggregate import from_records
+
+    def record(method, m, seed, sevs, factor):
+        cells = [
+            {"corruption": c, "severity": s, "acc": 1 - factor * e[s - 1], "nll": 1.0, "ece": 0.1}
+            for c, e in BASE_ERR.items()
+            for s in sevs
+        ]
+        return make_record(
+            method=method,
+            M=m,
+            seed=seed,
+            acc=0.9,
+            dataset="cifar10",
+            backbone="wrn28_10",
+            overrides={"metrics": {"corruption": {"cells": cells}}},
+        )
+
+    recs = [record("single", 1, s, (1, 2, 3, 4, 5), 1.0) for s in (0, 1)]
+    recs += [record("deep_ensemble", 4, s, (1, 2), 0.8) for s in (0, 1)]
+    summary = from_records(recs).summary.set_index("method")
+    assert summary.loc["deep_ensemble", "mCE_mean"] == pytest.approx(0.80)
+    assert summary.loc["single", "mCE_mean"] == pytest.approx(1.0)
