@@ -266,3 +266,111 @@ def test_report_mce_with_mismatched_severities_is_0_80():
     summary = from_records(recs).summary.set_index("method")
     assert summary.loc["deep_ensemble", "mCE_mean"] == pytest.approx(0.80)
     assert summary.loc["single", "mCE_mean"] == pytest.approx(1.0)
+
+
+# --- MC Dropout: where the dropout is -----------------------------------------------------------
+
+
+def _weight_layer_input_zeros(core: torch.nn.Module, x: torch.Tensor, dropout_on: bool) -> list:
+    """Fraction of exact zeros in the input each Conv2d/Linear of ``core`` receives (BatchNorm
+    in eval; every dropout module on or off)."""
+    from torch.nn.modules.dropout import _DropoutNd
+
+    core.eval()
+    for m in core.modules():
+        if isinstance(m, _DropoutNd):
+            m.train(dropout_on)
+    seen: list[float] = []
+    layers = [m for m in core.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
+
+    def record(module, args):  # registered after the method's pre-hook: sees its output
+        seen.append((args[0] == 0).float().mean().item())
+
+    handles = [layer.register_forward_pre_hook(record) for layer in layers]
+    torch.manual_seed(0)
+    core(x)
+    for h in handles:
+        h.remove()
+    return seen
+
+
+def test_mc_dropout_drops_the_input_of_every_weight_layer_but_the_stem():
+    """Gal & Ghahramani: dropout before every weight layer. On digits_cnn: conv2, conv3 and the
+    head see rate·(non-zero fraction) more zeros with dropout on; the stem sees the image."""
+    rate = 0.5
+    model = _build("mc_dropout", width=16, members=4, dropout_rate=rate)
+    core = model.net.core_model
+    x = torch.randn(64, 1, 8, 8)
+    off = _weight_layer_input_zeros(core, x, dropout_on=False)
+    on = _weight_layer_input_zeros(core, x, dropout_on=True)
+    assert len(on) == 4 and on[0] == off[0] == 0.0  # the stem: the image, never dropped
+    for z_off, z_on in zip(off[1:], on[1:], strict=True):
+        assert z_on - z_off == pytest.approx(rate * (1 - z_off), abs=0.05)
+    # the old placement (the backbone's: before the head only) stays available
+    old = _build("mc_dropout", width=16, members=4, dropout_rate=rate, placement="backbone")
+    old_off = _weight_layer_input_zeros(old.net.core_model, x, dropout_on=False)
+    old_on = _weight_layer_input_zeros(old.net.core_model, x, dropout_on=True)
+    assert old_on[:3] == old_off[:3] and old_on[3] > old_off[3]
+
+
+def test_mc_dropout_residual_is_ubs_elementwise_dropout_on_the_wrn_branch():
+    """placement residual (UB's WRN-28-10 recipe): element-wise Dropout(rate) after the first
+    conv of each of the 12 blocks, none before the head, no channel-wise Dropout2d left."""
+    from torch.nn.modules.dropout import _DropoutNd
+
+    spec = METHODS.get("mc_dropout")
+    ctx = BuildContext("wrn28_10", (3, 32, 32), 10, 4, {"dropout_rate": 0.0})
+    with torch.device("meta"):
+        model = spec.build(ctx, spec.make_hparams({"dropout_rate": 0.1, "placement": "residual"}))
+    live = {n: m for n, m in model.named_modules() if isinstance(m, _DropoutNd) and m.p > 0}
+    assert len(live) == 12 and all(type(m) is torch.nn.Dropout for m in live.values())
+    assert all(n.endswith(".dropout") and m.p == 0.1 for n, m in live.items())
+    assert model.net.core_model.final_dropout.p == 0.0
+    digits = BuildContext("digits_cnn", (1, 8, 8), 8, 4, {"width": 16})
+    with pytest.raises(ValueError, match=r"placement 'residual'.*needs torch-uncertainty's"):
+        spec.build(digits, spec.make_hparams({"placement": "residual"}))
+
+
+# --- the UB reproduction and cifar100_wrn compare like with like --------------------------------
+
+
+def _live_dropouts(cell) -> dict[str, tuple[type, float]]:
+    """{module name: (type, p)} of the dropout modules with p > 0 in the cell's model (built on
+    the meta device: only the structure is read)."""
+    from torch.nn.modules.dropout import _DropoutNd
+
+    spec = METHODS.get(cell.method)
+    ctx = BuildContext(cell.backbone, (3, 32, 32), 100, cell.M, dict(cell.backbone_kwargs))
+    with torch.device("meta"):
+        model = spec.build(ctx, spec.make_hparams(cell.hparams))
+    return {
+        n: (type(m), m.p) for n, m in model.named_modules() if isinstance(m, _DropoutNd) and m.p > 0
+    }
+
+
+def test_ub_reproduction_rows_without_dropout_in_ub_have_none():
+    from harness.suite import load_suite
+
+    cells = load_suite("suites/reproduce/ub_wrn28_10.yaml").cells()
+    by = {(c.dataset, c.method): c for c in cells}
+    for method in ("single", "deep_ensemble", "batch_ensemble", "mimo"):
+        cell = by[("cifar10", method)]
+        assert cell.backbone_kwargs == {"dropout_rate": 0.0}, method
+        assert _live_dropouts(cell) == {}, method
+    mc = _live_dropouts(by[("cifar10", "mc_dropout")])  # UB: element-wise, residual branch
+    assert len(mc) == 12 and set(mc.values()) == {(torch.nn.Dropout, 0.1)}
+    assert by[("cifar10", "batch_ensemble")].hparams["fast_weight_lr_multiplier"] == 0.5
+
+
+def test_cifar100_wrn_mc_dropout_trains_with_singles_dropout():
+    """MC Dropout there is `single`'s network and dropout kept on at test: the same dropout
+    modules at the same rates (not 0.1 in place of the backbone's 0.3)."""
+    from harness.suite import load_suite
+
+    cells = load_suite("suites/cifar100_wrn.yaml").cells()
+    single = next(c for c in cells if c.method == "single")
+    mc = next(c for c in cells if c.method == "mc_dropout")
+    ours = {n.removeprefix("net.core_model."): v for n, v in _live_dropouts(mc).items()}
+    theirs = {n.removeprefix("net."): v for n, v in _live_dropouts(single).items()}
+    assert theirs and ours == theirs
+    assert {p for _, p in theirs.values()} == {0.3}
