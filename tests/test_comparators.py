@@ -374,3 +374,54 @@ def test_cifar100_wrn_mc_dropout_trains_with_singles_dropout():
     theirs = {n.removeprefix("net."): v for n, v in _live_dropouts(single).items()}
     assert theirs and ours == theirs
     assert {p for _, p in theirs.values()} == {0.3}
+
+
+# --- Packed-Ensembles ---------------------------------------------------------------------------
+
+
+def test_packed_digits_head_has_one_group_per_member():
+    """torch-uncertainty's packed heads are PackedLinear(..., last=True) at gamma=1."""
+    model = _build("packed_ensemble", width=16, members=4, alpha=2, gamma=2)
+    head = model.net.head
+    assert head.groups == 4  # M groups, not M·γ
+    gammas = model.diagnostics()["gamma_effective"]
+    assert gammas["head"] == 1 and gammas["features.0"] is None  # first: one group
+    assert gammas["features.3"] == 2 and gammas["features.7"] == 2
+
+
+def test_packed_text_qkv_of_a_member_sees_all_its_features_and_no_others():
+    """The fused qkv projection has M·γ groups; q, k and v of member m each depend on every
+    feature of member m (each group its own q, k, v, as PackedMultiheadAttention) and on none
+    of another member's."""
+    spec = METHODS.get("packed_ensemble")
+    m, heads = 2, 2
+    kw = {"dim": 16, "depth": 1, "heads": heads, "vocab_size": 50}
+    ctx = BuildContext("text_transformer", (6,), 3, m, kw, seed=0)
+    torch.manual_seed(0)
+    block = spec.build(ctx, spec.make_hparams({"alpha": 2, "gamma": 2})).net.blocks[0]
+    width = 32  # α·dim, member m owns features [16m, 16m + 16)
+    x = torch.randn(1, 3, width)
+    jac = torch.autograd.functional.jacobian(lambda t: block.qkv_heads(t), x)
+    # jac: (3, 1, M·H, L, d, 1, L, W) → |∂ out / ∂ feature| summed over everything else
+    dep = jac.abs().sum(dim=(1, 3, 4, 5, 6))  # (3, M·H, W)
+    for which in range(3):  # q, k, v
+        for member in range(m):
+            rows = dep[which, member * heads : (member + 1) * heads].sum(0)  # (W,)
+            own = rows[member * 16 : (member + 1) * 16]
+            others = torch.cat([rows[: member * 16], rows[(member + 1) * 16 :]])
+            assert (own > 0).all(), (which, member)
+            assert (others == 0).all(), (which, member)
+
+
+def test_packed_records_the_gamma_each_layer_really_has():
+    """torch-uncertainty lowers γ below 64 input channels per group: ResNet-18 at α=2, γ=2,
+    M=4 has 14 of its 19 convolutions at γ=1 (and the stem is one dense group)."""
+    spec = METHODS.get("packed_ensemble")
+    ctx = BuildContext("resnet18", (3, 32, 32), 100, 4)
+    with torch.device("meta"):
+        model = spec.build(ctx, spec.make_hparams({"alpha": 2, "gamma": 2}))
+    diag = model.diagnostics()
+    convs = {n: g for n, g in diag["gamma_effective"].items() if not n.endswith("linear")}
+    assert len(convs) == 20 and sum(g is None for g in convs.values()) == 1  # + the stem
+    assert sum(g == 1 for g in convs.values()) == 14 and sum(g == 2 for g in convs.values()) == 5
+    assert diag["gamma_lowered_layers"] == 14
