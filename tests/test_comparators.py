@@ -399,6 +399,8 @@ def test_packed_text_qkv_of_a_member_sees_all_its_features_and_no_others():
     ctx = BuildContext("text_transformer", (6,), 3, m, kw, seed=0)
     torch.manual_seed(0)
     block = spec.build(ctx, spec.make_hparams({"alpha": 2, "gamma": 2})).net.blocks[0]
+    # the projection's own dependency: the member LayerNorm before it mixes a member's features
+    block.norm1 = torch.nn.Identity()
     width = 32  # α·dim, member m owns features [16m, 16m + 16)
     x = torch.randn(1, 3, width)
     jac = torch.autograd.functional.jacobian(lambda t: block.qkv_heads(t), x)
