@@ -38,8 +38,16 @@ class DivergenceError(RuntimeError):
 
 
 def make_optimizer(model: EnsembleModel, recipe: Recipe) -> torch.optim.Optimizer:
-    """SGD (momentum, optional Nesterov) or AdamW over the method's parameter groups."""
-    groups = model.param_groups(recipe.weight_decay)
+    """SGD (momentum, optional Nesterov) or AdamW over the method's parameter groups.
+
+    A group's ``lr_scale`` (BatchEnsemble's fast-weight multiplier) sets its learning rate to
+    ``lr_scale · recipe.lr``; the schedule then scales every group's rate alike.
+    """
+    groups = [
+        {k: v for k, v in g.items() if k != "lr_scale"}
+        | ({"lr": recipe.lr * g["lr_scale"]} if "lr_scale" in g else {})
+        for g in model.param_groups(recipe.weight_decay)
+    ]
     if recipe.optimizer == "sgd":
         return torch.optim.SGD(
             groups,
@@ -116,6 +124,16 @@ def ensemble_loss(
     return (task if reg is None else task + reg), out, reg
 
 
+def gradient_clip_groups(model: Any) -> list[list[Tensor]]:
+    """The parameter sets whose gradient norms are clipped apart: the method's
+    ``clip_groups()`` (the deep ensemble: one per member, as each member clipped alone), else one
+    set. A multi-process cell trains a wrapper whose ``model`` is the method's model."""
+    owner = model if hasattr(model, "clip_groups") else getattr(model, "model", None)
+    if owner is not None and hasattr(owner, "clip_groups"):
+        return [list(g) for g in owner.clip_groups()]
+    return [list(model.parameters())]
+
+
 def train_epoch(
     model: EnsembleModel,
     loader: Any,
@@ -147,6 +165,7 @@ def train_epoch(
     if sync_every < 1:
         raise ValueError(f"sync_every must be >= 1, got {sync_every}")
     model.train()
+    clip_groups = gradient_clip_groups(model) if recipe.grad_clip else []
     record = torch.zeros(3, sync_every, device=device)  # rows: loss, regularizer, correct rows
     no_reg = torch.zeros((), device=device)
     sums = [0.0, 0.0, 0.0]  # loss, regularizer, correct rows over the steps read so far
@@ -174,8 +193,8 @@ def train_epoch(
                 loss, out, reg = ensemble_loss(model, x, y, recipe)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            if recipe.grad_clip:  # returns the total norm as a tensor, deliberately not read
-                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+            for params in clip_groups:  # returns the total norm as a tensor, deliberately not read
+                torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
             opt.step()
             sched.step()
             with torch.no_grad():

@@ -231,6 +231,11 @@ class EnsembleModel(nn.Module):
             }
         ]
 
+    def clip_groups(self) -> list[list[nn.Parameter]]:
+        """Parameter sets whose gradient norms ``recipe.grad_clip`` clips separately (default:
+        one set, the norm over all parameters, as a single network's)."""
+        return [list(self.parameters())]
+
     def set_progress(self, epoch: int, num_epochs: int) -> None:
         """Called at the start of every epoch, for hyper-parameter schedules."""
 

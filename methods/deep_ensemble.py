@@ -61,6 +61,12 @@ class DeepEnsemble(EnsembleModel):
         self.ensemble = deep_ensembles(members, reset_model_parameters=False)
         self._streams: list[torch.cuda.Stream] | None = None
 
+    def clip_groups(self) -> list[list[torch.nn.Parameter]]:
+        """One set per member: gradient clipping bounds each member's own gradient norm, as it
+        would be clipped trained alone (a joint norm would couple the members and shrink the
+        step of every member by the others' gradients)."""
+        return [list(member.parameters()) for member in self.ensemble.core_models]
+
     def forward(self, x: Tensor) -> Tensor:
         if self.parallel == "streams" and x.is_cuda and self.num_members > 1:
             return self._forward_streams([x] * self.num_members)

@@ -8,7 +8,10 @@ Masksembles reference code); evaluation repeats the batch. Member losses are ave
 
 The masks are drawn from an explicit generator seeded by the cell's seed:
 torch-uncertainty 0.13 draws them from an unseeded ``np.random.default_rng()`` with no way to
-pass one, so the same cell got different masks on every run.
+pass one, so the same cell got different masks on every run. They are held as buffers
+(:class:`FixedMasks`): the library keeps them as float64 ``nn.Parameter(requires_grad=False)``
+(``layers/masksembles.py``, ``Mask1d``/``Mask2d``), which counted them as parameters and made
+every masked activation a float64 product before casting it back.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from methods.base import BuildContext, MethodSpec, register_method
 from methods.tu_common import (
@@ -75,18 +78,41 @@ def seeded_masks(c: int, n: int, scale: float, rng: np.random.Generator) -> np.n
     return masks
 
 
+class FixedMasks(nn.Module):
+    """torch-uncertainty's ``Mask1d``/``Mask2d`` with the (n, C) masks as a buffer.
+
+    Forward as the library's: the batch (B, C[, H, W]) is cut into n member-major blocks of
+    B/n rows and block m is multiplied channel-wise by mask m. The 0/1 masks are cast to the
+    input's dtype (exact in any dtype), so activations keep their precision.
+    """
+
+    def __init__(self, masks: Tensor) -> None:
+        super().__init__()
+        self.num_masks = masks.shape[0]
+        self.register_buffer("masks", masks.to(torch.get_default_dtype()))
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        n = self.num_masks
+        x = inputs.unflatten(0, (n, inputs.shape[0] // n))  # (n, B/n, C, ...)
+        mask = self.masks.to(inputs.dtype).view(n, 1, -1, *[1] * (inputs.dim() - 2))
+        return (x * mask).flatten(0, 1)
+
+
 @torch.no_grad()
 def reseed_masks(net: nn.Module, scale: float, rng: np.random.Generator) -> int:
-    """Redraw every torch-uncertainty mask of ``net`` (all built with ``scale``, as in the
-    library's masked ResNet/WRN and our digits CNN) from ``rng``; returns how many."""
+    """Replace every torch-uncertainty mask of ``net`` (all built with ``scale``, as in the
+    library's masked ResNet/WRN and our digits CNN) by a :class:`FixedMasks` drawn from
+    ``rng``; returns how many."""
     from torch_uncertainty.layers.masksembles import Mask1d, Mask2d
 
     count = 0
-    for module in net.modules():
-        if isinstance(module, Mask1d | Mask2d):
-            n, c = module.masks.shape
-            module.masks.copy_(torch.from_numpy(seeded_masks(c, n, scale, rng)))
-            count += 1
+    for parent in list(net.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Mask1d | Mask2d):
+                n, c = child.masks.shape
+                masks = torch.from_numpy(seeded_masks(c, n, scale, rng))
+                setattr(parent, name, FixedMasks(masks.to(child.masks.device)))
+                count += 1
     return count
 
 

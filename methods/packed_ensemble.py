@@ -60,10 +60,16 @@ class PackedHparams:
 
 class PackedEnsemble(EnsembleModel):
     def __init__(
-        self, net, num_members: int, alpha: float, loss_reduction: Reduction = "mean"
+        self,
+        net,
+        num_members: int,
+        alpha: float,
+        loss_reduction: Reduction = "mean",
+        gamma: int = 1,
     ) -> None:
         super().__init__()
         self.net = net
+        self.gamma = gamma  # the requested γ (gamma_effective: what each layer has)
         self.num_members = num_members
         self.alpha = alpha  # the resolved α (alpha: auto is solved at build time)
         self.loss_reduction = loss_reduction
@@ -77,7 +83,32 @@ class PackedEnsemble(EnsembleModel):
         return TrainOutput(out.logits, out.targets, self.loss_reduction)
 
     def diagnostics(self) -> dict[str, Any]:
-        return {"alpha": self.alpha}
+        """α, and the γ each packed layer really has (``gamma_effective``, layer name → γ;
+        None for a ``first`` layer, which is one dense group): torch-uncertainty lowers γ where a
+        group would get fewer than ``minimum_channels_per_group`` (64) input channels, e.g. 14
+        of the 19 convolutions of ResNet-18 at α=2, γ=2, M=4 run at γ=1."""
+        gammas = effective_gammas(self.net)
+        heads = {n for n, layer in self.net.named_modules() if getattr(layer, "last", False)}
+        lowered = sum(  # hidden layers below the requested γ (heads are γ=1 by design)
+            1 for n, g in gammas.items() if g is not None and g < self.gamma and n not in heads
+        )
+        return {"alpha": self.alpha, "gamma_effective": gammas, "gamma_lowered_layers": lowered}
+
+
+def effective_gammas(net: torch.nn.Module) -> dict[str, int | None]:
+    """{layer name: groups per member} of every PackedConv2d/PackedLinear of ``net``."""
+    from torch_uncertainty.layers import PackedConv1d, PackedConv2d, PackedConv3d, PackedLinear
+
+    out: dict[str, int | None] = {}
+    for name, layer in net.named_modules():
+        if isinstance(layer, PackedConv1d | PackedConv2d | PackedConv3d):
+            groups = layer.conv.groups
+        elif isinstance(layer, PackedLinear):
+            groups = layer.groups
+        else:
+            continue
+        out[name] = None if layer.first else groups // layer.num_estimators
+    return out
 
 
 def _digits(ctx: BuildContext, alpha: float, gamma: int):
@@ -99,9 +130,9 @@ def _digits(ctx: BuildContext, alpha: float, gamma: int):
             first=first,
             minimum_channels_per_group=1,
         ),
-        linear=lambda fi, fo: PackedLinear(
-            fi, fo, alpha=alpha, num_estimators=m, gamma=gamma, last=True
-        ),
+        # The head: one group per member (γ=1), as torch-uncertainty's packed ResNet/WRN heads
+        # (``PackedLinear(..., last=True)`` at its default gamma=1); γ splits hidden layers only.
+        linear=lambda fi, fo: PackedLinear(fi, fo, alpha=alpha, num_estimators=m, last=True),
         channels=alpha,
     )
 
@@ -232,7 +263,7 @@ def resolve_alpha(ctx: BuildContext, hp: PackedHparams) -> float:
 def build(ctx: BuildContext, hp: PackedHparams) -> PackedEnsemble:
     alpha = resolve_alpha(ctx, hp)
     return PackedEnsemble(
-        _build_net(ctx, alpha, hp.gamma), ctx.num_members, alpha, hp.loss_reduction
+        _build_net(ctx, alpha, hp.gamma), ctx.num_members, alpha, hp.loss_reduction, hp.gamma
     )
 
 

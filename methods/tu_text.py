@@ -84,7 +84,7 @@ class PackedBlock(nn.Module):
 
     def __init__(self, dim: int, heads: int, mlp_ratio: float, dropout: float, packed: Any) -> None:
         super().__init__()
-        self.m, self.heads = packed.m, heads
+        self.m, self.heads, self.gamma = packed.m, heads, packed.gamma
         width = packed.width(dim)
         self.norm1 = MemberLayerNorm(self.m, width)
         self.qkv = packed.linear(dim, 3 * dim)
@@ -97,12 +97,22 @@ class PackedBlock(nn.Module):
         )
         self.drop2 = nn.Dropout(dropout)
 
+    def qkv_heads(self, x: Tensor) -> Tensor:
+        """Args: x (B, L, W) with W = M·C. Returns: q, k, v stacked, (3, B, M·H, L, d)."""
+        b, n, w = x.shape
+        m, h, g = self.m, self.heads, self.gamma
+        # The fused projection has M·γ groups; each group's output block holds its own q, k, v
+        # (torch-uncertainty's PackedMultiheadAttention: in_proj_weight (groups, 3·E/groups,
+        # in/groups)), so member m's q, k and v each span all γ groups, i.e. all its features.
+        qkv = self.qkv(self.norm1(x)).view(b, n, m, g, 3, w // (m * g))  # (B, L, M, γ, 3, c/γ)
+        qkv = qkv.permute(4, 0, 2, 1, 3, 5).reshape(3, b, m, n, h, w // (m * h))  # member c
+        return qkv.transpose(3, 4).reshape(3, b, m * h, n, -1)  # (3, B, M·H, L, d)
+
     def forward(self, x: Tensor, keep: Tensor) -> Tensor:
         """Args: x (B, L, W) with W = M·C; keep (B, 1, 1, L) bool (real tokens)."""
         b, n, w = x.shape
         m, h = self.m, self.heads
-        qkv = self.qkv(self.norm1(x)).view(b, n, m, 3, h, w // (m * h))  # member blocks
-        q, k, v = qkv.permute(3, 0, 2, 4, 1, 5).reshape(3, b, m * h, n, -1)  # (B, M·H, L, d)
+        q, k, v = self.qkv_heads(x)  # each (B, M·H, L, d)
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # (B, M·H, L, d)
         att = att.view(b, m, h, n, -1).permute(0, 3, 1, 2, 4).reshape(b, n, w)  # (B, L, W)
         x = x + self.drop1(self.proj(att))

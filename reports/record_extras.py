@@ -4,6 +4,7 @@
 every row of the cell frame carries (NaN/empty when the record has no such data):
 
 - ``corr/<corruption>/acc|nll|ece``: the mean over the severities evaluated of that corruption;
+  ``corr_severity_acc``: JSON {corruption: {severity: acc}} (for the mCE's common severities);
 - ``corruption_mean_over``: the record's sentence saying which corruptions cAcc/cNLL/cECE average
   (``metrics.corruption.corruption_mean_over``), and ``mce_over``: the corruptions that count in
   the mCE (the benchmark ones, ``metrics.corruption.mean_corruptions``, else all evaluated);
@@ -18,6 +19,7 @@ every row of the cell frame carries (NaN/empty when the record has no such data)
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -50,6 +52,12 @@ def corruption_columns(corruption: Mapping[str, Any]) -> dict[str, Any]:
     for name, cells in by_name.items():
         for k in ("acc", "nll", "ece"):
             row[f"corr/{name}/{k}"] = _mean([_num(c.get(k)) for c in cells])
+    # Per severity, for the mCE over the severities a cell and its baseline share (JSON text:
+    # one column, not corruptions × severities numeric columns in every export).
+    row["corr_severity_acc"] = json.dumps(
+        {n: {str(c.get("severity")): _num(c.get("acc")) for c in cs} for n, cs in by_name.items()},
+        sort_keys=True,
+    )
     row["corruption_mean_over"] = str(corruption.get("corruption_mean_over") or "")
     used = corruption.get("mean_corruptions") or list(by_name)
     row["mce_over"] = ", ".join(str(c) for c in used if c in by_name)

@@ -11,6 +11,7 @@ t_{n-1,0.975}·std/√n: the alternative view to ± std; NaN below two values).
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -114,37 +115,50 @@ def relative_corruption_error(
 ) -> pd.DataFrame:
     """``cells`` with an ``mCE`` column: each cell's corruption error relative to ``baseline``.
 
-    Hendrycks & Dietterich (ICLR 2019, §3): CE_c = Σ_s E_{c,s} / Σ_s E_{c,s}^baseline and mCE =
-    the mean of CE_c over corruptions c. Here E = 1 − accuracy; per corruption, the cell's mean
-    error over its severities (``corr/<c>/acc``) is divided by the baseline's, the baseline being
-    the done cells of method ``baseline`` on the same dataset, backbone and variant, averaged over
-    their seeds (and over its configurations when it has several, e.g. M=1 only for ``single``).
-    Only the corruptions in the cell's ``mce_over`` (its benchmark corruptions) that the baseline
-    also has count. Cells without a baseline, or without per-corruption results, get NaN; so does
-    the whole column when ``baseline`` is None. The baseline's own cells get their ratio to
-    the baseline mean (about 1 = 100%).
+    Hendrycks & Dietterich (ICLR 2019, §3), computed by
+    :func:`harness.metrics.corruption.mean_corruption_error`: CE_c = Σ_s E_{c,s} / Σ_s
+    E_{c,s}^baseline over the severities the cell and the baseline share, mCE = the mean of CE_c;
+    E = 1 − accuracy. The baseline is the done cells of method ``baseline`` on the same dataset,
+    backbone and variant, its per-(corruption, severity) error averaged over their seeds (and over
+    its configurations when it has several, e.g. M=1 only for ``single``). Only the corruptions in
+    the cell's ``mce_over`` (its benchmark corruptions) count; one where the baseline's error is 0
+    is left out with a warning. Cells without a baseline or per-corruption results get NaN; so
+    does the whole column when ``baseline`` is None. The baseline's own cells get their ratio to
+    the baseline mean (about 1 = 100%). Records read without ``corr_severity_acc`` use the
+    per-corruption means ``corr/<c>/acc`` (as one severity).
     """
+    from harness.metrics.corruption import mean_corruption_error
+
     out = cells.copy()
     out["mCE"] = math.nan
     names = [c.split("/")[1] for c in cells.columns if c.startswith("corr/") and c.endswith("/acc")]
     if baseline is None or not names or "method" not in cells:
         return out
     done = cells["status"] == "done" if "status" in cells else pd.Series(True, index=cells.index)
-    err = 1 - cells[[f"corr/{n}/acc" for n in names]].astype(float)
-    err.columns = names
+    errors = {idx: _severity_errors(cells.loc[idx], names) for idx in cells.index[done]}
     keys = ["dataset", "backbone", "variant"]
-    base = (
-        err[done & (cells["method"] == baseline)]
-        .groupby([cells[k] for k in keys], dropna=False)
-        .mean()
-    )
+    base: dict[tuple, dict[str, dict[str, float]]] = {}
+    for key, group in cells[done & (cells["method"] == baseline)].groupby(keys, dropna=False):
+        pooled: dict[str, dict[str, list[float]]] = {}
+        for idx in group.index:
+            for c, by_sev in errors[idx].items():
+                for s, e in by_sev.items():
+                    pooled.setdefault(c, {}).setdefault(s, []).append(e)
+        base[key] = {c: {s: float(np.mean(v)) for s, v in d.items()} for c, d in pooled.items()}
     for idx in cells.index[done]:
         key = tuple(cells.loc[idx, k] for k in keys)
-        if key not in base.index:
+        if key not in base:
             continue
         over = [c for c in str(cells.loc[idx].get("mce_over", "") or "").split(", ") if c]
-        ratio = err.loc[idx, over or names] / base.loc[key, over or names]
-        ratio = ratio[np.isfinite(ratio)]
-        if len(ratio):
-            out.loc[idx, "mCE"] = float(ratio.mean())
+        out.loc[idx, "mCE"] = mean_corruption_error(errors[idx], base[key], over or names)
     return out
+
+
+def _severity_errors(row: pd.Series, names: list[str]) -> dict[str, dict[str, float]]:
+    """{corruption: {severity: 1 − acc}} of one cell row (finite values only)."""
+    text = row.get("corr_severity_acc")
+    if isinstance(text, str) and text:
+        acc = {c: {s: float(a) for s, a in d.items()} for c, d in json.loads(text).items()}
+    else:  # a frame without the per-severity column: the per-corruption mean, one "severity"
+        acc = {c: {"mean": float(row.get(f"corr/{c}/acc", math.nan))} for c in names}
+    return {c: {s: 1 - a for s, a in d.items() if math.isfinite(a)} for c, d in acc.items()}

@@ -28,7 +28,7 @@ def test_auto_alpha_matches_sigma_ens_on_resnet18_within_5_percent(m: int) -> No
     assert budget == count_parameters(sigma.build(ctx, sigma.make_hparams({})))
     assert abs(count_parameters(model) - budget) <= 0.05 * budget
     assert model.alpha > 2.0  # the default α=2 is far below σN-Ens's count at these M
-    assert model.diagnostics() == {"alpha": model.alpha}
+    assert model.diagnostics()["alpha"] == model.alpha
 
 
 def test_auto_alpha_matches_a_plain_parameter_count() -> None:
