@@ -60,9 +60,12 @@ def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
     except TypeError as exc:  # unknown keyword, or a value of the wrong type
         valid = _named_options(spec.build)
         hint = f" (this builder's own options: {', '.join(valid)})" if valid else ""
-        return [
-            f"grid.backbones[{index}].kwargs: backbone {entry.name!r} refuses them: {exc}{hint}"
-        ]
+        # The key path of the option at fault when the error (or a lone option) tells which, so
+        # that an override of it is the one named.
+        named = [k for k in entry.kwargs if f"'{k}'" in str(exc)] or list(entry.kwargs)
+        key = f".{named[0]}" if len(named) == 1 else ""
+        where = f"grid.backbones[{index}].kwargs{key}"
+        return [f"{where}: backbone {entry.name!r} refuses it: {exc}{hint}"]
     except Exception:  # anything else is not about the options; the cell will say what
         return []
     return []
