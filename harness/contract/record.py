@@ -202,7 +202,9 @@ def check_record_file(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise DamagedRecord(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        what = "truncated" if exc.pos >= len(raw.rstrip()) else "not valid JSON"
+        # The harness writes whole files ending in "}"; a file cut short (a full disk, a copy
+        # interrupted) ends anywhere else.
+        what = "not valid JSON" if raw.rstrip().endswith((b"}", b"]")) else "truncated"
         raise DamagedRecord(path, f"{what} ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(rec, dict) or "schema_version" not in rec:
         kind = type(rec).__name__ if not isinstance(rec, dict) else "object without schema_version"
