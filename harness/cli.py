@@ -18,6 +18,7 @@ from harness.cli_checks import (
     Parser,
     debug_wanted,
     gpu_ids,
+    non_negative_int,
     positive_int,
     run_flag_problems,
     unexpected_error,
@@ -448,12 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="throughput and memory side by side with the bound")
     b.add_argument("--backbone", default="resnet18")
-    b.add_argument("--M", type=int, default=4)
-    b.add_argument("--batch", type=int, default=128)
-    b.add_argument("--image-size", type=int, default=32)
-    b.add_argument("--classes", type=int, default=100)
-    b.add_argument("--steps", type=int, default=20)
-    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--M", type=positive_int, default=4)
+    b.add_argument("--batch", type=positive_int, default=128)
+    b.add_argument("--image-size", type=positive_int, default=32)
+    b.add_argument("--classes", type=positive_int, default=100)
+    b.add_argument("--steps", type=positive_int, default=20)
+    b.add_argument("--warmup", type=non_negative_int, default=5)
     b.add_argument("--compile", action="store_true")
     b.add_argument(
         "--loop",

@@ -89,6 +89,22 @@ def test_bad_run_flags_exit_2_before_anything_runs(suite, tmp_path, capsys, flag
 
 
 @pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["bench", "--M", "0"], "harness bench: error: argument --M: must be >= 1, got 0"),
+        (["bench", "--batch", "-8"], "argument --batch: must be >= 1, got -8"),
+        (["bench", "--warmup", "-1"], "argument --warmup: must be >= 0, got -1"),
+        (["bench", "--steps", "1.5"], "argument --steps: expected a whole number >= 1, got '1.5'"),
+        (["run"], "harness run: error: the following arguments are required: suite"),
+        (["frobnicate"], "harness: error: argument command: invalid choice: 'frobnicate'"),
+    ],
+)
+def test_other_bad_arguments_are_one_line(capsys, argv, needle):
+    assert exit_code(argv) == 2
+    one_clear_line(capsys, needle)
+
+
+@pytest.mark.parametrize(
     ("only", "needles"),
     [
         # the typo is named with the grid's closest value, not dropped while `single` runs
