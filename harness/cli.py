@@ -22,6 +22,7 @@ from harness.cli_checks import (
     positive_int,
     run_flag_problems,
     unexpected_error,
+    weights_errors,
 )
 from harness.suite_io import SuiteError
 
@@ -482,11 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.checkpoint import UnsafeWeightsError
     from harness.executors.devices import ExecutorError
     from harness.registry import RegistryError, load_plugins
     from harness.safe_files import DamagedFile
-    from harness.weights import WeightsError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -511,9 +510,6 @@ def main(argv: list[str] | None = None) -> int:
     except (RegistryError, FileNotFoundError, ExecutorError, DamagedFile) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (WeightsError, UnsafeWeightsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
     except KeyboardInterrupt:
@@ -529,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug or an input no layer names yet: one line, not a traceback
+        if isinstance(exc, weights_errors()):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if debug_wanted(args):
             raise
         return unexpected_error(exc)

@@ -86,6 +86,8 @@ def run_flag_problems(args: Any) -> list[str]:
     problems = []
     for attr, (flag, executors) in _ONLY_FOR.items():
         value = getattr(args, attr, None)
+        if attr == "workers" and value == 1 and args.executor == "inprocess":
+            continue  # one worker is what inprocess is: consistent, not ignored
         if value not in (None, False, [], ()) and args.executor not in executors:
             problems.append(
                 f"{flag}: only for --executor {' or '.join(executors)}; "
@@ -109,3 +111,15 @@ def unexpected_error(exc: BaseException) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def weights_errors() -> tuple[type[BaseException], ...]:
+    """The weights-file errors (a user's file, exit 2) of the modules loaded so far: those
+    modules import torch, which ``status``, ``ls`` and ``report`` must not pay for, and an
+    exception of a module never imported cannot have been raised."""
+    found = []
+    for module, name in (("harness.weights", "WeightsError"), ("harness.checkpoint",
+                                                               "UnsafeWeightsError")):  # fmt: skip
+        if module in sys.modules:
+            found.append(getattr(sys.modules[module], name))
+    return tuple(found)

@@ -285,6 +285,8 @@ def iter_records(
     Damaged records are skipped; with ``damaged``, each is appended there (for the caller to
     name). Symbolic links are not cells and are skipped.
     """
+    if not Path(results_dir).is_dir():
+        return
     for cell_dir in sorted(Path(results_dir).iterdir()):
         if not is_cell_dir(cell_dir):
             continue
