@@ -53,6 +53,10 @@ def reevaluate(
         from harness.suite import load_suite
 
         path = suite_path or manifest["source"]
+        if suite_path and not Path(suite_path).is_file():  # asked for by name: never ignored
+            from harness.suite_io import SuiteError
+
+            raise SuiteError([f"--suite {suite_path}: suite file not found"])
         if Path(path).exists():
             evaluation = load_suite(path).evaluation
     root = default_data_root(data_root)

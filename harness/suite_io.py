@@ -91,6 +91,9 @@ def _expanded_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
 def yaml_problem(exc: yaml.YAMLError) -> str:
     """The parser's error as one line: position, then what it expected (its own text spans
     several lines with a quoted snippet)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character or a bad encoding
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        return f"character {exc.position}: {char} is not allowed ({exc.reason})"
     mark = getattr(exc, "problem_mark", None)
     problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
     context = getattr(exc, "context", None)

@@ -164,6 +164,10 @@ BOMB = "name: bomb\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         ("# big\n" + "x" * (2**20 + 10) + "\n", ["suite file is larger than 1024 KiB"]),
         ("name: caf\xe9\n", ["is not UTF-8 text"]),
         ("[" * 5000 + "]" * 5000 + "\n", ["nested too deeply"]),
+        (
+            "name: a\x00b\n",
+            ["invalid YAML: character 7: U+0000 is not allowed (special characters"],
+        ),
     ],
 )
 def test_yaml_files_are_bounded(tmp_path, capsys, text, needles):

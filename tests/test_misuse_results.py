@@ -202,6 +202,11 @@ def test_evaluate_names_damaged_cells_and_re_evaluates_the_rest(results, capsys)
     assert "re-evaluated 1 cells" in out
     assert read_record(good)["metrics"] == metrics  # same weights, same numbers
 
+    assert main(["evaluate", str(folder), "--suite", str(folder / "nope.yaml")]) == 2
+    assert (
+        no_traceback(capsys)[1].strip() == f"--suite {folder / 'nope.yaml'}: suite file not found"
+    )
+
     (good / "final.pt").write_bytes(b"PK\x03\x04 torn")
     before = hashes(folder)
     assert main(["evaluate", str(folder)]) == 0
