@@ -155,11 +155,9 @@ def cmd_run(args) -> int:
     try:
         results.mkdir(parents=True, exist_ok=True)
         write_manifest(suite, results, tuple(args.only))
-    except OSError as exc:
-        where = exc.filename or results
-        raise SuiteError(
-            [f"{where}: cannot write the results folder: {exc.strerror or exc}"]
-        ) from None
+    except OSError as exc:  # its path, not that of the temporary file the write failed on
+        problem = f"{results}: cannot write the results folder: {exc.strerror or exc}"
+        raise SuiteError([problem]) from None
     todo = pending(cells, results, args.force)
     print(
         f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import textwrap
@@ -265,3 +266,18 @@ def test_a_damaged_manifest_and_an_unwritable_results_folder(
     _, err = no_traceback(capsys)
     assert err.strip() == f"{tmp_path / 'ro' / 'tiny'}: cannot write the results folder: " \
         "Permission denied"  # fmt: skip
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_results_folder_is_one_line(results, capsys):
+    suite, folder, _ = results
+    before = hashes(folder)
+    folder.chmod(0o555)
+    try:
+        argv = ["run", str(suite), "--results", str(folder.parent), "-q", "--force"]
+        assert main(argv) == 2
+        _, err = no_traceback(capsys)
+        assert err.strip() == f"{folder}: cannot write the results folder: Permission denied"
+    finally:
+        folder.chmod(0o755)
+    assert hashes(folder) == before
