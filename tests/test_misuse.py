@@ -303,6 +303,7 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(capsys, m
     assert main(["ls"]) == 130  # Ctrl-C keeps its own status and message
 
 
+@pytest.mark.slow  # starts two interpreters
 def test_no_traceback_across_the_process_boundary(suite, tmp_path):
     """The same lines from the installed command (logging, argparse and stderr as a user sees
     them): a bad flag and a bad include."""
