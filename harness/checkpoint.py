@@ -15,6 +15,7 @@ the data order needs no state: it is a function of (seed, epoch), see ``DeviceLo
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import random
@@ -24,9 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.safe_files import atomic_write
+from harness.safe_files import DamagedFile, atomic_write, weights_file_problem
 
 TRUST_ENV = "HARNESS_TRUST_PICKLE"
+
+log = logging.getLogger("harness")
+
+#: What a training checkpoint written by ``train_cell`` holds (``rng`` or ``rng_cpu`` too).
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "epoch", "history", "diagnostics", "train_s")
 
 
 class UnsafeWeightsError(RuntimeError):
@@ -49,10 +55,25 @@ def load_weights(path: str | Path, map_location: Any = "cpu") -> Any:
     Raises:
         UnsafeWeightsError: the file holds objects other than tensors and plain types, and it
             is not listed in ``$HARNESS_TRUST_PICKLE``.
+        DamagedFile: the file is missing, empty, truncated or not a ``torch.save`` file
+            (one line: the path and what is wrong).
     """
     path = Path(path).expanduser()
+    if problem := weights_file_problem(path):
+        raise DamagedFile(path, problem)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
+    except (EOFError, KeyError, IndexError, ValueError, OSError) as exc:
+        # What torch.load's unpickler raises on a cut or foreign byte stream; its own message
+        # is a bare key or "index out of range", so the reason is ours.
+        raise DamagedFile(
+            path, f"truncated or not written by torch.save ({type(exc).__name__}: {exc})"
+        ) from None
+    except RuntimeError as exc:
+        if "PytorchStreamReader" not in str(exc) and "zip" not in str(exc):
+            raise  # e.g. a CUDA tensor on a machine without CUDA: the file is fine
+        first = str(exc).strip().splitlines()[0][:160]
+        raise DamagedFile(path, f"damaged zip archive ({first})") from None
     except pickle.UnpicklingError as exc:
         if path.resolve() in trusted_paths():
             # The user named this very file as trusted: full unpickling is their explicit choice.
@@ -65,6 +86,42 @@ def load_weights(path: str | Path, map_location: Any = "cpu") -> Any:
             f"(torch.save(torch.load(f, weights_only=False)['state_dict'], 'plain.pt')) or, if "
             f"you trust this file, name it in ${TRUST_ENV}"
         ) from None
+
+
+def load_checkpoint(path: Path, map_location: Any = "cpu") -> dict[str, Any] | None:
+    """The training checkpoint at ``path``, or None when there is none or it is damaged.
+
+    A damaged one (truncated, not a ``torch.save`` file, lacking :data:`CHECKPOINT_KEYS`) is
+    renamed aside, never deleted
+    (``checkpoint.pt.damaged-<time>``), named in one warning line and in the cell's
+    ``events.jsonl``; the caller then trains from epoch 0, as without a checkpoint. Otherwise
+    every later run would fail on the same file and the cell would never finish.
+    """
+    from harness.contract.record import set_aside
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        ckpt = load_weights(path, map_location=map_location)
+        if not isinstance(ckpt, dict):
+            raise DamagedFile(path, f"holds a {type(ckpt).__name__}, not a training checkpoint")
+        if missing := [k for k in CHECKPOINT_KEYS if k not in ckpt]:
+            raise DamagedFile(path, f"is not a training checkpoint (lacks {', '.join(missing)})")
+    except DamagedFile as exc:  # UnsafeWeightsError is not damage: a planted pickle fails the
+        reason = exc.reason  # cell with the reason, for the user to look at, as any weights file
+        moved = set_aside(path)
+        log.warning(
+            "%s: damaged checkpoint (%s); moved to %s; no other checkpoint, training restarts "
+            "from epoch 0",
+            path,
+            reason,
+            moved.name,
+        )
+        log_event(path.parent, "checkpoint_damaged", file=path.name, moved_to=moved.name,
+                  reason=reason)  # fmt: skip
+        return None
+    return ckpt
 
 
 def save_atomic(obj: Any, path: Path) -> None:

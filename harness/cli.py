@@ -14,6 +14,16 @@ import sys
 import time
 from pathlib import Path
 
+from harness.cli_checks import (
+    Parser,
+    debug_wanted,
+    gpu_ids,
+    non_negative_int,
+    positive_int,
+    run_flag_problems,
+    unexpected_error,
+    weights_errors,
+)
 from harness.suite_io import SuiteError
 
 
@@ -122,10 +132,15 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from harness.data.base import default_data_root
     from harness.executors import ExecutorOptions, make_executor, pending, write_manifest
-    from harness.executors.devices import parse_gpus
     from harness.overrides import CellFilter
     from reports.terminal import print_summary
 
+    if flag_problems := run_flag_problems(args):  # before the suite: nothing has run yet
+        raise SuiteError([f"harness run: {p}" for p in flag_problems])
+    if args.executor == "slurm":  # the profile and --slurm overrides, before anything runs
+        from slurm.profile import load_profile
+
+        load_profile(args.profile, args.slurm)
     suite = _suite(args.suite, args.overrides)
     data_root = default_data_root(args.data_root)
     cells = CellFilter(args.only).select(suite.cells())
@@ -137,8 +152,12 @@ def cmd_run(args) -> int:
         return print_plan(suite.cells(), cells, results, args.force) or problems
     if problems:
         return 2
-    results.mkdir(parents=True, exist_ok=True)
-    write_manifest(suite, results, tuple(args.only))
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        write_manifest(suite, results, tuple(args.only))
+    except OSError as exc:  # its path, not that of the temporary file the write failed on
+        problem = f"{results}: cannot write the results folder: {exc.strerror or exc}"
+        raise SuiteError([problem]) from None
     todo = pending(cells, results, args.force)
     print(
         f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
@@ -152,8 +171,8 @@ def cmd_run(args) -> int:
         slurm_overrides=tuple(args.slurm),
         wait=args.wait,
         progress=not args.quiet,
-        gpus=parse_gpus(args.gpus),
-        cells_per_gpu=args.cells_per_gpu,
+        gpus=args.gpus,
+        cells_per_gpu=args.cells_per_gpu or 1,
     )
     executor = make_executor(args.executor, options, len(todo))
     if executor.name == "local":
@@ -164,19 +183,26 @@ def cmd_run(args) -> int:
     executor.run(todo, results, data_root, args.force)
     print(f"finished in {time.perf_counter() - t0:.1f} s")
     report_leased(executor.records)
-    return print_summary(results)
+    code = print_summary(results)
+    # A cell that failed on its data or weights (missing, damaged) is the user's to fix: exit 2,
+    # as for the same problem found before the run.
+    missing = any((r.get("error") or {}).get("data_missing") for r in executor.records)
+    return 2 if missing else code
 
 
 def print_plan(all_cells: list, selected: list, results: Path, force: bool) -> int:
     """``--dry-run``: one line per cell of the suite, ``run`` or ``skip``, and why."""
-    from harness.contract import read_record
+    from harness.contract import DamagedRecord, read_record
     from harness.lease import describe, live_leases
 
     chosen = {c.cell_id for c in selected}
     leases = live_leases(results) if results.is_dir() else {}
     n_run = 0
     for c in all_cells:
-        rec = read_record(results / c.cell_id) if results.is_dir() else None
+        try:
+            rec = read_record(results / c.cell_id) if results.is_dir() else None
+        except DamagedRecord as exc:
+            rec = {"status": "damaged", "reason": exc.reason}
         status = (rec or {}).get("status")
         if c.cell_id not in chosen:
             verdict, why = "skip", "not selected by --only"
@@ -186,6 +212,8 @@ def print_plan(all_cells: list, selected: list, results: Path, force: bool) -> i
             verdict, why = "skip", "done"
         elif status == "done":
             verdict, why = "run", "done, redone (--force)"
+        elif status == "damaged":
+            verdict, why = "run", f"damaged record.json, set aside and redone: {rec['reason']}"
         elif status == "failed":
             err = (rec or {}).get("error") or {}
             where = f" in {err['phase']}" if err.get("phase") else ""
@@ -304,8 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.executors import EXECUTORS  # the names to pick from: one registry
     from reports.cli_options import add_report_arguments  # argparse only, nothing heavy
 
-    p = argparse.ArgumentParser(prog="harness", description=__doc__)
+    p = Parser(prog="harness", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the Python traceback of an unexpected error (also: HARNESS_DEBUG=1)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     ls = sub.add_parser("ls", help="list methods, backbones and datasets")
@@ -340,21 +373,23 @@ def build_parser() -> argparse.ArgumentParser:
         "processes (one per GPU, or one per core without a GPU)",
     )
     r.add_argument(
-        "--workers", type=int, help="worker processes (default: one per GPU, else one per core)"
+        "--workers",
+        type=positive_int,
+        help="worker processes, >= 1 (default: one per GPU, else one per core)",
     )
     r.add_argument(
         "--gpus",
+        type=gpu_ids,
         metavar="IDS",
         help="local executor: the GPUs to place cells on, e.g. 0,2 (default: every visible one)",
     )
     r.add_argument(
         "--cells-per-gpu",
-        type=int,
-        default=1,
+        type=positive_int,
         metavar="N",
-        help="local executor: cells running at once on each GPU (default 1)",
+        help="local executor: cells running at once on each GPU, >= 1 (default 1)",
     )
-    r.add_argument("--threads", type=int, help="torch threads per process")
+    r.add_argument("--threads", type=positive_int, help="torch threads per process, >= 1")
     r.add_argument("--profile", help="Slurm cluster profile YAML (--executor slurm)")
     r.add_argument(
         "--slurm",
@@ -413,12 +448,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="throughput and memory side by side with the bound")
     b.add_argument("--backbone", default="resnet18")
-    b.add_argument("--M", type=int, default=4)
-    b.add_argument("--batch", type=int, default=128)
-    b.add_argument("--image-size", type=int, default=32)
-    b.add_argument("--classes", type=int, default=100)
-    b.add_argument("--steps", type=int, default=20)
-    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--M", type=positive_int, default=4)
+    b.add_argument("--batch", type=positive_int, default=128)
+    b.add_argument("--image-size", type=positive_int, default=32)
+    b.add_argument("--classes", type=positive_int, default=100)
+    b.add_argument("--steps", type=positive_int, default=20)
+    b.add_argument("--warmup", type=non_negative_int, default=5)
     b.add_argument("--compile", action="store_true")
     b.add_argument(
         "--loop",
@@ -448,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from harness.executors.devices import ExecutorError
     from harness.registry import RegistryError, load_plugins
+    from harness.safe_files import DamagedFile
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -469,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 2
-    except (RegistryError, FileNotFoundError, ExecutorError) as exc:
+    except (RegistryError, FileNotFoundError, ExecutorError, DamagedFile) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like
@@ -480,6 +516,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    except OSError as exc:  # the file system refused: one line naming the path
+        if debug_wanted(args):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug or an input no layer names yet: one line, not a traceback
+        if isinstance(exc, weights_errors()):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if debug_wanted(args):
+            raise
+        return unexpected_error(exc)
 
 
 if __name__ == "__main__":

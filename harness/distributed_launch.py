@@ -156,7 +156,7 @@ def launch_cell(
         Rank 0's :func:`harness.runner.run_cell` result (the record, or ``leased``), or, when
         rank 0 died without one, the record on disk or a ``failed`` stub naming its exit code.
     """
-    from harness.records import read_record
+    from harness.contract import usable_record
 
     n = cell.recipe.processes
     try:
@@ -196,7 +196,7 @@ def launch_cell(
                 p.join(timeout=10)
     if not results.empty():
         return results.get()
-    rec = read_record(Path(results_dir) / cell.cell_id)
+    rec = usable_record(Path(results_dir) / cell.cell_id)
     if rec:
         return rec
     return {

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from harness.contract import Cell
+from harness.contract import Cell, closest
 from harness.suite_io import SuiteError
 
 __all__ = ["CellFilter", "apply_overrides", "parse_assignment", "split_conditions"]
@@ -44,7 +44,10 @@ def parse_assignment(text: str, what: str = "override") -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise SuiteError([f"{what} {text}: expected KEY=VALUE, e.g. recipe.epochs=1"])
+        example = {"--slurm": "partition=gpu", "--only": "method=single"}.get(
+            what, "recipe.epochs=1"
+        )
+        raise SuiteError([f"{what} {text}: expected KEY=VALUE, e.g. {example}"])
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
@@ -162,10 +165,22 @@ class CellFilter:
     def __init__(self, options: Iterable[str]) -> None:
         self.conditions: dict[str, list[Any]] = {}
         self.texts = list(options)
+        problems = []
         for text in self.texts:
-            for part in split_conditions(text):
-                key, value = parse_assignment(part, "--only")
+            parts = split_conditions(text)
+            if not parts:  # `--only ,` or `--only ""` would otherwise select the whole grid
+                problems.append(
+                    f"--only {text!r}: empty filter; give KEY=VALUE, e.g. method=single"
+                )
+            for part in parts:
+                try:
+                    key, value = parse_assignment(part, "--only")
+                except SuiteError as exc:
+                    problems += exc.problems
+                    continue
                 self.conditions.setdefault(key.removeprefix("hparams."), []).append(value)
+        if problems:
+            raise SuiteError(problems)
 
     def __bool__(self) -> bool:
         return bool(self.conditions)
@@ -180,10 +195,33 @@ class CellFilter:
                 [f"--only {k}: unknown key; valid keys: {', '.join(valid)}" for k in bad]
             )
 
+    def check_values(self, cells: list[Cell]) -> None:
+        """Raise SuiteError naming every value that no cell of the grid has (a typo would
+        otherwise drop out silently while its alternatives run), with the closest value."""
+        problems = []
+        for key, values in self.conditions.items():
+            present: list[Any] = []  # distinct values (hyper-parameters may be unhashable)
+            for c in cells:
+                v = _value_of(c, key)
+                if v is not _MISSING and not any(_same(v, p) for p in present):
+                    present.append(v)
+            for v in values:
+                if any(_same(p, v) for p in present):
+                    continue
+                shown = [str(p) for p in present]
+                near = closest(str(v), shown)
+                hint = f"; did you mean {near}?" if near else ""
+                problems.append(
+                    f"--only {key}={v}: no cell of the suite has {key} {v!r}{hint} "
+                    f"(values in this grid: {', '.join(shown) or 'none'})"
+                )
+        if problems:
+            raise SuiteError(problems)
+
     def matches(self, cell: Cell) -> bool:
         """Whether ``cell`` satisfies every condition (values compared as YAML reads them)."""
         for key, values in self.conditions.items():
-            actual = getattr(cell, key) if key in _CELL_KEYS else cell.hparams.get(key, _MISSING)
+            actual = _value_of(cell, key)
             if not any(_same(actual, v) for v in values):
                 return False
         return True
@@ -193,6 +231,7 @@ class CellFilter:
         if not self:
             return cells
         self.check_keys(cells)
+        self.check_values(cells)
         out = [c for c in cells if self.matches(c)]
         if not out:
             raise SuiteError([f"--only {' '.join(self.texts)}: no cell of the suite matches"])
@@ -200,6 +239,10 @@ class CellFilter:
 
 
 _MISSING = object()
+
+
+def _value_of(cell: Cell, key: str) -> Any:
+    return getattr(cell, key) if key in _CELL_KEYS else cell.hparams.get(key, _MISSING)
 
 
 def _same(actual: Any, wanted: Any) -> bool:

@@ -37,6 +37,52 @@ def recipe_problems(recipe: Recipe, where: str) -> list[str]:
     return out
 
 
+def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
+    """``grid.backbones[i].kwargs`` that the backbone's builder refuses, found by building it
+    once on PyTorch's ``meta`` device (shapes only: no memory, no initialisation cost). The
+    builders forward their options to torch-uncertainty, timm or torchvision constructors, so
+    calling is the one check that sees the whole signature chain.
+
+    Args:
+        entry: a :class:`harness.contract.config.BackboneEntry` with ``kwargs``.
+        dataset: the :class:`harness.data.base.DatasetSpec` of the grid's first dataset (the
+            input shape and class count to build for).
+        index: the entry's position in ``grid.backbones``, for the key path.
+    """
+    import torch
+
+    from harness.registries import BACKBONES
+
+    spec = BACKBONES.get(entry.name)
+    try:
+        with torch.device("meta"):
+            spec.build(dataset.in_shape, dataset.num_classes or 2, **dict(entry.kwargs))
+    except TypeError as exc:  # unknown keyword, or a value of the wrong type
+        valid = _named_options(spec.build)
+        hint = f" (this builder's own options: {', '.join(valid)})" if valid else ""
+        # The key path of the option at fault when the error (or a lone option) tells which, so
+        # that an override of it is the one named.
+        named = [k for k in entry.kwargs if f"'{k}'" in str(exc)] or list(entry.kwargs)
+        key = f".{named[0]}" if len(named) == 1 else ""
+        where = f"grid.backbones[{index}].kwargs{key}"
+        return [f"{where}: backbone {entry.name!r} refuses it: {exc}{hint}"]
+    except Exception:  # anything else is not about the options; the cell will say what
+        return []
+    return []
+
+
+def _named_options(build: Any) -> list[str]:
+    import inspect
+
+    try:
+        params = inspect.signature(build).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    skip = {"in_shape", "num_classes"}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in kinds and p.name not in skip]
+
+
 def suite_problems(suite: Any, check_files: bool = True) -> list[str]:
     """Everything knowable about a parsed suite before training, one message per problem.
 
@@ -49,6 +95,7 @@ def suite_problems(suite: Any, check_files: bool = True) -> list[str]:
     Returns:
         Messages ``<file>: <key path>: <problem>``; empty when the suite is sound.
     """
+    from harness.safe_files import weights_file_problem
     from harness.weights import WeightsError, is_named, named_problem, parse_pretrained
 
     problems = recipe_problems(suite.recipe, "recipe")
@@ -68,6 +115,8 @@ def suite_problems(suite: Any, check_files: bool = True) -> list[str]:
                     problems.append(f"grid.methods[{i}].hparams.{problem}")
             elif check_files and path and not Path(str(path)).expanduser().is_file():
                 problems.append(f"grid.methods[{i}].hparams.pretrained: no file {path}")
+            elif check_files and path and (problem := weights_file_problem(str(path))):
+                problems.append(f"grid.methods[{i}].hparams.pretrained: {path} {problem}")
     if not suite.cells():
         problems.append(
             "grid: expands to 0 cells (every method is excluded by its backbones or M, or a "

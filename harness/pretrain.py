@@ -15,9 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.contract import Cell
+from harness.contract import Cell, usable_record
 from harness.contract.manifest import SUITE_FILE, read_manifest
-from harness.records import read_record
 
 WAIT_POLL_S = 5.0
 
@@ -86,7 +85,7 @@ def train_once(
             return rec
         while True:
             time.sleep(poll_s)
-            done = read_record(cell_dir)
+            done = usable_record(cell_dir)  # damaged: not done (its trainer sets it aside)
             if done is not None and done["status"] == "done":
                 return done
             owner = read_owner(cell_dir)

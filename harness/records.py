@@ -7,6 +7,7 @@ The schema is documented in ``docs/records.md``. A record is written with write-
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ from harness.contract.record import (
     SCHEMA_VERSION,
     STATUSES,
     TOP_LEVEL,
+    DamagedRecord,
     RecordError,
     iter_records,
     read_record,
+    set_aside,
     validate_record,
 )
 from harness.safe_files import atomic_write
@@ -29,10 +32,12 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "TOP_LEVEL",
+    "DamagedRecord",
     "RecordError",
     "atomic_write_text",
     "iter_records",
     "read_record",
+    "record_or_set_aside",
     "validate_record",
     "write_record",
 ]
@@ -52,3 +57,18 @@ def write_record(cell_dir: Path, rec: dict[str, Any]) -> Path:
     path = cell_dir / RECORD_FILE
     atomic_write_text(path, json.dumps(rec, indent=1, sort_keys=True, allow_nan=True) + "\n")
     return path
+
+
+def record_or_set_aside(cell_dir: Path) -> dict[str, Any] | None:
+    """The cell's record for the process that holds its lease: a damaged one is renamed aside
+    (never deleted), named in one warning line and in ``events.jsonl``, and the cell then runs
+    as if it had none."""
+    from harness.checkpoint import log_event  # torch: only the engine gets here
+
+    try:
+        return read_record(cell_dir)
+    except DamagedRecord as exc:
+        moved = set_aside(exc.path)
+        logging.getLogger("harness").warning("%s; moved to %s, the cell is redone", exc, moved.name)
+        log_event(cell_dir, "record_damaged", moved_to=moved.name, reason=exc.reason)
+        return None

@@ -12,13 +12,33 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
-from harness.contract import Cell, read_manifest
+from harness.checkpoint import load_weights
+from harness.contract import Cell, DamagedRecord, is_cell_dir, read_manifest, read_record
 from harness.data.base import default_data_root
 from harness.evaluate import evaluate_all
-from harness.records import atomic_write_text, read_record, write_record
+from harness.records import atomic_write_text, write_record
 from harness.runner import build_model, load_data, now, pick_device
+from harness.safe_files import DamagedFile
+
+
+def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
+    """(record, cell) of a done cell with weights, or None after naming in one line on stderr
+    why it is skipped (damaged record, cell.json or no final.pt); pending cells are silent."""
+    try:
+        rec = read_record(cell_dir)
+    except DamagedRecord as exc:
+        print(f"warning: {exc}; skipped (`harness run` redoes it)", file=sys.stderr)
+        return None
+    if rec is None or rec["status"] != "done":
+        return None
+    if not (cell_dir / "final.pt").exists():
+        print(f"{cell_dir.name}: no final.pt, skipped", file=sys.stderr)
+        return None
+    try:
+        return rec, Cell.from_json(json.loads((cell_dir / "cell.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError
+        print(f"warning: {cell_dir / 'cell.json'}: unreadable ({exc}); skipped", file=sys.stderr)
+        return None
 
 
 def reevaluate(
@@ -33,20 +53,21 @@ def reevaluate(
         from harness.suite import load_suite
 
         path = suite_path or manifest["source"]
+        if suite_path and not Path(suite_path).is_file():  # asked for by name: never ignored
+            from harness.suite_io import SuiteError
+
+            raise SuiteError([f"--suite {suite_path}: suite file not found"])
         if Path(path).exists():
             evaluation = load_suite(path).evaluation
     root = default_data_root(data_root)
     done = 0
     cell_dirs = sorted(p.parent for p in Path(results_dir).glob("*/record.json"))
-    for cell_dir in tqdm(cell_dirs, desc="re-evaluating", unit="cell"):
-        rec = read_record(cell_dir)
-        if rec is None or rec["status"] != "done":
+    for cell_dir in tqdm(
+        [d for d in cell_dirs if is_cell_dir(d)], desc="re-evaluating", unit="cell"
+    ):
+        if (found := _done_cell(cell_dir)) is None:
             continue
-        weights = cell_dir / "final.pt"
-        if not weights.exists():
-            print(f"{cell_dir.name}: no final.pt, skipped", file=sys.stderr)
-            continue
-        cell = Cell.from_json(json.loads((cell_dir / "cell.json").read_text()))
+        rec, cell = found
         if evaluation is not None:
             cell = dataclasses.replace(cell, evaluation=evaluation)
             text = json.dumps(cell.to_json(), indent=1) + "\n"
@@ -54,7 +75,11 @@ def reevaluate(
         device = pick_device(cell.recipe.device)
         spec, splits = load_data(cell, root)
         model, _ = build_model(cell, spec)
-        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        try:
+            model.load_state_dict(load_weights(cell_dir / "final.pt", map_location="cpu"))
+        except DamagedFile as exc:  # the record stays as it is; only this cell is skipped
+            print(f"warning: {exc}; skipped", file=sys.stderr)
+            continue
         model.to(device)
         rec["metrics"] = evaluate_all(
             model, splits, spec, cell.evaluation, cell.recipe, device, root

@@ -48,9 +48,9 @@ def import_plugins() -> None:
         _imported_plugins.add(module)  # before importing: the module may look names up
         try:
             importlib.import_module(module)
-        except ImportError as exc:
+        except Exception as exc:  # a plugin may raise anything while importing
             _imported_plugins.discard(module)
-            raise RegistryError(f"plugin module {module!r} cannot be imported: {exc}") from exc
+            raise plugin_error(module, exc) from exc
 
 
 def load_plugins(modules: Iterable[str]) -> None:
@@ -62,12 +62,27 @@ def load_plugins(modules: Iterable[str]) -> None:
             continue
         try:
             importlib.import_module(module)
-        except ImportError as exc:
-            raise RegistryError(f"plugin module {module!r} cannot be imported: {exc}") from exc
+        except Exception as exc:  # a plugin may raise anything while importing
+            raise plugin_error(module, exc) from exc
         _imported_plugins.add(module)
     names = list(dict.fromkeys([*plugin_modules(), *modules]))
     if names:
         os.environ[PLUGINS_ENV] = ",".join(names)
+
+
+def plugin_error(module: str, exc: BaseException) -> RegistryError:
+    """One line for a plugin module that failed to import: its error and where it was raised
+    (the innermost frame, usually in the plugin's own file), without the traceback."""
+    import traceback
+
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module:
+        return RegistryError(f"plugin module {module!r} cannot be imported: {exc}")
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return RegistryError(
+        f"plugin module {module!r} raised {type(exc).__name__}{where} while importing: {first}"
+    )
 
 
 class RegistryError(KeyError):

@@ -42,8 +42,22 @@ import torch
 
 from harness import distributed
 from harness.cell_setup import measure_cost, run_conditions, train_loader
-from harness.checkpoint import load_weights, log_event, rng_state, save_atomic, set_rng_state
-from harness.contract import CONVENTIONS, Cell, hparams_values, new_record
+from harness.checkpoint import (
+    load_checkpoint,
+    load_weights,
+    log_event,
+    rng_state,
+    save_atomic,
+    set_rng_state,
+)
+from harness.contract import (
+    CONVENTIONS,
+    Cell,
+    hparams_values,
+    new_record,
+    set_aside,
+    usable_record,
+)
 from harness.data.base import (
     DataMissingError,
     DatasetSpec,
@@ -55,8 +69,9 @@ from harness.environment import environment
 from harness.evaluate import evaluate_all, evaluate_split
 from harness.lease import LeaseHeld
 from harness.progress import ProgressLog, epoch_images
-from harness.records import atomic_write_text, read_record, write_record
+from harness.records import atomic_write_text, record_or_set_aside, write_record
 from harness.registries import DATASETS, METHODS, method_defaults
+from harness.safe_files import DamagedFile
 from harness.train import DivergenceError, make_optimizer, make_scheduler, train_epoch
 from methods.base import BuildContext, EnsembleModel
 
@@ -207,8 +222,8 @@ def train_cell(
     diagnostics: list[dict] = []
     start_epoch, train_s = 0, 0.0
     ckpt_path = cell_dir / "checkpoint.pt"
-    if ckpt_path.exists():
-        ckpt = load_weights(ckpt_path, map_location=device)
+    ckpt = load_checkpoint(ckpt_path, map_location=device)  # None: none, or damaged (set aside)
+    if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
@@ -310,7 +325,7 @@ def run_cell(
     """
     data_root = default_data_root(data_root)
     cell_dir = Path(results_dir) / cell.cell_id
-    existing = read_record(cell_dir)
+    existing = usable_record(cell_dir)  # a damaged one is set aside below, under the lease
     if existing and existing["status"] == "done" and not force:
         return existing
     if distributed.needs_launch(cell):  # `processes: N`: N ranks, each running this function
@@ -339,7 +354,7 @@ def _run_leased(
     shared_device: bool,
 ) -> dict[str, Any]:
     """:func:`run_cell`'s work, done while holding the cell's lease."""
-    existing = read_record(cell_dir)  # again, under the lease: another run may just have finished
+    existing = record_or_set_aside(cell_dir)  # under the lease: another run may just have finished
     if existing and existing["status"] == "done" and not force:
         return existing
     for tmp in cell_dir.glob(".*.tmp"):  # left by a killed writer; under the lease, ours to clear
@@ -444,12 +459,18 @@ def trained_model(
     """
     trained_path = cell_dir / TRAINED_FILE
     if trained_path.exists() and (cell_dir / "final.pt").exists():
-        model.load_state_dict(load_weights(cell_dir / "final.pt", map_location=device))
-        # Schedules that depend on training progress (σN-Ens τ, λ) stand where training ended.
-        model.set_progress(cell.recipe.epochs - 1, cell.recipe.epochs)
-        done = json.loads(trained_path.read_text())
-        log_event(cell_dir, "evaluate_only")
-        return done["history"], done["diagnostics"], done["train_s"]
+        try:
+            done = json.loads(trained_path.read_text())
+            model.load_state_dict(load_weights(cell_dir / "final.pt", map_location=device))
+            # Schedules that depend on training progress (σN-Ens τ, λ) stand where training ended.
+            model.set_progress(cell.recipe.epochs - 1, cell.recipe.epochs)
+            log_event(cell_dir, "evaluate_only")
+            return done["history"], done["diagnostics"], done["train_s"]
+        except (DamagedFile, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError
+            # Set both aside and train again, resuming from checkpoint.pt if it is whole.
+            moved = [set_aside(p).name for p in (cell_dir / "final.pt", trained_path)]
+            log.warning("%s: damaged trained weights (%s); moved to %s", cell_dir, exc, moved)
+            log_event(cell_dir, "trained_damaged", reason=str(exc)[:300], moved_to=moved)
     history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device, progress)
     _save_atomic(model.state_dict(), cell_dir / "final.pt")
     atomic_write_text(

@@ -97,3 +97,48 @@ def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) 
         Path(tmp).unlink(missing_ok=True)
         raise
     fault_hold(path)
+
+
+class DamagedFile(ValueError):
+    """A file the harness reads is unusable. ``path`` is the file and ``reason`` one line saying
+    what is wrong with it; ``str()`` is the line a command prints: ``<path>: <reason>``."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path}: {reason}")
+
+
+def weights_file_problem(path: str | Path) -> str | None:
+    """What makes ``path`` unusable as a ``torch.save`` file, from its first and last bytes only
+    (cheap enough for ``harness validate``), or None when it looks whole.
+
+    ``torch.save`` writes a zip archive (``PK``; truncation loses its central directory, at the
+    end) or, before PyTorch 1.6, a pickle (protocol byte ``0x80``); safetensors files start with
+    an 8-byte little-endian header length.
+    """
+    import zipfile
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        return "no such file"
+    if not path.is_file():
+        return "is not a regular file"
+    size = path.stat().st_size
+    if size == 0:
+        return "is empty (0 bytes)"
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if path.suffix == ".safetensors":
+        header = int.from_bytes(head, "little") if len(head) == 8 else -1
+        return None if 0 < header <= size - 8 else "is not a whole safetensors file"
+    if head.startswith(b"PK"):
+        if zipfile.is_zipfile(path):
+            return None
+        return f"is a truncated or damaged zip archive ({size} bytes, no central directory)"
+    if head[:1] == b"\x80":
+        return None
+    shown = head[:8].decode("ascii", "replace").encode("unicode_escape").decode()
+    return f"is not a PyTorch weights file (torch.save); it starts with {shown!r}"

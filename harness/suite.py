@@ -25,6 +25,7 @@ from harness.contract.config import (
     hparams_values,
 )
 from harness.overrides import apply_overrides, override_of
+from harness.preflight import backbone_option_problems
 from harness.registries import BACKBONES, DATASETS, METHODS, method_defaults
 from harness.registry import UnknownNameError
 from harness.suite_io import Origins, SuiteError, load_suite_yaml
@@ -127,6 +128,9 @@ def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int,
 
 
 # --- parsing and validation -------------------------------------------------------------------
+
+#: Bytes in one path component on Linux, macOS and Windows file systems (NAME_MAX).
+NAME_MAX = 255
 
 TOP_KEYS = ["name", "description", "grid", "recipe", "evaluation"]
 GRID_KEYS = ["datasets", "backbones", "methods", "M", "seeds"]
@@ -256,6 +260,11 @@ def parse_suite(
     name = data.get("name", source.stem)
     if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
         errors.append(f"name: must be letters, digits, '-' or '_', got {name!r}")
+    elif len(name.encode()) > NAME_MAX:  # it names the results folder: one path component
+        errors.append(
+            f"name: {len(name.encode())} bytes, more than the {NAME_MAX} a file name may have "
+            "(it names the results folder); shorten it"
+        )
     grid_raw = data.get("grid")
     if not isinstance(grid_raw, dict):
         errors.append("grid: required mapping is missing (datasets, backbones, methods, M, seeds)")
@@ -282,6 +291,8 @@ def parse_suite(
         )
         if entry and _lookup(BACKBONES, entry.name, f"grid.backbones[{i}]", errors):
             backbones.append(entry)
+            if entry.kwargs and datasets:  # options the builder accepts, before any cell runs
+                errors += backbone_option_problems(entry, DATASETS.get(datasets[0]), i)
     grid_m = coerce(_as_list(grid_raw.get("M", [4])), tuple[int, ...], "grid.M", errors)
     methods = _parse_methods(
         expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m), errors

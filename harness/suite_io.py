@@ -3,6 +3,12 @@
 ``include:`` (a path or a list, relative to the including file) is merged first, in order; the
 including file's own keys override them (mappings merge recursively, other values replace).
 Every leaf remembers the file it came from, so validation errors can name the right file.
+
+Every YAML file the harness reads (suites, includes, Slurm profiles) goes through
+:func:`read_yaml_file`, which bounds what a file can cost: regular files only (not a directory,
+``/dev/zero`` or a FIFO), at most :data:`MAX_YAML_BYTES`, and anchors/aliases allowed only while
+the document they expand to stays under :data:`MAX_YAML_NODES` nodes (a "billion laughs" alias
+bomb is a few hundred bytes that expand to 10⁹ nodes).
 """
 
 from __future__ import annotations
@@ -11,6 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+#: A suite file is a few kB; 1 MiB leaves room for generated grids and bounds a wrong file.
+MAX_YAML_BYTES = 2**20
+#: Nodes the document may expand to once aliases are followed (the largest shipped suite: ~500).
+MAX_YAML_NODES = 100_000
 
 
 class SuiteError(ValueError):
@@ -59,6 +70,78 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _expanded_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many nodes ``node`` stands for with every alias expanded, counted on the composed
+    graph with memoisation (an alias is the same node object again), so the count of a bomb is
+    computed in time linear in its size, never by expanding it."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = 0  # a recursive alias (&a [*a]) counts once instead of looping
+        if isinstance(node, yaml.SequenceNode):
+            memo[key] = 1 + sum(_expanded_nodes(n, memo) for n in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            memo[key] = 1 + sum(
+                _expanded_nodes(k, memo) + _expanded_nodes(v, memo) for k, v in node.value
+            )
+        else:
+            memo[key] = 1
+    return memo[key]
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's error as one line: position, then what it expected (its own text spans
+    several lines with a quoted snippet)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character or a bad encoding
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        return f"character {exc.position}: {char} is not allowed ({exc.reason})"
+    mark = getattr(exc, "problem_mark", None)
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return f"{where}{problem}" + (f" ({' '.join(context.split())})" if context else "")
+
+
+def read_yaml_file(path: str | Path, what: str = "suite file") -> Any:
+    """``yaml.safe_load`` of one file, bounded (see the module docstring).
+
+    Raises:
+        SuiteError: one line naming the file and what is wrong (missing, not a regular file, too
+            large, unreadable, invalid YAML, aliases expanding past the limit).
+    """
+    path = Path(path)
+    try:
+        if not path.is_file():
+            kind = "a directory" if path.is_dir() else "not a regular file"
+            raise SuiteError([f"{path}: {what} is {kind}; give a YAML file"])
+        with path.open("rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise SuiteError([f"{path}: cannot read the {what}: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise SuiteError([f"{path}: {what} is larger than {MAX_YAML_BYTES // 2**10} KiB"])
+    try:
+        text = raw.decode("utf-8")
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and (n := _expanded_nodes(node, {})) > MAX_YAML_NODES:
+                raise SuiteError(
+                    [
+                        f"{path}: {what}'s aliases expand to {n:.3g} nodes, more than "
+                        f"{MAX_YAML_NODES}: refused (a YAML alias bomb?)"
+                    ]
+                )
+            return loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except UnicodeDecodeError as exc:
+        raise SuiteError([f"{path}: {what} is not UTF-8 text (byte {exc.start})"]) from None
+    except yaml.YAMLError as exc:
+        raise SuiteError([f"{path}: invalid YAML: {yaml_problem(exc)}"]) from None
+    except RecursionError:
+        raise SuiteError([f"{path}: {what} is nested too deeply"]) from None
+
+
 def load_suite_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> tuple[dict, Origins]:
     """Load a suite file with its includes resolved.
 
@@ -76,10 +159,7 @@ def load_suite_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> tuple[di
     if not path.exists():
         where = f" (included from {_stack[-1]})" if _stack else ""
         raise SuiteError([f"{path}: suite file not found{where}"])
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SuiteError([f"{path}: invalid YAML: {exc}"]) from None
+    data = read_yaml_file(path, "included file" if _stack else "suite file") or {}
     if not isinstance(data, dict):
         raise SuiteError([f"{path}: top level must be a mapping, got {type(data).__name__}"])
     includes = data.pop("include", [])

@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from harness.overrides import parse_assignment
 from harness.schema import build_dataclass
-from harness.suite_io import SuiteError
+from harness.suite_io import SuiteError, read_yaml_file
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
 
@@ -86,13 +85,18 @@ def load_profile(path: str | Path | None, overrides: list[str] = ()) -> SlurmPro
         if not p.exists():
             names = ", ".join(sorted(x.stem for x in PROFILES.glob("*.yaml")))
             raise SuiteError([f"{path}: profile not found (shipped profiles: {names})"])
-        data = yaml.safe_load(p.read_text()) or {}
+        data = read_yaml_file(p, "profile")
         where = str(p)
+    problems = []
     for item in overrides:
-        if "=" not in item:
-            raise SuiteError([f"--slurm {item}: expected KEY=VALUE"])
-        key, value = item.split("=", 1)
-        data[key] = yaml.safe_load(value)
+        try:  # the suite overrides' parser: KEY=VALUE, non-empty key, value read as YAML
+            key, value = parse_assignment(item, "--slurm")
+        except SuiteError as exc:
+            problems += exc.problems
+            continue
+        data[key] = value
+    if problems:
+        raise SuiteError(problems)
     errors: list[str] = []
     profile = build_dataclass(SlurmProfile, data, "", errors)
     if errors:

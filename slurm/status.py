@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.contract import read_manifest
 from harness.lease import describe, live_leases
 from harness.progress import progress_summary
-from harness.records import read_record
+from harness.records import DamagedRecord, read_record
 from slurm.submit import SLURM_DIR, read_jobs
 
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
@@ -30,7 +30,7 @@ QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"}
 class CellState:
     cell_id: str
     label: str
-    state: str  # done | failed | running | queued | pending | lost
+    state: str  # done | failed | running | queued | pending | lost | damaged
     job_id: str | None = None
     detail: str = ""
     progress: str = ""  # executor device, epoch n/E, last accuracy, ETA (harness.progress)
@@ -138,8 +138,13 @@ def _cell_state(
 ) -> CellState:
     """One cell's state from its record, its lease and its Slurm job."""
     label = manifest["cells"][cell_id]["label"]
-    rec = read_record(Path(results_dir) / cell_id)
     job = jobs.get(cell_id)
+    try:
+        rec = read_record(Path(results_dir) / cell_id)
+    except DamagedRecord as exc:  # not done; the next run sets the file aside and redoes it
+        if cell_id not in leases:
+            return CellState(cell_id, label, "damaged", job, f"{exc}; `harness run` redoes it")
+        rec = None
     # sacct lags behind the task by a second or two: once the task has written its result
     # file it is over, whatever sacct still says (submitit's done() decides the same way).
     active = job and slurm.get(job) in RUNNING | QUEUED and not task_returned(results_dir, job)
@@ -185,7 +190,7 @@ def print_status(results_dir: Path) -> int:
         job = f" job {s.job_id}" if s.job_id else ""
         live = f"  [{s.progress}]" if s.progress else ""
         print(f"{s.state:8s} {s.cell_id}{job}  {s.label}{live}")
-        if s.state in ("failed", "lost", "running") and s.detail:
+        if s.state in ("failed", "lost", "running", "damaged") and s.detail:
             for line in s.detail.strip().splitlines():
                 print(f"           | {line}")
     print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

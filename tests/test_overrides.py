@@ -158,8 +158,11 @@ def test_only_filters_on_cell_fields_and_hparams(write_suite):
     ]
     with pytest.raises(SuiteError, match=r"^--only colour: unknown key; valid keys: method, M"):
         CellFilter(["colour=red"]).select(cells)
-    with pytest.raises(SuiteError, match=r"^--only seed=7: no cell of the suite matches"):
-        CellFilter(["seed=7"]).select(cells)
+    # A value no cell has is named (not dropped while its alternatives run), with the grid's.
+    with pytest.raises(SuiteError, match=r"^--only seed=7: no cell of the suite has seed 7 \("):
+        CellFilter(["seed=1,seed=7"]).select(cells)
+    with pytest.raises(SuiteError, match=r"^--only method=single tau=1.0: no cell of the suite"):
+        CellFilter(["method=single", "tau=1.0"]).select(cells)  # each exists, never together
 
 
 def test_validate_with_overrides_and_only(write_suite, capsys):
@@ -179,12 +182,14 @@ def test_dry_run_lists_what_would_run_and_why_the_rest_would_not(write_suite, tm
     cells = {(c.method, c.seed): c for c in suite.cells()}
     folder = results / "ov"
     done, failed, leased = cells["single", 0], cells["single", 1], cells["sigma_ens", 0]
-    for cell, rec in [
-        (done, {"status": "done"}),
-        (failed, {"status": "failed", "error": {"type": "DivergenceError", "phase": "train"}}),
-    ]:
-        (folder / cell.cell_id).mkdir(parents=True)
-        (folder / cell.cell_id / "record.json").write_text(json.dumps(rec))
+    error = {"type": "DivergenceError", "message": "nan", "phase": "train"}
+    write_records(
+        folder,
+        [
+            make_record(suite="ov", cell_id=done.cell_id),
+            make_record(suite="ov", cell_id=failed.cell_id, status="failed", error=error),
+        ],
+    )
     (folder / leased.cell_id).mkdir()
     owner = {"host": socket.gethostname(), "pid": os.getpid()}  # alive: this test
     (folder / leased.cell_id / "lease.json").write_text(json.dumps(owner))

@@ -61,7 +61,20 @@ def read_manifest(results_dir: Path) -> dict[str, Any]:
             f"{results_dir} holds no {SUITE_FILE}: is it a suite's results "
             "folder written by `harness run`?"
         )
-    return json.loads(path.read_text())
+    return read_manifest_file(path)
+
+
+def read_manifest_file(path: Path) -> dict[str, Any]:
+    """The manifest in the file ``path``; a one-line ``DamagedFile`` when it is not one."""
+    from harness.safe_files import DamagedFile
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedFile(path, f"unreadable suite manifest ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells", {}), dict):
+        raise DamagedFile(path, "not a suite manifest written by `harness run`")
+    return data
 
 
 def expected_cells(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.config import Cell, cell_label, format_hparams, jsonable
+from harness.safe_files import DamagedFile
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -149,18 +150,154 @@ def validate_record(rec: Mapping[str, Any]) -> None:
     _check_json_values(rec, "record")
 
 
+class DamagedRecord(DamagedFile, RecordError):
+    """A ``record.json`` that cannot be used: unreadable, truncated, not a harness record, from a
+    newer schema, or invalid. ``path`` is the file, ``reason`` one line saying what is wrong;
+    ``str()`` is the line a command prints (``<path>: damaged record: <reason>``)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        DamagedFile.__init__(self, path, reason)
+        self.args = (f"{path}: damaged record: {reason}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+#: Reading more than this is not a record but a damaged or foreign file (a real one is ~10 kB).
+MAX_RECORD_BYTES = 64 * 2**20
+
+
+def _metric_problem(obj: Any, path: str) -> str | None:
+    """The first metric leaf that is not a number (null stands for "not computed")."""
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if problem := _metric_problem(v, f"{path}.{k}"):
+                return problem
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            if problem := _metric_problem(v, f"{path}[{i}]"):
+                return problem
+    elif isinstance(obj, str | bool) or not isinstance(obj, int | float | type(None)):
+        return f"{path} holds {type(obj).__name__} {obj!r:.40}, not a number"
+    return None
+
+
+def check_record_file(path: Path) -> dict[str, Any]:
+    """The record in the file ``path``, checked; :class:`DamagedRecord` (one line: file and
+    reason) for anything a command cannot use. Missing files raise ``FileNotFoundError``."""
+    path = Path(path)
+    try:
+        if path.is_symlink():
+            raise DamagedRecord(path, "is a symbolic link, not a record the harness wrote")
+        with path.open("rb") as f:
+            raw = f.read(MAX_RECORD_BYTES + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # unreadable: permissions, a directory, I/O error
+        raise DamagedRecord(path, f"unreadable ({exc.strerror or exc})") from None
+    if len(raw) > MAX_RECORD_BYTES:
+        raise DamagedRecord(path, f"larger than {MAX_RECORD_BYTES // 2**20} MiB")
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DamagedRecord(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        # The harness writes whole files ending in "}"; a file cut short (a full disk, a copy
+        # interrupted) ends anywhere else.
+        what = "not valid JSON" if raw.rstrip().endswith((b"}", b"]")) else "truncated"
+        raise DamagedRecord(path, f"{what} ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(rec, dict) or "schema_version" not in rec:
+        kind = type(rec).__name__ if not isinstance(rec, dict) else "object without schema_version"
+        raise DamagedRecord(path, f"not a harness record (a JSON {kind})")
+    version = rec["schema_version"]
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise DamagedRecord(
+            path,
+            f"written by a newer harness (schema {version}; this one reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}): upgrade the harness to read it",
+        )
+    try:
+        validate_record(rec)
+    except RecordError as exc:
+        raise DamagedRecord(path, str(exc)) from None
+    metrics = rec["metrics"]
+    # The sections that hold only numbers (corruption blocks also list names and a sentence).
+    numeric = [(k, metrics.get(k)) for k in ("clean", "val", "ood")]
+    numeric.append(("corruption.mean", (metrics.get("corruption") or {}).get("mean")))
+    for key, section in numeric:
+        if problem := _metric_problem(section, f"metrics.{key}"):
+            raise DamagedRecord(path, problem)
+    return rec
+
+
 def read_record(cell_dir: Path) -> dict[str, Any] | None:
-    """The record in ``cell_dir``, or None if there is none (a pending or running cell)."""
-    path = Path(cell_dir) / RECORD_FILE
-    if not path.exists():
+    """The record in ``cell_dir``, or None if there is none (a pending or running cell).
+
+    Raises:
+        DamagedRecord: the file is there but cannot be used (see :func:`check_record_file`).
+    """
+    try:
+        return check_record_file(Path(cell_dir) / RECORD_FILE)
+    except FileNotFoundError:
         return None
-    return json.loads(path.read_text())
 
 
-def iter_records(results_dir: Path) -> Iterator[dict[str, Any]]:
-    """All records under a suite's results folder, in cell-id order."""
-    for path in sorted(Path(results_dir).glob(f"*/{RECORD_FILE}")):
-        yield json.loads(path.read_text())
+def usable_record(cell_dir: Path) -> dict[str, Any] | None:
+    """The record in ``cell_dir`` if there is a usable one, else None (missing or damaged): for
+    readers that only ask "is this cell done?" and leave naming the damage to others."""
+    try:
+        return read_record(cell_dir)
+    except DamagedRecord:
+        return None
+
+
+def set_aside(path: Path, stamp: str | None = None) -> Path:
+    """Rename a damaged file out of the way, never deleting it: ``record.json`` →
+    ``record.json.damaged-<UTC time>`` (a counter is added if that name is taken).
+
+    Returns:
+        The new path.
+    """
+    import datetime as dt
+
+    path = Path(path)
+    stamp = stamp or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    path.rename(target)
+    return target
+
+
+def is_cell_dir(path: Path) -> bool:
+    """Whether ``path`` is a real cell folder (a symbolic link inside results is not a cell:
+    it may point anywhere, even at another cell, which would then count twice)."""
+    return path.is_dir() and not path.is_symlink() and not path.name.startswith((".", "_"))
+
+
+def iter_records(
+    results_dir: Path, damaged: list[DamagedRecord] | None = None
+) -> Iterator[dict[str, Any]]:
+    """All usable records under a suite's results folder, in cell-id order.
+
+    Damaged records are skipped; with ``damaged``, each is appended there (for the caller to
+    name). Symbolic links are not cells and are skipped.
+    """
+    if not Path(results_dir).is_dir():
+        return
+    for cell_dir in sorted(Path(results_dir).iterdir()):
+        if not is_cell_dir(cell_dir):
+            continue
+        try:
+            rec = read_record(cell_dir)
+        except DamagedRecord as exc:
+            if damaged is not None:
+                damaged.append(exc)
+            continue
+        if rec is not None:
+            yield rec
 
 
 def shown_of(rec: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Union, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,32 @@ DATA_ROOT_ENV = "HARNESS_DATA_ROOT"
 
 class DataMissingError(FileNotFoundError):
     """A dataset is not on disk. The message names where we looked and how to fetch it."""
+
+
+class DataFileError(DataMissingError):
+    """A dataset file is on disk but damaged (truncated, not the expected format): as good as
+    missing, so the same exit status and fix, fetching it again. The message names the file."""
+
+    def __init__(self, path: Path, reason: str, fetch: str) -> None:
+        super().__init__(f"{path}: damaged data file ({reason}); delete it and fetch it again "
+                         f"with `{fetch}`")  # fmt: skip
+        self.path = Path(path)
+
+
+def damaged_data_file(
+    paths: list[Path], exc: BaseException, fetch: str, probe: Callable[[Path], Any] | None = None
+) -> DataFileError:
+    """The :class:`DataFileError` for a loader that failed with ``exc`` while reading ``paths``:
+    the first file ``probe`` (a reader of one file) fails on, else the first path. Only called on
+    the error path: a whole dataset is never read twice."""
+    reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+    for path in paths if probe else ():
+        try:
+            probe(path)
+        except Exception as err:  # the damaged one: say what reading it alone raised
+            detail = (str(err).strip().splitlines() or [""])[0][:200]
+            return DataFileError(path, f"{type(err).__name__}: {detail}".rstrip(": "), fetch)
+    return DataFileError(paths[0], reason.rstrip(": "), fetch)
 
 
 @dataclass(frozen=True)

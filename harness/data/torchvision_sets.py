@@ -23,14 +23,22 @@ validation images (file-list order, deterministic).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from harness.data.base import VALIDATION_SEED, DatasetSpec, ImageSet, register_dataset
+from harness.data.base import (
+    VALIDATION_SEED,
+    DatasetSpec,
+    ImageSet,
+    damaged_data_file,
+    register_dataset,
+)
 
 # Per-channel mean/std of the training images on the [0, 1] scale (the true pixel std, not the
 # 0.2023/0.1994/0.2010 values that circulate for CIFAR-10).
@@ -97,11 +105,23 @@ _CIFAR = {
 }
 
 
+def _read_pickle(path: Path) -> Any:
+
+    with open(path, "rb") as f:
+        return pickle.load(f, encoding="latin1")
+
+
 @lru_cache(maxsize=2)
 def _load_cifar_cached(name: str, root: str) -> dict[str, ImageSet]:
     cls = _cifar_classes()[0 if name == "cifar10" else 1]
-    train = cls(root, train=True, download=False)
-    test = cls(root, train=False, download=False)
+    try:
+        train = cls(root, train=True, download=False)
+        test = cls(root, train=False, download=False)
+    except (pickle.UnpicklingError, EOFError, ValueError, KeyError, IndexError) as exc:
+        # torchvision's message names no file (a truncated batch: "pickle data was truncated").
+        folder, files = _CIFAR[name]
+        paths = [Path(root) / folder / f for f in files]
+        raise damaged_data_file(paths, exc, _fetch(name), _read_pickle) from None
     return {
         "train": _hwc_to_set(train.data, train.targets),
         "test": _hwc_to_set(test.data, test.targets),
@@ -163,7 +183,10 @@ def _load_svhn_cached(root: str) -> dict[str, ImageSet]:
         (SVHN,),
         {"_check_integrity": lambda self: (Path(self.root) / self.filename).is_file()},
     )
-    ds = cls(root, split="test", download=False)  # data: (N, 3, 32, 32), labels 0..9
+    try:
+        ds = cls(root, split="test", download=False)  # data: (N, 3, 32, 32), labels 0..9
+    except (ValueError, KeyError, OSError, TypeError) as exc:  # scipy's MatReadError: ValueError
+        raise damaged_data_file([Path(root) / cls.filename], exc, _fetch("svhn")) from None
     return {"test": ImageSet(torch.from_numpy(ds.data).contiguous(), torch.from_numpy(ds.labels))}
 
 
@@ -202,7 +225,10 @@ _MNIST_FILES = (
 def _load_mnist_cached(root: str) -> dict[str, ImageSet]:
     from torchvision.datasets import MNIST
 
-    ds = MNIST(root, train=False, download=False)  # data: uint8 (N, 28, 28)
+    try:
+        ds = MNIST(root, train=False, download=False)  # data: uint8 (N, 28, 28)
+    except (ValueError, RuntimeError, IndexError) as exc:  # a short idx file fails in reshape
+        raise damaged_data_file([Path(root) / "MNIST" / "raw"], exc, _fetch("mnist")) from None
     return {"test": ImageSet(ds.data.unsqueeze(1).contiguous(), ds.targets.long())}
 
 

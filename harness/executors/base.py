@@ -9,11 +9,13 @@ the CLI picks one by name (:data:`harness.executors.EXECUTORS`), runs it, and pr
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harness.contract import SUITE_FILE, Cell, build_manifest, read_record
+from harness.contract import SUITE_FILE, Cell, DamagedRecord, build_manifest, read_record, set_aside
+from harness.contract.manifest import read_manifest_file
 from harness.records import atomic_write_text
 
 
@@ -69,19 +71,29 @@ def write_manifest(suite, results_dir: Path, only: tuple[str, ...] = ()) -> None
     ``harness status`` and ``harness report`` can list the cells that never started, with the
     command line's overrides (``suite.overrides``) and ``--only`` filters."""
     path = Path(results_dir) / SUITE_FILE
-    old = json.loads(path.read_text()) if path.exists() else None
+    try:
+        old = read_manifest_file(path) if path.exists() else None
+    except ValueError as exc:  # damaged: kept aside, and a new one holds this run's cells
+        old = None
+        print(f"warning: {exc}; moved to {set_aside(path).name}", file=sys.stderr)
     overrides = getattr(suite, "overrides", ())
     manifest = build_manifest(suite.name, str(suite.source), suite.cells(), old, overrides, only)
     atomic_write_text(path, json.dumps(manifest, indent=1) + "\n")
 
 
 def pending(cells: list[Cell], results_dir: Path, force: bool = False) -> list[Cell]:
-    """Cells without a finished record (all of them with ``force``)."""
+    """Cells without a finished record (all of them with ``force``). A damaged record is named
+    in one line on stderr and its cell is pending: the run that takes the cell sets the file
+    aside first (:func:`harness.records.record_or_set_aside`)."""
     if force:
         return list(cells)
     out = []
     for c in cells:
-        rec = read_record(Path(results_dir) / c.cell_id)
+        try:
+            rec = read_record(Path(results_dir) / c.cell_id)
+        except DamagedRecord as exc:
+            print(f"warning: {exc}; the cell is redone (the file is kept aside)", file=sys.stderr)
+            rec = None
         if not rec or rec["status"] != "done":
             out.append(c)
     return out
