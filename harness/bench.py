@@ -125,7 +125,8 @@ def run_bench(
         raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
     in_ch = 1 if backbone == "digits_cnn" else 3
     in_shape = (in_ch, image_size, image_size)
-    recipe = Recipe(amp=True, channels_last=True)
+    # compile: the training step too (harness.train.step_loss), not only forward
+    recipe = Recipe(amp=True, channels_last=True, compile=compile_model)
     common = dict(
         in_shape=in_shape,
         classes=classes,

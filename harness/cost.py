@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.contract import Recipe
 from harness.data.base import ImageSet
 from harness.data.loader import DeviceLoader
-from harness.train import autocast, ensemble_loss, make_optimizer, make_scheduler, train_epoch
+from harness.train import autocast, make_optimizer, make_scheduler, step_loss, train_epoch
 from methods.base import BuildContext, EnsembleModel, count_parameters
 
 
@@ -94,10 +94,12 @@ def throughput(
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9)
 
+    loss_fn = step_loss(recipe)  # compiled as the training loop's, under `compile: true`
+
     def train_step() -> None:
         model.train()
         with autocast(device, recipe):
-            loss, _, _ = ensemble_loss(model, x, y, recipe)
+            loss, _, _ = loss_fn(model, x, y, recipe)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
