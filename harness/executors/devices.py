@@ -64,13 +64,16 @@ def worker_slots(gpus: Sequence[str], cells_per_gpu: int, workers: int) -> list[
     return [g for _ in range(cells_per_gpu) for g in gpus][:workers]
 
 
-def bind_worker(device: str | None) -> None:
+def bind_worker(device: str | None, concurrent: int = 1) -> None:
     """Pool initializer: make ``device`` (a ``CUDA_VISIBLE_DEVICES`` value: one GPU, or the
     comma-joined GPUs of a multi-process cell) the only devices the process sees, before torch
-    initialises CUDA, then install the Ctrl-C handler. None: leave the environment (CPU)."""
+    initialises CUDA, then install the Ctrl-C handler. None: leave the environment (CPU).
+    ``concurrent``: cells running at once on this node, so that file loaders share the cores
+    (``$HARNESS_CONCURRENT_CELLS``, read by ``harness.data.file_loader.default_workers``)."""
     from harness.interrupt import install_worker_handler
 
     install_worker_handler()
+    os.environ["HARNESS_CONCURRENT_CELLS"] = str(concurrent)
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
 

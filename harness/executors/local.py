@@ -147,11 +147,15 @@ def _run_on_slots(
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
 
+    concurrent = min(len(slots), len(cells))  # cells at once: their file loaders share cores
+
     def start(slot: str | None) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(1, mp_context=ctx, initializer=bind_worker, initargs=(slot,))
+        return ProcessPoolExecutor(
+            1, mp_context=ctx, initializer=bind_worker, initargs=(slot, concurrent)
+        )
 
     queue = list(reversed(cells))  # popped from the end: cells start in the given order
-    pools = [start(slot) for slot in slots[: len(cells)]]
+    pools = [start(slot) for slot in slots[:concurrent]]
     running: dict[Future, int] = {}
     records: list[dict[str, Any]] = []
 
