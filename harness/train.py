@@ -78,6 +78,29 @@ def autocast(device: torch.device, recipe: Recipe) -> contextlib.AbstractContext
     return contextlib.nullcontext()
 
 
+def set_determinism(deterministic: bool) -> None:
+    """Make this process's GPU kernels deterministic (``recipe.deterministic``), or not.
+
+    On: cuDNN deterministic algorithms without autotuning (``cudnn.deterministic = True``,
+    ``cudnn.benchmark = False``), ``torch.use_deterministic_algorithms(True, warn_only=True)``
+    (an op without a deterministic kernel warns instead of failing the cell) and cuBLAS's
+    fixed-workspace mode (``CUBLAS_WORKSPACE_CONFIG=:4096:8``, effective when set before the
+    process's first cuBLAS call: the runner calls this before it builds the model). Then a
+    resumed GPU cell is bit-identical to an uninterrupted one, as it always is on the CPU.
+    Off (the default, for speed: deterministic backward kernels of convolutions and
+    scatter-adds are slower): torch's defaults, so two GPU runs of a cell may differ in the
+    last bits (summation order), never in what they compute. Set per cell, both ways, so one
+    cell's choice does not leak into the next cell of the same worker.
+    """
+    import os
+
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
 def ensemble_loss(
     model: EnsembleModel, x: Tensor, y: Tensor, recipe: Recipe
 ) -> tuple[Tensor, TrainOutput, Tensor | None]:
