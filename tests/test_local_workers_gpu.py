@@ -102,3 +102,37 @@ def test_two_process_cell_runs_in_a_worker_with_two_gpus(write_suite, tmp_path):
     assert rec["status"] == "done", rec.get("error")
     assert rec["worker"]["cuda_visible_devices"] == "0,1"
     assert [h["epoch"] for h in rec["history"]] == [1]
+
+
+def test_inprocess_stops_after_a_sticky_cuda_error(write_suite, tmp_path, monkeypatch, capsys):
+    """In the executor's own process a broken CUDA context cannot be replaced: the cell is
+    recorded failed, no later cell starts, and the CLI says so in one line (exit 2)."""
+    from harness import runner
+    from harness.cli import main
+
+    real = runner.train_epoch
+
+    def broken_for_seed_1(model, *args, **kwargs):
+        if broken_for_seed_1.seed == 1:
+            raise RuntimeError(ILLEGAL_ADDRESS)
+        return real(model, *args, **kwargs)
+
+    real_build = runner.build_model
+
+    def build(cell, *args, **kwargs):
+        broken_for_seed_1.seed = cell.seed
+        return real_build(cell, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "train_epoch", broken_for_seed_1)
+    monkeypatch.setattr(runner, "build_model", build)
+    path = write_suite(textwrap.dedent(SUITE))
+    argv = ["run", str(path), "--executor", "inprocess", "-q", "--results", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: digits/digits_cnn/single(M=1)/seed1")
+    assert "the 1 cells after it were not started" in err[0]
+    cells = load_suite(path).cells()
+    results = tmp_path / "gpus"
+    assert [read_record(results / c.cell_id) for c in cells][2] is None  # never started
+    assert read_record(results / cells[1].cell_id)["status"] == "failed"
+    assert read_record(results / cells[0].cell_id)["status"] == "done"

@@ -98,6 +98,11 @@ STICKY_CUDA_ERRORS = (
 )
 
 
+class BrokenContextError(ExecutorError):
+    """A cell failed with a sticky CUDA error in the executor's own process (``inprocess``):
+    later cells there would fail the same way, so none is started (one clear line, exit 2)."""
+
+
 def is_sticky_cuda_error(message: str) -> bool:
     """Whether a failure message names a CUDA error after which the process must be replaced."""
     return "CUDA error" in message and any(e in message for e in STICKY_CUDA_ERRORS)

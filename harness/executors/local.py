@@ -22,6 +22,7 @@ from typing import Any
 from harness.contract import Cell
 from harness.executors.base import ExecutorOptions
 from harness.executors.devices import (
+    BrokenContextError,
     Discover,
     bind_worker,
     choose_gpus,
@@ -46,9 +47,18 @@ def run_inprocess(
 
     records = []
     bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
-    for cell in bar:
+    for i, cell in enumerate(bar):
         bar.set_postfix_str(cell.label)
         records.append(run_cell(cell, results_dir, data_root, force=force, progress=progress))
+        error = (records[-1].get("error") or {}).get("message") or ""
+        if is_sticky_cuda_error(error) and i + 1 < len(cells):
+            # This process's CUDA context is broken: every later cell here would fail too.
+            raise BrokenContextError(
+                f"{cell.label} failed with a CUDA error that breaks this process's CUDA "
+                f"context ({error.splitlines()[0]}); the {len(cells) - i - 1} cells after it "
+                "were not started: run the same command again (finished cells are skipped), "
+                "or use --executor local, which replaces a broken worker"
+            )
     return records
 
 
