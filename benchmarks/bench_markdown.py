@@ -38,10 +38,12 @@ def provenance(result: dict[str, Any]) -> str:
     amp = "bf16 autocast, channels_last" if p.get("bf16_autocast") else "float32"
     commit = p.get("git_commit", "?")
     commit = commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
+    # A run killed at its time limit leaves the rows it measured (``complete`` False).
+    cut = "; cut short: the rows measured before the limit" if not result.get("complete", 1) else ""
     return (
         f"{p.get('device', '?')}; {p.get('date', '?')}; torch {p.get('torch', '?')}; "
         f"commit {commit}; {amp}; "
-        f"{c['steps']} timed steps after {c['warmup']} warm-up"
+        f"{c['steps']} timed steps after {c['warmup']} warm-up{cut}"
     )
 
 

@@ -11,7 +11,9 @@
 #   PARTS=eager benchmarks/gpu_check.sh   # a subset: any of eager, compile, scaling (default all)
 #
 # Each command has its own time limit so one slow compile cannot lose the other results; the
-# eager rows come first, so a run cut short still has them.
+# eager rows come first, so a run cut short still has them. Every command rewrites its JSON after
+# each measured row (atomically; `"complete": false` until the last), so a command killed at its
+# limit keeps the rows it measured and the tables are made from them.
 set -uo pipefail
 OUT=${OUT:-artifacts/gpu}
 mkdir -p "$OUT"

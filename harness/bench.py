@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import gc
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from harness.cost import real_loop_throughput, throughput
 from harness.environment import environment
 from harness.registries import METHODS
 from harness.runner import pick_device
+from harness.safe_files import atomic_write
 from harness.schema import parse_name_values
 from harness.suite import expand_hparams
 from harness.train import SYNC_EVERY
@@ -113,6 +115,7 @@ def run_bench(
     methods: list[tuple[str, dict]],
     device: torch.device,
     loop: str = "synthetic",
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Every row of the table: the plain backbone at B and at M·B (the bound ÷ M), then each
     method at M members and batch B.
@@ -120,12 +123,15 @@ def run_bench(
     Args:
         loop: ``"synthetic"`` times the bare step only; ``"real"`` also times the real training
             loop and adds ``real_train_images_per_s`` and ``real_ratio_to_synthetic``.
+        on_row: called with the result so far (``complete`` False) after every measured row,
+            so that a run killed at its time limit keeps what it measured.
     """
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
     in_ch = 1 if backbone == "digits_cnn" else 3
     in_shape = (in_ch, image_size, image_size)
-    recipe = Recipe(amp=True, channels_last=True)
+    # compile: the training step too (harness.train.step_loss), not only forward
+    recipe = Recipe(amp=True, channels_last=True, compile=compile_model)
     common = dict(
         in_shape=in_shape,
         classes=classes,
@@ -137,58 +143,8 @@ def run_bench(
         compile_model=compile_model,
         loop=loop,
     )
-    rows = []
-    plain_b = bench_one("single", {}, 1, batch, **common)
-    rows.append(
-        {
-            "label": f"plain backbone, batch {batch}",
-            "method": "single",
-            "M": 1,
-            "batch": batch,
-            **plain_b,
-        }
-    )
-    plain_mb = bench_one("single", {}, 1, m * batch, **common)
-    bound = {
-        "train_images_per_s": plain_mb["train_images_per_s"] / m,
-        "eval_images_per_s": plain_mb["eval_images_per_s"] / m,
-        "peak_train_mem_mib": plain_mb["peak_train_mem_mib"],
-    }
-    rows.append(
-        {
-            "label": f"plain backbone, batch {m * batch} (= M·B): bound ÷ M",
-            "method": "single",
-            "M": 1,
-            "batch": m * batch,
-            **plain_mb,
-            "bound_train_images_per_s": bound["train_images_per_s"],
-            "bound_eval_images_per_s": bound["eval_images_per_s"],
-        }
-    )
-    for name, hp in methods:
-        try:
-            res = bench_one(name, hp, m, batch, **common)
-        except Exception as exc:  # one method failing must not lose the other rows
-            rows.append(
-                {
-                    "label": name,
-                    "method": name,
-                    "hparams": hp,
-                    "M": m,
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            )
-            continue
-        label = name + (f" ({', '.join(f'{k}={v}' for k, v in hp.items())})" if hp else "")
-        row = {"label": label, "method": name, "hparams": hp, "M": m, "batch": batch, **res}
-        row["train_ratio_to_bound"] = res["train_images_per_s"] / bound["train_images_per_s"]
-        row["eval_ratio_to_bound"] = res["eval_images_per_s"] / bound["eval_images_per_s"]
-        if res["peak_train_mem_mib"] and bound["peak_train_mem_mib"]:
-            row["train_mem_ratio_to_bound"] = (
-                res["peak_train_mem_mib"] / bound["peak_train_mem_mib"]
-            )
-        rows.append(row)
-    return {
+    rows: list[dict[str, Any]] = []
+    result = {
         "provenance": {
             **environment(device),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -208,7 +164,66 @@ def run_bench(
             "sync_every": SYNC_EVERY,  # host reads of the real loop: one per this many steps
         },
         "rows": rows,
+        "complete": False,
     }
+
+    def add(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if on_row is not None:
+            on_row(result)
+
+    plain_b = bench_one("single", {}, 1, batch, **common)
+    add(
+        {
+            "label": f"plain backbone, batch {batch}",
+            "method": "single",
+            "M": 1,
+            "batch": batch,
+            **plain_b,
+        }
+    )
+    plain_mb = bench_one("single", {}, 1, m * batch, **common)
+    bound = {
+        "train_images_per_s": plain_mb["train_images_per_s"] / m,
+        "eval_images_per_s": plain_mb["eval_images_per_s"] / m,
+        "peak_train_mem_mib": plain_mb["peak_train_mem_mib"],
+    }
+    add(
+        {
+            "label": f"plain backbone, batch {m * batch} (= M·B): bound ÷ M",
+            "method": "single",
+            "M": 1,
+            "batch": m * batch,
+            **plain_mb,
+            "bound_train_images_per_s": bound["train_images_per_s"],
+            "bound_eval_images_per_s": bound["eval_images_per_s"],
+        }
+    )
+    for name, hp in methods:
+        try:
+            res = bench_one(name, hp, m, batch, **common)
+        except Exception as exc:  # one method failing must not lose the other rows
+            add(
+                {
+                    "label": name,
+                    "method": name,
+                    "hparams": hp,
+                    "M": m,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
+            continue
+        label = name + (f" ({', '.join(f'{k}={v}' for k, v in hp.items())})" if hp else "")
+        row = {"label": label, "method": name, "hparams": hp, "M": m, "batch": batch, **res}
+        row["train_ratio_to_bound"] = res["train_images_per_s"] / bound["train_images_per_s"]
+        row["eval_ratio_to_bound"] = res["eval_images_per_s"] / bound["eval_images_per_s"]
+        if res["peak_train_mem_mib"] and bound["peak_train_mem_mib"]:
+            row["train_mem_ratio_to_bound"] = (
+                res["peak_train_mem_mib"] / bound["peak_train_mem_mib"]
+            )
+        add(row)
+    result["complete"] = True
+    return result
 
 
 # The table's columns: (header, row key, format); the real-loop ones only with ``--loop real``.
@@ -263,6 +278,11 @@ def main(args: argparse.Namespace) -> int:
     methods = (
         [parse_name_values(t, "method") for t in args.methods] if args.methods else DEFAULT_METHODS
     )
+    out = Path(args.output)
+
+    def write(partial: dict[str, Any]) -> None:  # after every row: a kill keeps the measured
+        atomic_write(out, lambda f: f.write(json.dumps(partial, indent=1) + "\n"))
+
     result = run_bench(
         args.backbone,
         args.M,
@@ -275,14 +295,13 @@ def main(args: argparse.Namespace) -> int:
         methods,
         device,
         loop=args.loop,
+        on_row=write,
     )
     print(
         f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop}, "
         f"{result['provenance']['device']}"
     )
     print(format_rows(result))
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write(result)
     print(f"wrote {out}")
     return 0 if not any("error" in r for r in result["rows"]) else 1

@@ -103,14 +103,24 @@ def loader_throughput(
     splits: dict[str, Split],
     device: torch.device,
     batches: int = 20,
+    warmup: int = 5,
 ) -> float:
     """Images/s the training loader delivers (in-memory sets: device-resident uint8,
     augmentation on the device; file-backed sets: their own pipeline),
     to compare with the model's training throughput: a loader slower than the model starves it.
+
+    The clock starts after ``warmup`` batches (fewer on a short loader: at most half of it),
+    so the start-up (decoder worker processes, the first epoch plan) is not counted: the
+    figure is the steady rate a training epoch sees.
     """
     loader = train_loader(cell, spec, splits["train"], device)
+    it = iter(loader)
+    for _ in range(min(warmup, len(loader) // 2)):
+        next(it)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     seen, start = 0, time.perf_counter()
-    for i, (_, y) in enumerate(loader):
+    for i, (_, y) in enumerate(it):
         seen += y.numel()  # (B,) or, one batch per member, (M, B)
         if i + 1 == batches:
             break

@@ -153,12 +153,17 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` saved (CUDA only when present on both sides)."""
+    """Restore what :func:`rng_state` saved (CUDA only when present on both sides).
+
+    ``state`` may come from ``torch.load(..., map_location=device)`` (the runner resumes onto
+    the cell's device), so every tensor goes through ``.cpu()`` before it is used as a host
+    value: ``.numpy()`` of a CUDA tensor raises, and that would fail every resume on a GPU.
+    """
     torch.set_rng_state(state["torch"].cpu())
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
     name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
 

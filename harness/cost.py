@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.contract import Recipe
 from harness.data.base import ImageSet
 from harness.data.loader import DeviceLoader
-from harness.train import autocast, ensemble_loss, make_optimizer, make_scheduler, train_epoch
+from harness.train import autocast, make_optimizer, make_scheduler, step_loss, train_epoch
 from methods.base import BuildContext, EnsembleModel, count_parameters
 
 
@@ -64,16 +64,51 @@ def timed(fn: Callable[[], Any], device: torch.device, warmup: int, steps: int) 
     return (time.perf_counter() - start) / steps
 
 
-def peak_memory(fn: Callable[[], Any], device: torch.device) -> float | None:
-    """Peak accelerator memory (MiB) of one call of ``fn``; None on CPU."""
-    if device.type != "cuda":
+class MemoryReader(Protocol):
+    """Reads the device memory a measurement holds: ``reset`` starts a window, ``peak_bytes``
+    ends it with the most bytes allocated at any moment in it (everything live counts, the
+    model's weights included, as ``torch.cuda.max_memory_allocated``)."""
+
+    def reset(self) -> None: ...
+
+    def peak_bytes(self) -> int: ...
+
+
+class CudaMemory:
+    """:class:`MemoryReader` of a CUDA device (its caching allocator's statistics)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def reset(self) -> None:
+        sync(self.device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_bytes(self) -> int:
+        sync(self.device)
+        return torch.cuda.max_memory_allocated(self.device)
+
+
+def memory_reader(device: torch.device) -> MemoryReader | None:
+    """The device's memory reader; None on the CPU (peaks are recorded as None there)."""
+    return CudaMemory(device) if device.type == "cuda" else None
+
+
+def peak_memory(fn: Callable[[], Any], memory: MemoryReader | None) -> float | None:
+    """Peak device memory (MiB) during one call of ``fn``; None without a reader (CPU)."""
+    if memory is None:
         return None
-    sync(device)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
+    memory.reset()
     fn()
-    sync(device)
-    return torch.cuda.max_memory_allocated(device) / 2**20
+    return memory.peak_bytes() / 2**20
+
+
+def host_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict copied to host memory, to restore it after a measurement: a copy
+    on the device would be charged to the method's peak memory (a parameter-heavy method, the
+    deep ensemble or Packed, twice over)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
 def throughput(
@@ -84,20 +119,29 @@ def throughput(
     device: torch.device,
     steps: int = 5,
     warmup: int = 2,
+    memory: MemoryReader | str | None = "device",
 ) -> dict[str, Any]:
     """Train-step and eval throughput (images/s) and peak memory on batch ``x``.
 
-    The train step is forward + loss + backward + SGD step on a throw-away optimizer state, so
-    the model's weights are restored afterwards.
+    The train step is forward + loss + backward + SGD step (momentum 0.9) on a throw-away
+    optimizer, so the model's weights are restored afterwards, from a host copy
+    (:func:`host_copy`). Peak memory is what the method needs: the training peak holds the
+    weights, activations, gradients and momentum; the evaluation peak the weights and the
+    eval forward's activations only (gradients and momentum are freed before it).
+
+    Args:
+        memory: the reader of peak memory; ``"device"``: :func:`memory_reader` of ``device``.
     """
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    reader = memory_reader(device) if memory == "device" else memory
+    state = host_copy(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9)
+    loss_fn = step_loss(recipe)  # compiled as the training loop's, under `compile: true`
 
     def train_step() -> None:
         model.train()
         with autocast(device, recipe):
-            loss, _, _ = ensemble_loss(model, x, y, recipe)
+            loss, _, _ = loss_fn(model, x, y, recipe)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -109,10 +153,11 @@ def throughput(
             model(x)
 
     train_s = timed(train_step, device, warmup, steps)
-    peak_train = peak_memory(train_step, device)
-    opt.zero_grad(set_to_none=True)  # free the gradients before timing evaluation
+    peak_train = peak_memory(train_step, reader)
+    opt.zero_grad(set_to_none=True)  # evaluation needs neither the gradients ...
+    opt.state.clear()  # ... nor the momentum: freed before it is measured
     eval_s = timed(eval_step, device, warmup, steps)
-    peak_eval = peak_memory(eval_step, device)
+    peak_eval = peak_memory(eval_step, reader)
     model.load_state_dict(state)
     b = x.shape[0]
     return {
@@ -181,7 +226,7 @@ def real_loop_throughput(
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = host_copy(model)
     c = in_shape[0]
     loader = DeviceLoader(
         synthetic_images(batch * max(steps, warmup), in_shape, classes),

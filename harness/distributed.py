@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import inspect
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -235,15 +236,12 @@ class DistributedTraining(nn.Module):
 
     def __init__(self, model: nn.Module, device: torch.device) -> None:
         super().__init__()
-        self.ddp = nn.parallel.DistributedDataParallel(
-            _TrainingStep(model),
-            device_ids=[device.index if device.index is not None else torch.cuda.current_device()]
+        device_ids = (
+            [device.index if device.index is not None else torch.cuda.current_device()]
             if device.type == "cuda"
-            else None,
-            # Running statistics stay per rank during the epoch and are averaged at its end
-            # (end_epoch); syncing rank 0's before every forward would discard the others'.
-            forward_sync_buffers=False,
+            else None
         )
+        self.ddp = wrap_ddp(_TrainingStep(model), device_ids)
         self.model = model
 
     def training_outputs(self, x: Tensor, y: Tensor) -> Any:
@@ -253,6 +251,26 @@ class DistributedTraining(nn.Module):
 
     def regularizer(self) -> Tensor | None:
         return self.model.regularizer()
+
+
+def wrap_ddp(module: nn.Module, device_ids: list[int] | None) -> nn.Module:
+    """``DistributedDataParallel`` that broadcasts rank 0's buffers once, at construction, and
+    never before a forward: running statistics stay per rank during the epoch and are averaged
+    at its end (:func:`end_epoch`); syncing rank 0's before every forward would discard the
+    others'.
+
+    torch >= 2.13 says this as ``forward_sync_buffers=False``. Older torch (``pyproject.toml``
+    allows 2.4) has only ``broadcast_buffers``, whose ``False`` also skips the buffers in the
+    construction-time broadcast, so that broadcast is done here, from rank 0, as the newer
+    argument does it.
+    """
+    ddp_class = nn.parallel.DistributedDataParallel
+    if "forward_sync_buffers" in inspect.signature(ddp_class.__init__).parameters:
+        return ddp_class(module, device_ids=device_ids, forward_sync_buffers=False)
+    ddp = ddp_class(module, device_ids=device_ids, broadcast_buffers=False)
+    for buffer in module.buffers():
+        dist.broadcast(buffer, src=0)
+    return ddp
 
 
 def training_module(cell: Cell, model: nn.Module, device: torch.device) -> nn.Module:

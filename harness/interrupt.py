@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -43,14 +44,21 @@ def check_not_stopping() -> None:
         raise KeyboardInterrupt("interrupted: no new cell starts")
 
 
-def stop_pool(pool: ProcessPoolExecutor, grace_s: float = STOP_GRACE_S) -> None:
+def stop_pool(
+    pool: ProcessPoolExecutor | Sequence[ProcessPoolExecutor], grace_s: float = STOP_GRACE_S
+) -> None:
     """Cancel queued cells, interrupt running ones, wait up to ``grace_s``, then kill.
+
+    ``pool`` may be several pools (the local executor keeps one per worker slot): all are
+    interrupted first, then waited for within one grace period.
 
     Uses the pool's process table (``_processes``, stable since Python 3.3): the public API can
     cancel queued calls but neither interrupt nor kill running ones.
     """
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
+    pools = [pool] if isinstance(pool, ProcessPoolExecutor) else list(pool)
+    procs = [p for one in pools for p in (getattr(one, "_processes", None) or {}).values()]
+    for one in pools:
+        one.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         if p.is_alive() and p.pid:
             with contextlib.suppress(ProcessLookupError):  # exited meanwhile

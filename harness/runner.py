@@ -72,7 +72,13 @@ from harness.progress import ProgressLog, epoch_images
 from harness.records import atomic_write_text, record_or_set_aside, write_record
 from harness.registries import DATASETS, METHODS, method_defaults
 from harness.safe_files import DamagedFile
-from harness.train import DivergenceError, make_optimizer, make_scheduler, train_epoch
+from harness.train import (
+    DivergenceError,
+    make_optimizer,
+    make_scheduler,
+    set_determinism,
+    train_epoch,
+)
 from methods.base import BuildContext, EnsembleModel
 
 log = logging.getLogger("harness")
@@ -105,7 +111,9 @@ def build_model(
     device: torch.device | None = None,
 ) -> tuple[EnsembleModel, BuildContext]:
     """Build the cell's method on its backbone (seeded: same seed → same initial weights); with
-    ``device``, also place it there as the recipe asks (channels_last on CUDA, compile)."""
+    ``device``, also place it there as the recipe asks (channels_last on CUDA, compile).
+    Kernels are made deterministic or not as the recipe says, before any is chosen."""
+    set_determinism(cell.recipe.deterministic)
     seed_everything(cell.seed)
     mspec = METHODS.get(cell.method)
     ctx = BuildContext(

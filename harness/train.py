@@ -86,6 +86,29 @@ def autocast(device: torch.device, recipe: Recipe) -> contextlib.AbstractContext
     return contextlib.nullcontext()
 
 
+def set_determinism(deterministic: bool) -> None:
+    """Make this process's GPU kernels deterministic (``recipe.deterministic``), or not.
+
+    On: cuDNN deterministic algorithms without autotuning (``cudnn.deterministic = True``,
+    ``cudnn.benchmark = False``), ``torch.use_deterministic_algorithms(True, warn_only=True)``
+    (an op without a deterministic kernel warns instead of failing the cell) and cuBLAS's
+    fixed-workspace mode (``CUBLAS_WORKSPACE_CONFIG=:4096:8``, effective when set before the
+    process's first cuBLAS call: the runner calls this before it builds the model). Then a
+    resumed GPU cell is bit-identical to an uninterrupted one, as it always is on the CPU.
+    Off (the default, for speed: deterministic backward kernels of convolutions and
+    scatter-adds are slower): torch's defaults, so two GPU runs of a cell may differ in the
+    last bits (summation order), never in what they compute. Set per cell, both ways, so one
+    cell's choice does not leak into the next cell of the same worker.
+    """
+    import os
+
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
 def ensemble_loss(
     model: EnsembleModel, x: Tensor, y: Tensor, recipe: Recipe
 ) -> tuple[Tensor, TrainOutput, Tensor | None]:
@@ -134,6 +157,31 @@ def gradient_clip_groups(model: Any) -> list[list[Tensor]]:
     return [list(model.parameters())]
 
 
+#: One compiled ``ensemble_loss`` per compile backend: dynamo guards on the model it is called
+#: with, so several models share it (each gets its own graphs).
+_COMPILED_LOSS: dict[Any, Any] = {}
+
+
+def step_loss(recipe: Recipe, backend: Any = "inductor") -> Any:
+    """The function a training step computes its loss with: :func:`ensemble_loss`, compiled
+    with ``torch.compile`` when the recipe says ``compile: true``.
+
+    Compiling the loss, not only ``forward``, puts every method's *training* path in compiled
+    graphs (the deep ensemble's per-member batches, BatchEnsemble's and Masksembles' training
+    feeding, MIMO's row shuffles, σN-Ens's regulariser), and AOTAutograd compiles its backward
+    too; ``model.compile()`` (the runner does it as well) covers ``forward`` for evaluation. A
+    compiled row of a table thus compares compiled training steps only.
+
+    Args:
+        backend: ``torch.compile``'s backend (tests pass a counting one).
+    """
+    if not recipe.compile:
+        return ensemble_loss
+    if backend not in _COMPILED_LOSS:
+        _COMPILED_LOSS[backend] = torch.compile(ensemble_loss, backend=backend)
+    return _COMPILED_LOSS[backend]
+
+
 def train_epoch(
     model: EnsembleModel,
     loader: Any,
@@ -143,6 +191,7 @@ def train_epoch(
     device: torch.device,
     progress: Any = None,
     sync_every: int = SYNC_EVERY,
+    compile_backend: Any = "inductor",
 ) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss, regularizer and training accuracy.
 
@@ -161,11 +210,13 @@ def train_epoch(
 
     Args:
         sync_every: steps between two host reads (>= 1); see :data:`SYNC_EVERY`.
+        compile_backend: with ``recipe.compile``, the backend of :func:`step_loss`.
     """
     if sync_every < 1:
         raise ValueError(f"sync_every must be >= 1, got {sync_every}")
     model.train()
     clip_groups = gradient_clip_groups(model) if recipe.grad_clip else []
+    loss_fn = step_loss(recipe, compile_backend)
     record = torch.zeros(3, sync_every, device=device)  # rows: loss, regularizer, correct rows
     no_reg = torch.zeros((), device=device)
     sums = [0.0, 0.0, 0.0]  # loss, regularizer, correct rows over the steps read so far
@@ -190,7 +241,7 @@ def train_epoch(
     for x, y in loader:
         try:
             with autocast(device, recipe):
-                loss, out, reg = ensemble_loss(model, x, y, recipe)
+                loss, out, reg = loss_fn(model, x, y, recipe)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             for params in clip_groups:  # returns the total norm as a tensor, deliberately not read

@@ -15,14 +15,25 @@ neither a BatchNorm variable nor a ``kernel`` — r, s and the per-member biases
 parameter is exactly that factor on its learning rate (momentum and weight decay are linear in the
 gradient), so it is applied as the learning rate of the fast-weight group. ``1.0`` is
 torch-uncertainty's behaviour (one learning rate for all parameters).
+
+torch-uncertainty's ``BatchLinear`` and ``BatchConv2d`` compute the right function but, on an
+accelerator, not at the right cost: ``BatchLinear`` puts the rows per member in a device tensor
+and hands it to einops ``repeat``, which reads it back (a device synchronisation per call, ~7
+per forward of a ResNet head), and both multiply the fp32 fast weights into the activations,
+which promotes bf16 activations to fp32 under autocast (BatchEnsemble alone would then train in
+fp32, at twice the activation memory). :func:`sync_free` gives the built layers our forward
+(same function, same parameters and state-dict keys): Python-int row counts and fast weights
+cast to the activation's dtype.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from methods.base import BuildContext, MethodSpec, register_method
 from methods.tu_common import (
@@ -87,6 +98,63 @@ class BatchEnsembleModel(RepeatOrSplitEnsemble):
         return groups
 
 
+def member_rows(p: Tensor, batch: int, like: Tensor, trailing: int) -> Tensor:
+    """Each row's member parameters, as torch-uncertainty's ``repeat(p, "m h -> (m b) h")``
+    followed by ``cat([rows, rows[:extra]])``, from Python ints (no device read).
+
+    Args:
+        p: (M, H) per-member fast weights or biases.
+        batch: N rows, member-major blocks of N // M rows; the N % M extra rows at the end take
+            the first rows' parameters (torch-uncertainty's convention).
+        like: the activation whose dtype the result takes (bf16 under autocast: a fp32 factor
+            would promote the activation to fp32).
+        trailing: singleton dimensions appended (2 for (N, C, H, W) activations).
+
+    Returns:
+        (N, H, 1 × trailing).
+    """
+    m, h = p.shape
+    per, extra = divmod(batch, m)
+    rows = p.to(like.dtype)[:, None].expand(m, per, h).reshape(m * per, h)  # (M·per, H)
+    rows = torch.cat([rows, rows[:extra]])  # (N, H)
+    return rows.view(batch, h, *([1] * trailing))
+
+
+def _linear_forward(self: nn.Module, inputs: Tensor) -> Tensor:
+    """``BatchLinear.forward``: (N, H_in) → (N, H_out), y = ((x ∘ r) Wᵀ) ∘ s + b."""
+    n = inputs.size(0)
+    out = self.linear(inputs * member_rows(self.r_group, n, inputs, 0))
+    out = out * member_rows(self.s_group, n, out, 0)
+    return out if self.bias is None else out + member_rows(self.bias, n, out, 0)
+
+
+def _conv_forward(self: nn.Module, inputs: Tensor) -> Tensor:
+    """``BatchConv2d.forward``: (N, C_in, H, W) → (N, C_out, H', W'), y = conv(x ∘ r) ∘ s + b."""
+    n = inputs.size(0)
+    out = self.conv(inputs * member_rows(self.r_group, n, inputs, 2))
+    out = out * member_rows(self.s_group, n, out, 2)
+    return out if self.bias is None else out + member_rows(self.bias, n, out, 2)
+
+
+@functools.cache
+def _sync_free_classes() -> dict[type, type]:
+    from torch_uncertainty.layers import BatchConv2d, BatchLinear
+
+    linear = type("SyncFreeBatchLinear", (BatchLinear,), {"forward": _linear_forward})
+    conv = type("SyncFreeBatchConv2d", (BatchConv2d,), {"forward": _conv_forward})
+    return {BatchLinear: linear, BatchConv2d: conv}
+
+
+def sync_free(net: nn.Module) -> nn.Module:
+    """Give every torch-uncertainty ``BatchLinear``/``BatchConv2d`` of ``net`` our forward (a
+    subclass: parameters, buffers and state-dict keys stay the library's). In place."""
+    classes = _sync_free_classes()
+    for module in net.modules():
+        if type(module) in classes:
+            module.__class__ = classes[type(module)]
+    return net
+
+
 def _digits(ctx: BuildContext, split: bool):
     from torch_uncertainty.layers import BatchConv2d, BatchLinear
     from torch_uncertainty.methods import BatchEnsemble
@@ -118,7 +186,7 @@ def build(ctx: BuildContext, hp: BatchEnsembleHparams) -> BatchEnsembleModel:
         lambda c: _digits(c, split),
         repeat_strategy="paper" if split else "legacy",  # legacy: repeat in training too
     )
-    model = BatchEnsembleModel(net, ctx.num_members, split)
+    model = BatchEnsembleModel(sync_free(net), ctx.num_members, split)
     model.fast_lr = hp.fast_weight_lr_multiplier
     return model
 

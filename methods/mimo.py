@@ -106,7 +106,10 @@ class MIMO(EnsembleModel):
     def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
         m = self.num_members
         order = member_orders(x.shape[0], m, self.repetitions, self.rho)  # (M, B·R)
-        order = order.flatten().to(x.device, non_blocking=True)  # (M·B·R,) member-major
+        order = order.flatten()  # (M·B·R,) member-major
+        if x.device.type != "cpu":  # non_blocking needs pinned memory, else the copy waits
+            order = order.pin_memory()
+        order = order.to(x.device, non_blocking=True)
         logits = to_members(self.net(x[order]), m)  # (M·B·R, K) → (M, B·R, K)
         return TrainOutput(logits, y[order].view(m, -1), "sum")  # targets (M, B·R)
 

@@ -46,6 +46,8 @@ class _MemberBatchNormTrain(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, scale: Tensor, shift: Tensor, eps: float, dims: tuple[int, ...]):
+        if x.dtype == torch.bfloat16:
+            return _bf16_forward(x, scale, shift, eps, dims)
         x32 = _acc(x)  # (M, B, C, *S) float32 (no copy when x is float32 or float64)
         var, mean = torch.var_mean(x32, dim=dims, correction=0, keepdim=True)  # (M, 1, C, 1..)
         rstd = torch.rsqrt(var + eps)  # (M, 1, C, 1..)
@@ -68,6 +70,8 @@ class _MemberBatchNormTrain(torch.autograd.Function):
     def backward(ctx: Any, grad_y: Tensor, _grad_mean: Tensor, _grad_var: Tensor):
         x, scale, mean, rstd = ctx.saved_tensors
         dims = ctx.dims
+        if x.dtype == torch.bfloat16:
+            return (*_bf16_backward(ctx, grad_y, x, scale, mean, rstd, dims), None, None)
         n = x.numel() // mean.numel()  # elements per (member, channel): B·prod(S)
         g = _acc(grad_y)  # (M, B, C, *S)
         xc = _acc(x) - mean  # (M, B, C, *S) centred input
@@ -83,6 +87,64 @@ class _MemberBatchNormTrain(torch.autograd.Function):
             # dx = a·(g - mean(g) - x̂·mean(g·x̂)) = a·g + c_x·(x-μ) + c_0
             grad_x = torch.addcmul(torch.addcmul(c_0, xc, c_x), g, a).to(x.dtype)
         return grad_x, grad_scale, grad_shift, None, None
+
+
+# bf16 activations (autocast): float32 statistics and reductions without float32 copies of the
+# activation in the backward. The float32 path above makes 6 activation-sized float32
+# temporaries per backward (the upcast input and gradient, x - μ, g·(x - μ), two multiply-adds);
+# here the forward keeps its one transient upcast for exact statistics and the other
+# activation-sized work stays in bf16, the precision the activation and its gradient are
+# stored in anyway, and every sum accumulates in float32 (``sum(dtype=float32)``). Centring is
+# exact up to bf16 rounding of the centred values: x is centred on the bf16-rounded mean μ_b
+# and the constant offset μ_b - μ is corrected in float32 on the (M, C) statistics, so a large
+# mean relative to the spread loses nothing to cancellation.
+
+
+def _bf16_forward(
+    x: Tensor, scale: Tensor, shift: Tensor, eps: float, dims: tuple[int, ...]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:class:`_MemberBatchNormTrain`'s forward for bf16 ``x`` (M, B, C, *S): y in bf16, the
+    float32 mean and biased variance (M, 1, C, 1..)."""
+    # The statistics from a transient float32 copy, as the float32 path: they are exact for the
+    # bf16 input and feed the running statistics evaluation uses (a bf16 square loses ~2^-9).
+    var, mean = torch.var_mean(x.float(), dim=dims, correction=0, keepdim=True)  # (M, 1, C, 1..)
+    mean_b = mean.to(x.dtype)
+    offset = mean_b.float() - mean  # μ_b - μ: x - μ = (x - μ_b) + offset
+    xc = x - mean_b  # (M, B, C, *S) bf16, centred on μ_b
+    a = scale * torch.rsqrt(var + eps)  # (M, 1, C, 1..)
+    # y = a·(x - μ) + shift = a·(x - μ_b) + (shift + a·offset): from the centred values, so a
+    # mean large against the spread does not cancel in bf16
+    y = torch.addcmul((shift + a * offset).to(x.dtype), xc, a.to(x.dtype))  # (M, B, C, *S)
+    return y, mean, var
+
+
+def _bf16_backward(
+    ctx: Any,
+    grad_y: Tensor,
+    x: Tensor,
+    scale: Tensor,
+    mean: Tensor,
+    rstd: Tensor,
+    dims: tuple[int, ...],
+) -> tuple[Tensor | None, Tensor, Tensor]:
+    """The closed-form gradient of :class:`_MemberBatchNormTrain` for bf16 ``x``/``grad_y``."""
+    n = x.numel() // mean.numel()  # elements per (member, channel): B·prod(S)
+    g = grad_y.to(x.dtype)  # (M, B, C, *S) bf16 (no copy under autocast)
+    mean_b = mean.to(x.dtype)
+    offset = mean_b.float() - mean  # μ_b - μ: x - μ = (x - μ_b) + offset
+    xc = x - mean_b  # (M, B, C, *S) bf16
+    sum_g = g.sum(dim=dims, keepdim=True, dtype=torch.float32)  # (M, 1, C, 1..)
+    dot = (g * xc).sum(dim=dims, keepdim=True, dtype=torch.float32) + offset * sum_g  # Σ g(x-μ)
+    grad_scale = dot * rstd  # (M, 1, C, 1..)  Σ g·x̂
+    grad_x = None
+    if ctx.needs_input_grad[0]:
+        a = scale * rstd  # (M, 1, C, 1..)
+        c_x = -a * rstd * rstd * dot / n  # coefficient of (x - μ)
+        c_0 = -a * sum_g / n + c_x * offset  # constant term, with x - μ = xc + offset
+        # dx = a·g + c_x·(x - μ_b) + c_0, in bf16 (the gradient's dtype)
+        lo = x.dtype
+        grad_x = torch.addcmul(torch.addcmul(c_0.to(lo), xc, c_x.to(lo)), g, a.to(lo))
+    return grad_x, grad_scale, sum_g
 
 
 class _SigmaBatchNorm(SigmaNorm):

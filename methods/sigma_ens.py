@@ -53,6 +53,9 @@ from methods.sigma_diversity import diversity_loss, gradient_ratio, sharing_diag
 
 GAMMA_INIT_MEAN = 3.0  # sigmoid(3) = 0.953: near-identity gate (measured choice, see above)
 GAMMA_INIT_STD = 0.1  # ~0.5% spread of the member scales: symmetry breaking only
+#: Images of the last training batch the per-epoch gradient diagnostic uses at most (our
+#: choice: CIFAR's whole batch of 128, a bounded sub-batch at ImageNet batch sizes).
+DIAGNOSTIC_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,11 @@ class SigmaEnsemble(NormEnsemble):
         ]
 
     def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
-        # Keep a reference (no copy, no sync) for the once-per-epoch gradient diagnostics.
+        # Keep a reference (no copy, no sync) for the once-per-epoch gradient diagnostics, and
+        # the autocast the step ran under, so the diagnostics run in the training precision.
         self._last_batch = (x, y)
+        kind = x.device.type
+        self._autocast = (kind, torch.get_autocast_dtype(kind), torch.is_autocast_enabled(kind))
         return super().training_outputs(x, y)
 
     def set_progress(self, epoch: int, num_epochs: int) -> None:
@@ -158,15 +164,28 @@ class SigmaEnsemble(NormEnsemble):
         the recipe's label smoothing). BatchNorm running statistics and the random state are
         restored afterwards, so diagnostics never change the training trajectory.
 
+        Precision and size are the training step's: the forward and backward run under the
+        autocast the last training step ran under (bf16 on a GPU recipe; a float32 pass would
+        need twice the activation memory of training), on the first :data:`DIAGNOSTIC_ROWS`
+        images of the batch at most (the whole batch up to that size, e.g. CIFAR's B = 128; a
+        bounded sub-batch at ImageNet batch sizes, where M·B images of a second forward and
+        backward could run out of memory).
+
         Args:
             x: (B, C, H, W) inputs; y: (B,) targets.
         """
+        x, y = x[:DIAGNOSTIC_ROWS], y[:DIAGNOSTIC_ROWS]
+        kind, dtype, enabled = getattr(self, "_autocast", (x.device.type, None, False))
         tau, lam = self.current()
         was_training = self.training
         buffers = {k: b.clone() for k, b in self.named_buffers()}
         devices = [x.device] if x.device.type == "cuda" else []
         try:
-            with torch.random.fork_rng(devices=devices), torch.enable_grad():
+            with (
+                torch.random.fork_rng(devices=devices),
+                torch.enable_grad(),
+                torch.autocast(kind, dtype=dtype, enabled=enabled),
+            ):
                 self.train()
                 logits = self(x).float()  # (M, B, K)
                 m = logits.shape[0]

@@ -164,3 +164,27 @@ def test_cli_accepts_loop_real(tmp_path, capsys):
     assert "loop=real" in printed and "real/synth" in printed
     rows = json.loads(out.read_text())["rows"]
     assert rows[-1]["method"] == "mc_dropout" and rows[-1]["real_train_images_per_s"] > 0
+
+
+def test_killed_bench_keeps_the_rows_it_measured(tmp_path, monkeypatch):
+    """The JSON is rewritten after every row: a kill (here Ctrl-C in the third row) keeps the
+    two plain-backbone rows already measured."""
+    from harness import bench
+
+    real, calls = bench.bench_one, {"n": 0}
+
+    def killed_in_third_row(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("time limit")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "bench_one", killed_in_third_row)
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--backbone", "digits_cnn", "--image-size", "8", "--classes", "4"]
+    argv += ["--M", "2", "--batch", "4", "--steps", "1", "--warmup", "0", "-o", str(out)]
+    assert cli_main([*argv, "--methods", "sigma_ens"]) == 130  # the CLI's Ctrl-C exit
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False
+    assert [r["M"] for r in kept["rows"]] == [1, 1]
+    assert kept["rows"][1]["bound_train_images_per_s"] > 0

@@ -112,7 +112,9 @@ def test_loader_same_order_for_every_consumer_and_normalised():
 
 def test_crop_flip_is_a_shifted_mirrored_window():
     img = torch.arange(16, dtype=torch.uint8).view(1, 1, 4, 4).repeat(64, 1, 1, 1)
-    out = crop_flip(img, torch.Generator().manual_seed(0), pad=1)
+    g = torch.Generator().manual_seed(0)
+    oy, ox = (torch.randint(0, 3, (64,), generator=g) for _ in range(2))
+    out = crop_flip(img, oy, ox, torch.rand(64, generator=g) < 0.5, pad=1)
     assert out.shape == img.shape
     flipped = [torch.equal(o[0, 1:3, 1:3], img[0, 0, 1:3, 1:3].flip(-1)) for o in out]
     plain = [torch.equal(o[0, 1:3, 1:3], img[0, 0, 1:3, 1:3]) for o in out]

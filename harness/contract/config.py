@@ -70,6 +70,13 @@ class Recipe:
     amp: bool = field(default=True, metadata={"help": "bf16 autocast on GPU"})
     channels_last: bool = field(default=True, metadata={"help": "channels_last on GPU"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    deterministic: bool = field(
+        default=False,
+        metadata={
+            "help": "deterministic GPU kernels (cuDNN, cuBLAS, torch): a resumed GPU cell is "
+            "then bit-identical to an uninterrupted one, at some speed (docs/benchmarks.md)"
+        },
+    )
     eval_batch_size: int = field(default=512, metadata={"ge": 1})
     max_loss: float = field(
         default=1e4,
@@ -98,7 +105,12 @@ class Recipe:
 #: cells; the record's ``config.recipe`` still states the values used. ``amp`` is not among them:
 #: bf16 autocast changes the numbers a run produces. ``device`` is not either (CPU and GPU
 #: kernels differ, and a cell's cost metrics depend on it).
-SPEED_ONLY_RECIPE: tuple[str, ...] = ("channels_last", "compile", "eval_batch_size")
+SPEED_ONLY_RECIPE: tuple[str, ...] = (
+    "channels_last",
+    "compile",
+    "deterministic",
+    "eval_batch_size",
+)
 
 
 @dataclass(frozen=True)

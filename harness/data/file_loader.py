@@ -53,6 +53,8 @@ from harness.data.base import BatchLoader, LoaderOptions, OptionsLoader
 
 #: Training augmentations a file split accepts (both mean RandomResizedCrop + flip here).
 TRAIN_AUGMENTS = ("imagenet", "crop_flip")
+#: Set by the local executor in its workers: how many cells run at once on this node.
+CONCURRENT_ENV = "HARNESS_CONCURRENT_CELLS"
 #: Splits this small are decoded in the main process (spawning workers costs more).
 SMALL_SPLIT = 512
 WORKERS_ENV = "HARNESS_LOADER_WORKERS"
@@ -162,14 +164,18 @@ class FileSplit:
 
 def default_workers(n: int) -> int:
     """Loader workers when a suite does not say: 0 for small splits, else this process's share of
-    the CPU cores (``$LOCAL_WORLD_SIZE`` ranks share a node) less one for the training loop,
-    capped at 16; ``$HARNESS_LOADER_WORKERS`` overrides."""
+    the CPU cores less one for the training loop, capped at 16; ``$HARNESS_LOADER_WORKERS``
+    overrides. The cores are shared by the ``$LOCAL_WORLD_SIZE`` ranks of a cell and by the
+    ``$HARNESS_CONCURRENT_CELLS`` cells the local executor runs at once on the node (one
+    decoder per core in every cell would oversubscribe the node)."""
     if os.environ.get(WORKERS_ENV):
         return int(os.environ[WORKERS_ENV])
     if n <= SMALL_SPLIT:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    share = (cores or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    cells = max(1, int(os.environ.get(CONCURRENT_ENV, "1")))
+    share = (cores or 1) // (ranks * cells)
     return max(0, min(16, share - 1))
 
 

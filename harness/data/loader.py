@@ -3,7 +3,9 @@
 When a dataset fits in device memory (CIFAR-10: 150 MB as uint8) keeping it there and augmenting
 batched on the device removes the host→device copy and the per-image CPU transforms that
 otherwise starve a fast model. The random crop offsets, flips and the order of samples come from a
-CPU generator seeded by (seed, epoch), so every method sees the same data in the same order.
+CPU generator seeded by (seed, epoch), so every method sees the same data in the same order; they
+are drawn once per epoch and reach the device in one transfer (no copy, so no synchronisation,
+inside the training step).
 
 Methods whose members train on independent data (deep ensembles, Lakshminarayanan et al. 2017)
 ask for ``streams = M``: every step then yields M batches stacked as (M, B, C, H, W), stream s
@@ -129,16 +131,15 @@ class DeviceLoader:
         return torch.Generator().manual_seed(stream_seed(self.seed, self.epoch, stream))
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        n = len(self.labels)
-        gens = [self.generator(s) for s in range(self.streams)]
-        orders = [torch.randperm(n, generator=g) if self.shuffle else torch.arange(n) for g in gens]
+        plan = self.epoch_plan()  # (S, 4, N'): order, row offset, column offset, flip
         for i in range(len(self)):
             xs, ys = [], []
-            for g, order in zip(gens, orders):
-                idx = order[i * self.batch_size : (i + 1) * self.batch_size].to(self.device)
+            for s in range(self.streams):
+                step = plan[s, :, i * self.batch_size : (i + 1) * self.batch_size]  # (4, B)
+                idx = step[0]
                 x = self.images[idx]  # uint8 (B, C, H, W)
                 if self.augment == "crop_flip":
-                    x = crop_flip(x, g)  # drawn for the whole global batch, then sharded
+                    x = crop_flip(x, step[1], step[2], step[3].bool())  # global batch, then shard
                 lo, hi = self.block(len(idx))
                 xs.append(self.normalize(x[lo:hi]))
                 ys.append(self.labels[idx[lo:hi]])
@@ -146,6 +147,37 @@ class DeviceLoader:
                 yield xs[0], ys[0]
             else:  # stacking keeps each stream's channels_last layout
                 yield torch.stack(xs), torch.stack(ys)  # (S, B, C, H, W), (S, B)
+
+    def epoch_plan(self) -> Tensor:
+        """The epoch's whole draw, on the device in one transfer: (S, 4, N') int64 rows of
+        sample index, crop row offset, crop column offset and flip (0/1) per position of the
+        epoch order, N' the rows the epoch's batches use.
+
+        Drawing per step (and copying each draw to the device) made 4 host→device copies per
+        step and stream, each a device synchronisation from pageable memory. The draws are the
+        same values in the same order as per-step drawing from the stream's CPU generator
+        (order, then per batch row offsets, column offsets, flips), so the data of a seed do
+        not change; on CUDA the plan is copied from pinned memory with ``non_blocking``.
+        """
+        n, b = len(self.labels), self.batch_size
+        used = len(self) * b if self.drop_last else n
+        plans = []
+        for stream in range(self.streams):
+            g = self.generator(stream)
+            order = torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)
+            order = order[:used]
+            offsets = torch.zeros(3, used, dtype=torch.int64)
+            if self.augment == "crop_flip":
+                for i in range(0, used, b):
+                    rows = min(b, used - i)
+                    offsets[0, i : i + rows] = torch.randint(0, 2 * PAD + 1, (rows,), generator=g)
+                    offsets[1, i : i + rows] = torch.randint(0, 2 * PAD + 1, (rows,), generator=g)
+                    offsets[2, i : i + rows] = torch.rand(rows, generator=g) < 0.5
+            plans.append(torch.cat([order[None], offsets]))  # (4, N')
+        plan = torch.stack(plans)  # (S, 4, N')
+        if self.device.type == "cuda":
+            return plan.pin_memory().to(self.device, non_blocking=True)
+        return plan.to(self.device)
 
     def block(self, batch: int) -> tuple[int, int]:
         """This rank's rows ``[lo, hi)`` of a global batch of ``batch`` rows."""
@@ -159,21 +191,22 @@ class DeviceLoader:
         return out
 
 
-def crop_flip(x: Tensor, g: torch.Generator, pad: int = 4) -> Tensor:
+PAD = 4  # zero padding of the random crop (the CIFAR recipe's 4 pixels)
+
+
+def crop_flip(x: Tensor, oy: Tensor, ox: Tensor, flip: Tensor, pad: int = PAD) -> Tensor:
     """Random crop after zero padding and random horizontal flip, batched on x's device.
 
     Args:
         x: uint8 (B, C, H, W).
-        g: CPU generator (keeps the draws identical on every device).
+        oy / ox: (B,) integer crop offsets in [0, 2·pad], on x's device.
+        flip: (B,) bool, on x's device: mirror the row.
 
     Returns:
         uint8 (B, C, H, W).
     """
     b, c, h, w = x.shape
     padded = F.pad(x, (pad, pad, pad, pad))  # (B, C, H+2p, W+2p)
-    oy = torch.randint(0, 2 * pad + 1, (b,), generator=g).to(x.device)
-    ox = torch.randint(0, 2 * pad + 1, (b,), generator=g).to(x.device)
-    flip = (torch.rand(b, generator=g) < 0.5).to(x.device)
     rows = oy[:, None] + torch.arange(h, device=x.device)  # (B, H)
     cols = ox[:, None] + torch.arange(w, device=x.device)  # (B, W)
     cols = torch.where(flip[:, None], cols.flip(-1), cols)  # mirror the column index

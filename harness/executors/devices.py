@@ -64,11 +64,45 @@ def worker_slots(gpus: Sequence[str], cells_per_gpu: int, workers: int) -> list[
     return [g for _ in range(cells_per_gpu) for g in gpus][:workers]
 
 
-def bind_worker(slots) -> None:
-    """Pool initializer: take this worker's GPU from the ``slots`` queue and make it the only
-    device the process sees (before torch initialises CUDA), then install the Ctrl-C handler."""
+def bind_worker(device: str | None, concurrent: int = 1) -> None:
+    """Pool initializer: make ``device`` (a ``CUDA_VISIBLE_DEVICES`` value: one GPU, or the
+    comma-joined GPUs of a multi-process cell) the only devices the process sees, before torch
+    initialises CUDA, then install the Ctrl-C handler. None: leave the environment (CPU).
+    ``concurrent``: cells running at once on this node, so that file loaders share the cores
+    (``$HARNESS_CONCURRENT_CELLS``, read by ``harness.data.file_loader.default_workers``)."""
     from harness.interrupt import install_worker_handler
 
     install_worker_handler()
-    if slots is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = slots.get(timeout=60)
+    os.environ["HARNESS_CONCURRENT_CELLS"] = str(concurrent)
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+
+
+def gpu_groups(gpus: Sequence[str], n: int) -> list[str]:
+    """Disjoint groups of ``n`` GPUs as ``CUDA_VISIBLE_DEVICES`` values, for cells of ``n``
+    processes (one GPU per rank). Fewer than ``n`` GPUs: one group of all of them, so the cell
+    fails with :func:`harness.distributed_launch.rank_devices`' message, in a record."""
+    groups = [",".join(gpus[i : i + n]) for i in range(0, len(gpus) - n + 1, n)]
+    return groups or [",".join(gpus)]
+
+
+#: Messages of CUDA errors that leave the process's CUDA context unusable ("sticky" errors: every
+#: later CUDA call in the process fails with the same error), as the CUDA runtime words them.
+STICKY_CUDA_ERRORS = (
+    "an illegal memory access was encountered",
+    "device-side assert triggered",
+    "unspecified launch failure",
+    "misaligned address",
+    "an illegal instruction was encountered",
+    "uncorrectable ECC error encountered",
+)
+
+
+class BrokenContextError(ExecutorError):
+    """A cell failed with a sticky CUDA error in the executor's own process (``inprocess``):
+    later cells there would fail the same way, so none is started (one clear line, exit 2)."""
+
+
+def is_sticky_cuda_error(message: str) -> bool:
+    """Whether a failure message names a CUDA error after which the process must be replaced."""
+    return "CUDA error" in message and any(e in message for e in STICKY_CUDA_ERRORS)

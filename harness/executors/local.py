@@ -1,10 +1,13 @@
 """Executors on this machine: one cell after another in this process, or worker processes.
 
 Both run :func:`harness.runner.run_cell`, so a grid gives the same records wherever it runs.
-On a machine with GPUs, each worker is bound to one GPU (it sees only that one, as ``cuda:0``):
+On a machine with GPUs, each worker is bound to one GPU (it sees only that one, as ``cuda:0``),
+a worker of a ``processes: N`` cell to N GPUs (its ranks take one each);
 one worker per GPU by default, ``cells_per_gpu`` for more; cells go to whichever worker is free.
 On a CPU-only machine the workers share the cores. Whenever several cells share a device their
-throughput is measured under contention (recorded as ``cost.shared_device``).
+throughput is measured under contention (recorded as ``cost.shared_device``). A cell that fails
+with a sticky CUDA error (illegal address, device-side assert) breaks its worker's CUDA context:
+that worker is replaced before another cell runs on its GPU.
 """
 
 from __future__ import annotations
@@ -12,13 +15,22 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from harness.contract import Cell
 from harness.executors.base import ExecutorOptions
-from harness.executors.devices import Discover, bind_worker, choose_gpus, visible_gpus, worker_slots
+from harness.executors.devices import (
+    BrokenContextError,
+    Discover,
+    bind_worker,
+    choose_gpus,
+    gpu_groups,
+    is_sticky_cuda_error,
+    visible_gpus,
+    worker_slots,
+)
 
 
 def run_inprocess(
@@ -35,9 +47,18 @@ def run_inprocess(
 
     records = []
     bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
-    for cell in bar:
+    for i, cell in enumerate(bar):
         bar.set_postfix_str(cell.label)
         records.append(run_cell(cell, results_dir, data_root, force=force, progress=progress))
+        error = (records[-1].get("error") or {}).get("message") or ""
+        if is_sticky_cuda_error(error) and i + 1 < len(cells):
+            # This process's CUDA context is broken: every later cell here would fail too.
+            raise BrokenContextError(
+                f"{cell.label} failed with a CUDA error that breaks this process's CUDA "
+                f"context ({error.splitlines()[0]}); the {len(cells) - i - 1} cells after it "
+                "were not started: run the same command again (finished cells are skipped), "
+                "or use --executor local, which replaces a broken worker"
+            )
     return records
 
 
@@ -64,12 +85,19 @@ def _run_cell_json(
         progress=False,
         shared_device=shared_device,
     )
-    return {**record, "worker": worker_info()}
+    return {**record, "worker": worker_info(record)}
 
 
-def worker_info() -> dict[str, Any]:
-    """Where a cell ran, as seen inside its worker (kept in the executor's in-memory records)."""
-    return {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+def worker_info(record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Where a cell ran, as seen inside its worker (kept in the executor's in-memory records),
+    and whether the cell's failure broke the worker's CUDA context (``poisoned``: the executor
+    then replaces the worker before it runs another cell)."""
+    error = ((record or {}).get("error") or {}).get("message") or ""
+    return {
+        "pid": os.getpid(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "poisoned": is_sticky_cuda_error(error),
+    }
 
 
 def run_local(
@@ -82,55 +110,87 @@ def run_local(
     threads: int = 1,
     devices: list[str] | None = None,
     task: Callable[..., dict[str, Any]] = _run_cell_json,
+    gpus: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run cells in ``workers`` spawned processes on this machine.
+
+    One-process cells first, on the workers; then each cell of ``processes: N`` (N > 1) in a
+    worker that sees N GPUs (disjoint groups of the GPUs, so as many run at once as there are
+    groups), from which it launches its N ranks. On the CPU, ``workers // N`` such cells at once.
 
     Args:
         devices: One ``CUDA_VISIBLE_DEVICES`` value per worker (:func:`worker_slots`); None: the
             workers share the machine's device (CPU).
         task: What a worker calls per cell (a module-level function: it is pickled by name).
+        gpus: The GPUs multi-process cells are placed on (default: those in ``devices``).
     """
     from tqdm.auto import tqdm
 
+    bar = tqdm(total=len(cells), desc="cells", unit="cell", disable=not progress)
+    shared = len(set(devices)) < len(devices) if devices else workers > 1
+    common = (str(results_dir), str(data_root) if data_root else None, force, threads, shared)
+    one = [c for c in cells if c.recipe.processes <= 1]
+    slots: list[str | None] = list(devices) if devices else [None] * workers
+    records = _run_on_slots(one, slots, task, common, bar)
+    for n in sorted({c.recipe.processes for c in cells} - {0, 1}):
+        many = [c for c in cells if c.recipe.processes == n]
+        gpus = gpus or (list(dict.fromkeys(devices)) if devices else [])
+        groups: list[str | None] = gpu_groups(gpus, n) if gpus else [None] * max(1, workers // n)
+        records += _run_on_slots(many, groups, task, common, bar)
+    bar.close()
+    return records
+
+
+def _run_on_slots(
+    cells: list[Cell],
+    slots: list[str | None],
+    task: Callable[..., dict[str, Any]],
+    common: tuple[Any, ...],
+    bar: Any,
+) -> list[dict[str, Any]]:
+    """Cells on one single-process pool per slot (a slot: the devices its worker sees), each
+    cell to whichever slot is free. A pool per slot, rather than one pool of all, lets one
+    worker be replaced: after a cell whose failure is a sticky CUDA error (the process's CUDA
+    context is broken, every later cell in it would fail too), that slot's worker is shut down
+    and a fresh one started on the same devices; the other workers go on."""
     from harness.interrupt import stop_pool
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
-    slots = None
-    if devices:
-        workers = len(devices)
-        slots = ctx.Queue()
-        for d in devices:  # each worker takes one when it starts: one binding per worker
-            slots.put(d)
-    shared = len(set(devices)) < len(devices) if devices else workers > 1
-    records = []
-    pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=bind_worker, initargs=(slots,)
-    )
+
+    concurrent = min(len(slots), len(cells))  # cells at once: their file loaders share cores
+
+    def start(slot: str | None) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            1, mp_context=ctx, initializer=bind_worker, initargs=(slot, concurrent)
+        )
+
+    queue = list(reversed(cells))  # popped from the end: cells start in the given order
+    pools = [start(slot) for slot in slots[:concurrent]]
+    running: dict[Future, int] = {}
+    records: list[dict[str, Any]] = []
+
+    def submit(i: int) -> None:
+        if queue:
+            running[pools[i].submit(task, queue.pop().to_json(), *common)] = i
+
     try:
-        futures = [
-            pool.submit(
-                task,
-                c.to_json(),
-                str(results_dir),
-                str(data_root) if data_root else None,
-                force,
-                threads,
-                shared,
-            )
-            for c in cells
-        ]
-        for fut in tqdm(
-            as_completed(futures),
-            total=len(futures),
-            desc="cells",
-            unit="cell",
-            disable=not progress,
-        ):
-            records.append(fut.result())
+        for i in range(len(pools)):
+            submit(i)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = running.pop(fut)
+                records.append(fut.result())
+                bar.update(1)
+                if records[-1].get("worker", {}).get("poisoned"):
+                    pools[i].shutdown(wait=True)  # the worker exits; its devices get a new one
+                    pools[i] = start(slots[i])
+                submit(i)
     except KeyboardInterrupt:
-        stop_pool(pool)  # running cells stop at a safe point, queued ones never start
+        stop_pool(pools)  # running cells stop at a safe point, queued ones never start
         raise
-    pool.shutdown()
+    for pool in pools:
+        pool.shutdown()
     return records
 
 
@@ -224,5 +284,6 @@ class LocalWorkersExecutor:
             threads=threads,
             devices=devices,
             task=self.task,
+            gpus=self.gpus(),
         )
         return True
