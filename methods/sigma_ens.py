@@ -129,7 +129,10 @@ class SigmaEnsemble(NormEnsemble):
         # the autocast the step ran under, so the diagnostics run in the training precision.
         self._last_batch = (x, y)
         kind = x.device.type
-        self._autocast = (kind, torch.get_autocast_dtype(kind), torch.is_autocast_enabled(kind))
+        try:
+            self._autocast = (kind, torch.get_autocast_dtype(kind), torch.is_autocast_enabled(kind))
+        except RuntimeError:  # a device type without autocast (``meta``): nothing to replay
+            self._autocast = None
         return super().training_outputs(x, y)
 
     def set_progress(self, epoch: int, num_epochs: int) -> None:
@@ -175,7 +178,7 @@ class SigmaEnsemble(NormEnsemble):
             x: (B, C, H, W) inputs; y: (B,) targets.
         """
         x, y = x[:DIAGNOSTIC_ROWS], y[:DIAGNOSTIC_ROWS]
-        kind, dtype, enabled = getattr(self, "_autocast", (x.device.type, None, False))
+        kind, dtype, enabled = getattr(self, "_autocast", None) or (x.device.type, None, False)
         tau, lam = self.current()
         was_training = self.training
         buffers = {k: b.clone() for k, b in self.named_buffers()}

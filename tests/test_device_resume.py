@@ -113,7 +113,10 @@ def test_resume_onto_a_device_stand_in_continues_the_run(write_suite, tmp_path, 
                     mode.tag(leaf)
         return obj
 
-    monkeypatch.setattr(runner, "load_weights", load_onto_device)
+    from harness import checkpoint
+
+    # The runner reads its checkpoint through checkpoint.load_checkpoint → load_weights.
+    monkeypatch.setattr(checkpoint, "load_weights", load_onto_device)
     with mode:
         resumed = run_cell(cell, tmp_path / "resumed", progress=False)
     assert loads == [torch.device("cpu")]  # the checkpoint was loaded for the cell's device
