@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.safe_files import DamagedFile, atomic_write, weights_file_problem
+from harness.contract.errors import DamagedFile
+from harness.safe_files import atomic_write, weights_file_problem
 
 TRUST_ENV = "HARNESS_TRUST_PICKLE"
 

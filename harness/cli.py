@@ -481,9 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.contract.errors import DamagedFile
     from harness.executors.devices import ExecutorError
     from harness.registry import RegistryError, load_plugins
-    from harness.safe_files import DamagedFile
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

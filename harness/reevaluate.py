@@ -14,11 +14,11 @@ from pathlib import Path
 
 from harness.checkpoint import load_weights
 from harness.contract import Cell, DamagedRecord, is_cell_dir, read_manifest, read_record
+from harness.contract.errors import DamagedFile
 from harness.data.base import default_data_root
 from harness.evaluate import evaluate_all
 from harness.records import atomic_write_text, write_record
 from harness.runner import build_model, load_data, now, pick_device
-from harness.safe_files import DamagedFile
 
 
 def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:

@@ -58,6 +58,7 @@ from harness.contract import (
     set_aside,
     usable_record,
 )
+from harness.contract.errors import DamagedFile
 from harness.data.base import (
     DataMissingError,
     DatasetSpec,
@@ -71,7 +72,6 @@ from harness.lease import LeaseHeld
 from harness.progress import ProgressLog, epoch_images
 from harness.records import atomic_write_text, record_or_set_aside, write_record
 from harness.registries import DATASETS, METHODS, method_defaults
-from harness.safe_files import DamagedFile
 from harness.train import (
     DivergenceError,
     make_optimizer,

@@ -99,15 +99,6 @@ def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) 
     fault_hold(path)
 
 
-class DamagedFile(ValueError):
-    """A file the harness reads is unusable. ``path`` is the file and ``reason`` one line saying
-    what is wrong with it; ``str()`` is the line a command prints: ``<path>: <reason>``."""
-
-    def __init__(self, path: str | Path, reason: str) -> None:
-        self.path, self.reason = Path(path), reason
-        super().__init__(f"{path}: {reason}")
-
-
 def weights_file_problem(path: str | Path) -> str | None:
     """What makes ``path`` unusable as a ``torch.save`` file, from its first and last bytes only
     (cheap enough for ``harness validate``), or None when it looks whole.

@@ -116,7 +116,7 @@ def relative_corruption_error(
     """``cells`` with an ``mCE`` column: each cell's corruption error relative to ``baseline``.
 
     Hendrycks & Dietterich (ICLR 2019, §3), computed by
-    :func:`harness.metrics.corruption.mean_corruption_error`: CE_c = Σ_s E_{c,s} / Σ_s
+    :func:`reports.corruption_error.mean_corruption_error`: CE_c = Σ_s E_{c,s} / Σ_s
     E_{c,s}^baseline over the severities the cell and the baseline share, mCE = the mean of CE_c;
     E = 1 − accuracy. The baseline is the done cells of method ``baseline`` on the same dataset,
     backbone and variant, its per-(corruption, severity) error averaged over their seeds (and over
@@ -127,7 +127,7 @@ def relative_corruption_error(
     the baseline mean (about 1 = 100%). Records read without ``corr_severity_acc`` use the
     per-corruption means ``corr/<c>/acc`` (as one severity).
     """
-    from harness.metrics.corruption import mean_corruption_error
+    from reports.corruption_error import mean_corruption_error
 
     out = cells.copy()
     out["mCE"] = math.nan

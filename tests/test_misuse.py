@@ -212,7 +212,7 @@ def write_weights(tmp_path: Path) -> dict[str, Path]:
 )
 def test_damaged_pretrained_weights_are_named(suite, tmp_path, capsys, kind, problem):
     from harness.checkpoint import load_weights
-    from harness.safe_files import DamagedFile
+    from harness.contract.errors import DamagedFile
 
     path = write_weights(tmp_path)[kind]
     override = f"grid.methods[1].hparams.pretrained={path}"

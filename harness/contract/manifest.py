@@ -66,7 +66,7 @@ def read_manifest(results_dir: Path) -> dict[str, Any]:
 
 def read_manifest_file(path: Path) -> dict[str, Any]:
     """The manifest in the file ``path``; a one-line ``DamagedFile`` when it is not one."""
-    from harness.safe_files import DamagedFile
+    from harness.contract.errors import DamagedFile
 
     try:
         data = json.loads(Path(path).read_text())

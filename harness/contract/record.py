@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.config import Cell, cell_label, format_hparams, jsonable
-from harness.safe_files import DamagedFile
+from harness.contract.errors import DamagedFile
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
