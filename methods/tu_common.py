@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from harness.backbones import DigitsCNN
+from harness.backbones.vision import DigitsCNN
 from methods.base import (
     BatchFeeding,
     BuildContext,
@@ -38,14 +38,14 @@ def build_tu(
 ) -> nn.Module:
     """Build torch-uncertainty's model of a method for the cell's backbone family (CIFAR style
     unless the backbone spec has a ``tu_style``)."""
-    from harness.registries import BACKBONES
+    from harness.registry import BACKBONES
 
     spec = BACKBONES.get(ctx.backbone)
     if spec.family == "cnn":
         return digits_builder(ctx)
     c, k, m = ctx.in_shape[0], ctx.num_classes, ctx.num_members
     extra = {key: v for key, v in ctx.backbone_kwargs.items() if key == "dropout_rate"}
-    # ImageNet backbones (harness.backbones_imagenet) carry style "imagenet": the 7×7 stem.
+    # ImageNet backbones (harness.backbones.imagenet) carry style "imagenet": the 7×7 stem.
     style = getattr(spec, "tu_style", "cifar")
     if spec.family == "wideresnet":
         return wrn_builder(

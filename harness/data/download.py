@@ -240,7 +240,7 @@ def download(name: str, root: Path) -> Path:
         DownloadError: the network is unreachable, the transfer failed, a checksum does not
             match or the root is not writable (always a one-line message).
     """
-    from harness.weights import fetch_named, is_named
+    from harness.backbones.weights import fetch_named, is_named
 
     if is_named(name):
         return _fetch_weights(name, fetch_named)
@@ -289,7 +289,7 @@ def download(name: str, root: Path) -> Path:
 
 def _fetch_weights(name: str, fetch: Callable[[str], Path]) -> Path:
     """Named weights into the library's cache, every failure one :class:`DownloadError` line."""
-    from harness.weights import WeightsError
+    from harness.backbones.weights import WeightsError
 
     try:
         return fetch(name)
