@@ -64,9 +64,9 @@ def build_tu(
 
 def digits_cnn(ctx: BuildContext, **kwargs: Any) -> nn.Module:
     """The ``cnn``-family backbone with custom layers: the spec's ``layered`` class (the 28×28
-    CNN of :mod:`harness.backbones_28`), else :class:`DigitsCNN`; kwargs go to that class, the
+    CNN of :mod:`harness.backbones.grey28`), else :class:`DigitsCNN`; kwargs go to that class, the
     suite's ``width``/``dropout_rate`` too (each class keeps its own default width)."""
-    from harness.registries import BACKBONES
+    from harness.registry import BACKBONES
 
     cls = getattr(BACKBONES.get(ctx.backbone), "layered", None) or DigitsCNN
     own = {k: ctx.backbone_kwargs[k] for k in ("width", "dropout_rate") if k in ctx.backbone_kwargs}

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from harness.cli import main
+from harness.config.suite import expand_hparams
 from harness.data import fashion_mnist as fm
 from harness.data.base import DataFileError, DataMissingError
-from harness.registries import DATASETS, METHODS
-from harness.suite import expand_hparams
+from harness.registry import DATASETS, METHODS
 from methods.base import BuildContext
 from tests import fabricate
 
@@ -197,7 +197,7 @@ def test_real_files_load_with_published_sizes_and_statistics(tmp_path, monkeypat
 
 
 def test_fmnist_cnn_shapes_and_parameter_count():
-    from harness.registries import BACKBONES
+    from harness.registry import BACKBONES
 
     net = BACKBONES.get("fmnist_cnn").build((1, 28, 28), 10)
     assert sum(p.numel() for p in net.parameters()) == 14_458

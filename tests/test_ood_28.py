@@ -9,7 +9,7 @@ import torch
 
 from harness.data import ood_28
 from harness.data.base import DataMissingError
-from harness.registries import DATASETS
+from harness.registry import DATASETS
 from reports.ood_groups import ood_kind
 from tests import fabricate
 
