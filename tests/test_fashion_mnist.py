@@ -222,3 +222,27 @@ def test_every_method_builds_the_28x28_cnn(name):
     model.eval()
     with torch.no_grad():
         assert model(torch.zeros(3, 1, 28, 28)).shape == (m, 3, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# Corruptions
+
+
+def test_all_corruptions_are_cifar_cs_transforms_that_fit_28x28_grey():
+    from harness.data.corruption_sets import CORRUPTIONS, resolve_corruptions
+
+    expected = [c for c in CORRUPTIONS if c not in ("glass_blur", "elastic_transform")]
+    for name in ("fashion_mnist", "fashion_mnist_10k"):
+        assert resolve_corruptions(name, ["all"]) == expected
+
+
+def test_the_subset_shares_the_full_sets_generated_copies(tmp_path, monkeypatch, no_debian):
+    from harness.data.corruptions import corrupted_split
+
+    written = fabricate.write_fashion_mnist(tmp_path / "FashionMNIST" / "raw", n_test=6)
+    _accept(monkeypatch, written)
+    test = DATASETS.get("fashion_mnist").load(tmp_path)["test"]
+    a = corrupted_split("fashion_mnist_10k", tmp_path, test, "brightness", 3)
+    assert sorted(p.name for p in (tmp_path / "generated-c").iterdir()) == ["fashion_mnist"]
+    b = corrupted_split("fashion_mnist", tmp_path, test, "brightness", 3)
+    assert torch.equal(a.images, b.images) and not torch.equal(a.images, test.images)
