@@ -246,3 +246,45 @@ def test_the_subset_shares_the_full_sets_generated_copies(tmp_path, monkeypatch,
     assert sorted(p.name for p in (tmp_path / "generated-c").iterdir()) == ["fashion_mnist"]
     b = corrupted_split("fashion_mnist", tmp_path, test, "brightness", 3)
     assert torch.equal(a.images, b.images) and not torch.equal(a.images, test.images)
+
+
+# --------------------------------------------------------------------------------------------
+# The published benchmark networks and ResNet-18 at 28×28
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("tf_tutorial_cnn", 3_274_634), ("keras_conv_bn_cnn", 1_694_186)]
+)
+def test_benchmark_networks_have_the_published_parameter_counts(name, params):
+    from harness.registries import BACKBONES
+
+    net = BACKBONES.get(name).build((1, 28, 28), 10)
+    assert sum(p.numel() for p in net.parameters()) == params  # convnet.py / the notebook
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    biases = [m.bias for m in net.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
+    assert all(torch.count_nonzero(b) == 0 for b in biases)  # Keras/TF initialisation
+    with pytest.raises(ValueError, match=r"is for 28×28 inputs, got \(1, 32, 32\)"):
+        BACKBONES.get(name).build((1, 32, 32), 10)
+
+
+@pytest.mark.parametrize("name", ["single", "deep_ensemble", "mc_dropout"])
+def test_plain_benchmark_networks_build_under_the_methods_that_take_any_network(name):
+    spec = METHODS.get(name)
+    m = 1 if name == "single" else 2
+    hp = spec.hparams(**expand_hparams(spec, {})[0])
+    model = spec.build(BuildContext("tf_tutorial_cnn", (1, 28, 28), 10, m), hp)
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.zeros(3, 1, 28, 28)).shape == (m, 3, 10)
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_method_builds_resnet18_for_28x28_grey(name):
+    spec = METHODS.get(name)
+    m = 1 if name == "single" else 2
+    hp = spec.hparams(**expand_hparams(spec, {})[0])
+    torch.manual_seed(0)
+    model = spec.build(BuildContext("resnet18", (1, 28, 28), 10, m), hp)
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.zeros(2, 1, 28, 28)).shape == (m, 2, 10)
