@@ -288,3 +288,42 @@ def test_every_method_builds_resnet18_for_28x28_grey(name):
     model.eval()
     with torch.no_grad():
         assert model(torch.zeros(2, 1, 28, 28)).shape == (m, 2, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# The suites
+
+
+SUITES = Path(__file__).resolve().parent.parent / "suites"
+
+
+@pytest.mark.slow
+@needs_real
+@pytest.mark.parametrize("suite", ["fashion_mnist.yaml", "reproduce/fashion_mnist_readme.yaml"])
+def test_suites_validate_with_the_debian_files_and_no_download(tmp_path, monkeypatch, suite):
+    monkeypatch.delenv(fm.DEBIAN_DIR_ENV, raising=False)
+    assert main(["validate", str(SUITES / suite), "--data-root", str(tmp_path)]) == 0
+
+
+@pytest.mark.slow
+def test_suite_without_the_data_names_the_package_and_the_download(tmp_path, no_debian, capsys):
+    code = main(["validate", str(SUITES / "fashion_mnist.yaml"), "--data-root", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "dataset 'fashion_mnist_10k' not found" in err
+    assert "`apt-get install dataset-fashion-mnist`" in err
+    assert "`harness data download fashion_mnist`" in err
+
+
+def test_published_values_of_the_reproduction_parse_and_cite_the_readme():
+    from reports.published import read_published
+
+    rows = read_published(SUITES / "reproduce" / "fashion_mnist_readme.published.csv")
+    assert dict(zip(rows["backbone"], rows["value"])) == {
+        "tf_tutorial_cnn": 0.916,
+        "keras_conv_bn_cnn": 0.934,
+    }
+    assert set(rows["source"].str.split("#").str[0]) == {
+        "https://github.com/zalandoresearch/fashion-mnist/blob/"
+        "b2617bb6d3ffa2e429640350f613e3291e10b141/README.md"
+    }
