@@ -222,3 +222,110 @@ def test_every_method_builds_the_28x28_cnn(name):
     model.eval()
     with torch.no_grad():
         assert model(torch.zeros(3, 1, 28, 28)).shape == (m, 3, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# Corruptions
+
+
+def test_all_corruptions_are_cifar_cs_transforms_that_fit_28x28_grey():
+    from harness.data.corruption_sets import CORRUPTIONS, resolve_corruptions
+
+    expected = [c for c in CORRUPTIONS if c not in ("glass_blur", "elastic_transform")]
+    for name in ("fashion_mnist", "fashion_mnist_10k"):
+        assert resolve_corruptions(name, ["all"]) == expected
+
+
+def test_the_subset_shares_the_full_sets_generated_copies(tmp_path, monkeypatch, no_debian):
+    from harness.data.corruptions import corrupted_split
+
+    written = fabricate.write_fashion_mnist(tmp_path / "FashionMNIST" / "raw", n_test=6)
+    _accept(monkeypatch, written)
+    test = DATASETS.get("fashion_mnist").load(tmp_path)["test"]
+    a = corrupted_split("fashion_mnist_10k", tmp_path, test, "brightness", 3)
+    assert sorted(p.name for p in (tmp_path / "generated-c").iterdir()) == ["fashion_mnist"]
+    b = corrupted_split("fashion_mnist", tmp_path, test, "brightness", 3)
+    assert torch.equal(a.images, b.images) and not torch.equal(a.images, test.images)
+
+
+# --------------------------------------------------------------------------------------------
+# The published benchmark networks and ResNet-18 at 28×28
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("tf_tutorial_cnn", 3_274_634), ("keras_conv_bn_cnn", 1_694_186)]
+)
+def test_benchmark_networks_have_the_published_parameter_counts(name, params):
+    from harness.registry import BACKBONES
+
+    net = BACKBONES.get(name).build((1, 28, 28), 10)
+    assert sum(p.numel() for p in net.parameters()) == params  # convnet.py / the notebook
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    biases = [m.bias for m in net.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
+    assert all(torch.count_nonzero(b) == 0 for b in biases)  # Keras/TF initialisation
+    with pytest.raises(ValueError, match=r"is for 28×28 inputs, got \(1, 32, 32\)"):
+        BACKBONES.get(name).build((1, 32, 32), 10)
+
+
+@pytest.mark.parametrize("name", ["single", "deep_ensemble", "mc_dropout"])
+def test_plain_benchmark_networks_build_under_the_methods_that_take_any_network(name):
+    spec = METHODS.get(name)
+    m = 1 if name == "single" else 2
+    hp = spec.hparams(**expand_hparams(spec, {})[0])
+    model = spec.build(BuildContext("tf_tutorial_cnn", (1, 28, 28), 10, m), hp)
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.zeros(3, 1, 28, 28)).shape == (m, 3, 10)
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_method_builds_resnet18_for_28x28_grey(name):
+    spec = METHODS.get(name)
+    m = 1 if name == "single" else 2
+    hp = spec.hparams(**expand_hparams(spec, {})[0])
+    torch.manual_seed(0)
+    model = spec.build(BuildContext("resnet18", (1, 28, 28), 10, m), hp)
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.zeros(2, 1, 28, 28)).shape == (m, 2, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# The suites
+
+
+SUITES = Path(__file__).resolve().parent.parent / "suites"
+
+
+@pytest.mark.slow
+@needs_real
+@pytest.mark.parametrize("suite", ["fashion_mnist.yaml", "reproduce/fashion_mnist_readme.yaml"])
+def test_suites_validate_with_the_debian_files_and_no_download(tmp_path, monkeypatch, suite):
+    monkeypatch.delenv(fm.DEBIAN_DIR_ENV, raising=False)
+    assert main(["validate", str(SUITES / suite), "--data-root", str(tmp_path)]) == 0
+
+
+@pytest.mark.slow
+def test_suite_without_the_data_names_the_package_and_the_download(tmp_path, no_debian, capsys):
+    code = main(["validate", str(SUITES / "fashion_mnist.yaml"), "--data-root", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "dataset 'fashion_mnist_10k' not found" in err
+    assert "`apt-get install dataset-fashion-mnist`" in err
+    assert "`harness data download fashion_mnist`" in err
+
+
+def test_published_values_of_the_reproduction_parse_and_cite_the_readme():
+    from reports.published import read_published
+
+    rows = read_published(SUITES / "reproduce" / "fashion_mnist_readme.published.csv")
+    assert dict(zip(rows["backbone"], rows["value"])) == {
+        "tf_tutorial_cnn": 0.916,
+        "keras_conv_bn_cnn": 0.934,
+    }
+    readme = (
+        "https://github.com/zalandoresearch/fashion-mnist/blob/"
+        "b2617bb6d3ffa2e429640350f613e3291e10b141/README.md#benchmark row "
+    )
+    # The page shows the source beside the difference: it names the row and the known cause.
+    assert all(s.startswith(readme) and " — " in s for s in rows["source"])

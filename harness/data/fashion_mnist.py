@@ -24,6 +24,14 @@ set (``harness validate`` runs it before any training) and costs about a second.
 ``fashion_mnist_10k`` is the CPU-sized variant: a fixed stratified 10,000-image subset of the
 60,000 training images (1,000 per class, drawn with seed :data:`SUBSET_SEED`, independent of any
 cell's seed); its test set stays the full 10,000 images.
+
+Corruptions: there is no published Fashion-MNIST-C, so ``corruptions: [all]`` is the CIFAR-C
+benchmark family (Hendrycks & Dietterich 2019; torch-uncertainty's ports) where it applies to one
+28×28 channel — 13 of its 15 corruptions, glass_blur and elastic_transform being left out below
+32×32 (:mod:`harness.data.corruption_sets` says why) — at its 5 severities, plus the extras
+speckle_noise and gaussian_blur when named. They are generated once, deterministically, into
+``<root>/generated-c/fashion_mnist/`` and shared by ``fashion_mnist_10k`` (same test set).
+MNIST-C (Mu & Gilmer 2019) is another family with one severity per corruption; it is not used.
 """
 
 from __future__ import annotations
@@ -260,7 +268,14 @@ def load_fashion_mnist_10k(root: Path) -> dict[str, ImageSet]:
 @dataclass(frozen=True)
 class FashionSpec(DatasetSpec):
     """A dataset read from the Fashion-MNIST files: ``require`` names both ways to get them and
-    checks the files' content md5 (so ``harness validate`` finds a damaged file before training)."""
+    checks the files' content md5 (so ``harness validate`` finds a damaged file before training).
+
+    Attributes:
+        corruption_key: the name its generated corrupted copies are seeded and cached under
+            (``<root>/generated-c/fashion_mnist/``): every variant has the same test set.
+    """
+
+    corruption_key: str = "fashion_mnist"
 
     def require(self, root: Path) -> None:
         """Raise unless the four files are present and are the published ones.
