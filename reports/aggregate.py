@@ -25,10 +25,7 @@ import pandas as pd
 from harness.contract import (
     ENSEMBLE_METRIC_KEYS,
     RECORD_FILE,
-    RecordError,
     label_of,
-    read_record,
-    validate_record,
 )
 from harness.contract import format_hparams as _format_shown
 from harness.contract import identity as _record_identity
@@ -53,8 +50,6 @@ from reports.columns import (  # noqa: F401
     m_text,
     ood_sets,
 )
-from reports.provenance import conventions as _conventions
-from reports.provenance import provenance as _provenance
 from reports.record_extras import extra_columns
 from reports.summary import (  # noqa: F401 (metric_columns: re-exported)
     MCE_BASELINE,
@@ -220,12 +215,10 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
 
 def records_to_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per cell (done and failed), identity columns first."""
-    records = list(records)
-    variant = variant_keys(records)
-    frame = pd.DataFrame([flatten_record(r, variant) for r in records])
-    if frame.empty:
-        return pd.DataFrame(columns=[*ID_COLUMNS, "acc", "nll", "ece"])
-    return frame
+    from reports.rows import _with_variant, record_row, rows_frame
+
+    rows = _with_variant(rows_frame([record_row(r) for r in records]))
+    return rows[[c for c in rows.columns if not c.startswith("_")]]
 
 
 @dataclass
@@ -342,32 +335,12 @@ def from_records(
     problems: Iterable[Problem] = (),
     source: str = "",
 ) -> Results:
-    """:class:`Results` from records already read (each must validate)."""
-    records = list(records)
-    problems = list(problems)
-    cells, duplicates = drop_duplicate_seeds(records_to_frame(records))
-    cells = relative_corruption_error(cells, MCE_BASELINE)
-    for dropped, kept in duplicates:
-        reason = f"same configuration and seed as the newer record {kept}, which is counted"
-        problems.append(Problem(dropped, "duplicate", reason))
-    for r in records:
-        if r.get("status") == "failed":
-            err = r.get("error") or {}
-            reason = f"{err.get('type', 'Error')}: {err.get('message', '')}".strip()
-            detail = str(err.get("traceback", ""))
-            cfg = describe_config(r)
-            problems.append(Problem(str(r.get("cell_id")), "failed", reason, cfg, detail))
-    if expected is not None:
-        problems += missing_cells(expected, records, known=[p.cell_id for p in problems])
-    return Results(
-        cells=cells,
-        summary=aggregate(cells),
-        problems=problems,
-        provenance=_provenance(records),
-        conventions=_conventions(records),
-        source=source,
-        suites=sorted({str(r.get("suite")) for r in records}),
-    )
+    """:class:`Results` from records already read (each must validate); the same path as a
+    results folder's rows (:func:`reports.rows.results_from_rows`)."""
+    from reports.rows import record_row, results_from_rows, rows_frame
+
+    rows = rows_frame([record_row(r) for r in records])
+    return results_from_rows(rows, expected=expected, problems=problems, source=source)
 
 
 def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[Path]:
@@ -386,32 +359,27 @@ def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[Path]:
 
 
 def load_results(
-    results_dir: Path | str, expected: Iterable[Any] | None = None, ignore: Iterable[Path] = ()
+    results_dir: Path | str,
+    expected: Iterable[Any] | None = None,
+    ignore: Iterable[Path] = (),
+    *,
+    index: bool = False,
 ) -> Results:
     """Read a suite's results folder (or a folder of suite folders) into :class:`Results`.
 
     A cell folder without ``record.json`` is listed as missing (pending, running or killed), an
     unreadable or invalid record as invalid; ``expected`` adds cells that have no folder at all.
+    With ``index``, the flattened rows are kept in ``.report-index.npz`` beside the results and
+    only records whose path, size or mtime changed are read again (:mod:`reports.record_index`).
     """
+    from reports.record_index import load_rows
+    from reports.rows import results_from_rows
+
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise FileNotFoundError(f"results folder {results_dir} does not exist")
-    records, problems = [], []
-    for cell_dir in _cell_dirs(results_dir, ignore):
-        try:
-            rec = read_record(cell_dir)
-            if rec is None:
-                reason = "no record.json in its folder: pending, running, or killed before writing"
-                problems.append(Problem(cell_dir.name, "missing", reason))
-                continue
-            if not isinstance(rec, dict):
-                raise RecordError(f"record is a JSON {type(rec).__name__}, not an object")
-            validate_record(rec)
-        except (OSError, ValueError, RecordError) as e:  # JSONDecodeError is a ValueError
-            problems.append(Problem(cell_dir.name, "invalid", f"{type(e).__name__}: {e}"))
-            continue
-        records.append(rec)
-    return from_records(records, expected=expected, problems=problems, source=str(results_dir))
+    rows, problems = load_rows(results_dir, _cell_dirs(results_dir, ignore), index=index)
+    return results_from_rows(rows, expected=expected, problems=problems, source=str(results_dir))
 
 
 def load_frame(results_dir: Path | str) -> pd.DataFrame:

@@ -129,6 +129,7 @@ def write_report(
     options: ReportOptions | None = None,
     formats: Iterable[str] = ("html", "csv", "md"),
     published: Path | str | None = None,
+    index: bool = True,
 ) -> Path:
     """Write the report files (see the module docstring) to ``out_dir``; return leaderboard.html.
 
@@ -138,7 +139,9 @@ def write_report(
     seed (default ``deep_ensemble``, else ``single``, else no statistics; ``paired.csv`` then has
     only its header). ``published`` is a published-values CSV; None looks for
     ``<suite-stem>.published.csv`` next to the suite file the results name
-    (:func:`reports.published.find_published`). The HTML is always written.
+    (:func:`reports.published.find_published`). The HTML is always written. ``index`` keeps the
+    flattened records in ``.report-index.npz`` beside the results (:mod:`reports.record_index`),
+    so the next report reads only the records that changed; ``figures`` False draws none.
     """
     from reports.published import compare, find_published, read_published
 
@@ -148,7 +151,7 @@ def write_report(
         raise ValueError(f"unknown format(s) {', '.join(unknown)}; expected: {', '.join(FORMATS)}")
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
-    results = load_results(results_dir, expected=expected, ignore=[out])
+    results = load_results(results_dir, expected=expected, ignore=[out], index=index)
     # Everything that can fail on bad input before anything is written.
     results, paired, options = _prepare(results, reference, None, options)
     pub_path = Path(published) if published is not None else find_published(results_dir)
