@@ -2,11 +2,11 @@
 
     python benchmarks/bench_harness_scale.py --n 1000 10000 50000 [--root /tmp/scale] [--keep]
 
-For each N it writes a suite of about N cells (the 2 built-in datasets × single, seven comparators at
-M ∈ {2, 4, 8, 16} and a σN-Ens τ sweep at those M, × 10 seeds), writes a record for every cell
-but 10 from a real record (``tests/golden/smoke_records.json.gz``, a smoke-suite cell run on CPU)
-with the cell's own identity and per-seed noise on its metrics, then times, each in a fresh
-process (peak RSS from ``getrusage``):
+For each N it writes a suite of about N cells (the 2 built-in datasets × single, seven
+comparators at M ∈ {2, 4, 8, 16} and a σN-Ens τ sweep at those M, × 10 seeds), writes a record
+for every cell but 10 from a real record (``tests/golden/smoke_records.json.gz``, a smoke-suite
+cell run on CPU) with the cell's own identity and per-configuration and per-seed noise on its
+metrics, then times, each in a fresh process (peak RSS from ``getrusage``):
 
 - ``report cold``: ``harness report`` with no index (``--no-figures`` and with figures);
 - ``report warm``: again after 10 records changed (the index re-reads those 10);
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATE = Path(os.environ.get("BENCH_TEMPLATE", ROOT / "tests" / "golden" / "smoke_records.json.gz"))
+TEMPLATE = Path(os.environ.get("BENCH_TEMPLATE", ROOT / "tests/golden/smoke_records.json.gz"))
 DATASETS = ("digits", "digits_hard")  # the built-in ones: no download
 COMPARATORS = ("deep_ensemble", "batch_ensemble", "packed_ensemble", "mimo", "masksembles",
                "mc_dropout", "film_ensemble")  # fmt: skip
@@ -95,9 +95,9 @@ def write_folder(results: Path, n: int) -> tuple[Path, list[str]]:
     template = _template()
     rng = random.Random(n)
     effects: dict[str, float] = {}
-    for i, cell in enumerate(cells[: len(cells) - N_MISSING]):
+    for cell in cells[: len(cells) - N_MISSING]:
         rec = new_record(cell, template["environment"], template["started_at"])
-        config = cell.label.rsplit(" seed=", 1)[0]
+        config = cell.label.rsplit("/seed", 1)[0]
         effect = effects.setdefault(config, rng.gauss(0, 0.01))
         for key in ("status", "cost", "history", "diagnostics", "timings", "finished_at"):
             rec[key] = copy.deepcopy(template[key])
@@ -105,7 +105,7 @@ def write_folder(results: Path, n: int) -> tuple[Path, list[str]]:
         folder = results / cell.cell_id
         folder.mkdir(exist_ok=True)
         (folder / "record.json").write_text(json.dumps(rec), encoding="utf-8")
-    return suite_file, [c.cell_id for c in cells[: N_CHANGED]]
+    return suite_file, [c.cell_id for c in cells[:N_CHANGED]]
 
 
 def change(results: Path, cell_ids: list[str]) -> None:

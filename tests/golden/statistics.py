@@ -1,9 +1,10 @@
 """What the golden statistics test compares: the paired table's marks and intervals and the bold
 cells of a report, as plain JSON.
 
-``python -m tests.golden.statistics`` rewrites ``tests/golden/*.json`` from the code checked out;
-the files in the repository were written by the reporter before its statistics were vectorised
-(commit 17b433c), so the test holds the new code to the old numbers.
+``python -m tests.golden.statistics [smoke|synthetic200]`` rewrites
+``tests/golden/<name>.json.gz`` from the code checked out; the files in the repository were
+written by the reporter before its statistics were batched (commit 17b433c), so the test holds
+the new code to the old numbers.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ def main(names: list[str]) -> None:
     for name in names or sources:
         records = sources[name]()
         data = snapshot(from_records(records))
-        path = HERE / f"{name}.json"
-        path.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+        path = HERE / f"{name}.json.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=0, sort_keys=True) + "\n")
         print(f"wrote {path}: {sum(len(v['paired']) for v in data.values())} paired rows")
 
 
@@ -69,3 +71,8 @@ if __name__ == "__main__":
     import sys
 
     main(sys.argv[1:])
+
+
+def load_golden(name: str) -> dict[str, Any]:
+    with gzip.open(HERE / f"{name}.json.gz", "rt", encoding="utf-8") as f:
+        return json.load(f)
