@@ -11,6 +11,7 @@ that are not seeds of one configuration are never averaged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -62,6 +63,7 @@ from reports.summary import (  # noqa: F401 (metric_columns: re-exported)
 _CONFIG_IDENTITY = ("dataset", "backbone", "method", "M", "hparams", "seed")
 
 
+@functools.lru_cache(maxsize=8)  # the same two dataclasses for every record
 def _field_defaults(cls: type) -> dict[str, Any]:
     out = {}
     for f in dataclasses.fields(cls):
@@ -84,6 +86,8 @@ def _config_rest(cfg: Mapping[str, Any]) -> dict[str, Any]:
             rest[key] = {**_field_defaults(cls), **rest[key]}
     return rest
 
+
+_json_str = json.encoder.encode_basestring_ascii  # json.dumps of a str, ensure_ascii=True
 
 _COST_KEYS = {  # record cost key → column
     "params_total": "params",
@@ -116,13 +120,25 @@ def format_hparams(hparams: Mapping[str, Any] | None) -> str:
     return _format_shown(hparams or {})
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, str]:
+def _flatten(obj: Any, prefix: str = "", out: dict[str, str] | None = None) -> dict[str, str]:
+    """Dotted key → the JSON text of each leaf (``json.dumps(v, sort_keys=True, default=str)``)."""
+    out = {} if out is None else out
     if isinstance(obj, Mapping) and obj:
-        out: dict[str, str] = {}
         for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: json.dumps(obj, sort_keys=True, default=str)}
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, str):
+        out[prefix] = _json_str(obj)  # the same text, without json.dumps' per-call setup
+    elif obj is None or isinstance(obj, bool) or type(obj) is int:
+        out[prefix] = (
+            "null"
+            if obj is None
+            else ("true" if obj is True else "false" if obj is False else str(obj))
+        )
+    elif type(obj) is float and math.isfinite(obj):
+        out[prefix] = repr(obj)  # json.dumps writes a finite float as its repr
+    else:
+        out[prefix] = json.dumps(obj, sort_keys=True, default=str)
+    return out
 
 
 def _identity(rec: Mapping[str, Any]) -> tuple[str, str, str, Any, str]:
@@ -154,7 +170,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     """One leaderboard row for one record (absent metrics are NaN)."""
     cfg = rec.get("config") or {}
     dataset, backbone, method, M, hparams = _identity(rec)
-    flat_cfg = _flatten(_config_rest(cfg))
+    flat_cfg = _flatten(_config_rest(cfg)) if variant else {}
     row: dict[str, Any] = {
         "suite": str(rec.get("suite", "")),
         "cell_id": str(rec.get("cell_id", "")),

@@ -55,6 +55,12 @@ def config_keys(frame: pd.DataFrame) -> list[tuple]:
 
 def per_seed(cells: pd.DataFrame, metrics: Iterable[str]) -> dict[tuple, pd.DataFrame]:
     """Configuration → its done cells' values, one row per seed (duplicates averaged)."""
+    arrays = _per_seed_arrays(cells, metrics)
+    return {k: pd.DataFrame(v, index=s, columns=cols) for k, (s, v, cols) in arrays.items()}
+
+
+def _per_seed_arrays(cells: pd.DataFrame, metrics: Iterable[str]) -> dict[tuple, tuple]:
+    """Configuration → (sorted seeds, values (seeds × metrics), metrics): one groupby in all."""
     done = cells[cells["status"] == "done"] if "status" in cells else cells
     metrics = [m for m in metrics if m in done]
     if done.empty or not metrics:
@@ -65,22 +71,33 @@ def per_seed(cells: pd.DataFrame, metrics: Iterable[str]) -> dict[tuple, pd.Data
     codes, uniques = pd.factorize(pd.Series(keys, dtype=object), sort=False)
     means = values.groupby([codes, done["seed"].to_numpy()]).mean()  # one pass over all cells
     first = means.index.get_level_values(0).to_numpy()
+    seeds = means.index.get_level_values(1).to_numpy()
+    array = means.to_numpy(dtype=float)
     bounds = np.searchsorted(first, np.arange(len(uniques) + 1))
-    out: dict[tuple, pd.DataFrame] = {}
-    for i, key in enumerate(uniques):
-        part = means.iloc[bounds[i] : bounds[i + 1]]
-        out[key] = part.set_axis(part.index.get_level_values(1))
+    return {
+        key: (seeds[bounds[i] : bounds[i + 1]], array[bounds[i] : bounds[i + 1]], metrics)
+        for i, key in enumerate(uniques)
+    }
+
+
+_EMPTY = (np.empty(0), np.empty(0))
+
+
+def _column(seeds: dict[tuple, tuple], column: str) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Configuration → (seeds, values) of one metric with its NaN seeds left out."""
+    out = {}
+    for key, (s, v, cols) in seeds.items():
+        col = v[:, cols.index(column)]
+        finite = ~np.isnan(col)
+        out[key] = (s[finite], col[finite])
     return out
 
 
-def _values(seeds: dict[tuple, pd.DataFrame], key: tuple, column: str) -> pd.Series:
-    return seeds.get(key, pd.DataFrame()).get(column, pd.Series(dtype=float)).dropna()
-
-
 def distinguishable(
-    comparisons: list[tuple[pd.Series, pd.Series, bool]], test: str, alpha: float
+    comparisons: list[tuple[tuple, tuple, bool]], test: str, alpha: float
 ) -> np.ndarray:
-    """For each (a, b, paired): does ``test`` find a difference at p ≤ ``alpha``?
+    """For each ((seeds, values) a, (seeds, values) b, paired): does ``test`` find a difference
+    at p ≤ ``alpha``?
 
     Paired (same backbone and variant) on the common seeds when there are any; otherwise
     unpaired, where one value on a side never differs (Welch's t has no variance for it, and the
@@ -88,18 +105,17 @@ def distinguishable(
     """
     out = np.zeros(len(comparisons), dtype=bool)
     diffs, diff_at, pairs, pair_at = [], [], [], []
-    for i, (a, b, is_paired) in enumerate(comparisons):
+    for i, ((sa, av), (sb, bv), is_paired) in enumerate(comparisons):
         if is_paired:
-            common = a.index.intersection(b.index)
+            common, ia, ib = np.intersect1d(sa, sb, assume_unique=True, return_indices=True)
             if len(common):
                 if min_pvalue(test, len(common)) <= alpha:
-                    diffs.append((a.loc[common] - b.loc[common]).to_numpy())
+                    diffs.append(av[ia] - bv[ib])
                     diff_at.append(i)
                 continue
-        if len(a) < 2 or len(b) < 2:
+        if len(av) < 2 or len(bv) < 2:
             continue
-        av, bv = a.to_numpy(dtype=float), b.to_numpy(dtype=float)
-        if test == "t" and av.std() == 0 and bv.std() == 0:
+        if test == "t" and av.min() == av.max() and bv.min() == bv.max():
             out[i] = av[0] != bv[0]  # no spread at all: different iff the values differ
             continue
         pairs.append((av, bv))
@@ -128,15 +144,16 @@ def bold_rows(
     for the best are all best. ``cells`` is the per-cell frame the summary was built from.
     """
     columns = [c for c in columns if c.better is not None]
-    seeds = per_seed(cells, [c.key for c in columns])
+    seeds = _per_seed_arrays(cells, [c.key for c in columns])
     keys = dict(zip(summary.index, config_keys(summary), strict=True))
     groups = summary.groupby(within, dropna=False).groups.items() if len(summary) else []
     groups = list(groups)
     out: dict[str, set[Any]] = {}
-    comparisons: list[tuple[pd.Series, pd.Series, bool]] = []
+    comparisons: list[tuple[tuple, tuple, bool]] = []
     asked: list[tuple[str, Any]] = []
     for c in columns:
         values = summary[f"{c.key}_mean"].astype(float)
+        by_config = _column(seeds, c.key) if seeds else {}
         for _, idx in groups:
             v = values.loc[idx]
             v = v[np.isfinite(v)]
@@ -146,9 +163,9 @@ def bold_rows(
             best = list(v.index[v == best_value])
             out.setdefault(c.key, set()).update(best)
             ref = keys[best[0]]
-            ref_values = _values(seeds, ref, c.key)
+            ref_values = by_config.get(ref, _EMPTY)
             for other in v.index.difference(best):
-                mine = _values(seeds, keys[other], c.key)
+                mine = by_config.get(keys[other], _EMPTY)
                 is_paired = (keys[other][1], keys[other][5]) == (ref[1], ref[5])
                 comparisons.append((mine, ref_values, is_paired))
                 asked.append((c.key, other))

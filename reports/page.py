@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from reports.aggregate import Results
-from reports.bolding import bold_rows, config_key
+from reports.bolding import config_key
 from reports.columns import (
     CORRUPTION,
     COST,
@@ -25,11 +25,19 @@ from reports.columns import (
     Column,
     corruption_names,
     format_number,
+    iter_rows,
     leaderboard_columns,
     m_text,
 )
 from reports.ood_groups import CONVENTION as OOD_GROUP_CONVENTION
-from reports.paired_view import PairedStats, group_key, paired_context, significance_marks
+from reports.paired_view import (
+    PairedStats,
+    bold_cells,
+    group_key,
+    paired_context,
+    significance_marks,
+)
+from reports.row_html import leaderboard_cells
 from reports.selection import selection_context
 from reports.significance import TEST_NAMES, check_test
 
@@ -108,7 +116,7 @@ def _n_text(row: pd.Series) -> str:
 def _devices(summary: pd.DataFrame) -> str:
     """``cuda:0 NVIDIA H200, bf16`` or ``several: ...``: what the cost columns were measured on."""
     pairs = []
-    for _, r in summary.iterrows():
+    for _, r in iter_rows(summary):
         dev, prec = str(r.get("cost_device", "") or ""), str(r.get("cost_precision", "") or "")
         pairs.append(", ".join(x for x in (dev, prec) if x) or "device not recorded")
     uniq = list(dict.fromkeys(pairs))
@@ -196,10 +204,10 @@ def context(
     devices = _devices(summary) if len(summary) else ""
     groups = header_groups(header, devices)
     identity = [h for h in header if h["group"] == "Configuration"]
-    best = bold_rows(summary, results.cells, columns, test=paired.test, alpha=paired.alpha)
+    best = bold_cells(paired, results)
     significance = significance_marks(paired, columns)
     rows = []
-    for idx, r in summary.iterrows():
+    for idx, r in iter_rows(summary):
         key = group_key(r)
         cells = []
         for h in identity:
@@ -261,6 +269,7 @@ def context(
                 "m": m_text(r["M"]),
                 "config": " | ".join(config_key(r)),
                 "cells": cells,
+                "cells_html": leaderboard_cells(cells),
             }
         )
     m_values = sorted({float(m) for m in summary["M"] if pd.notna(m)}) if len(summary) else []
@@ -369,7 +378,7 @@ def corruption_table(results: Results, options: ReportOptions) -> dict[str, Any]
     if not names:
         return None
     rows = []
-    for _, r in summary.iterrows():
+    for _, r in iter_rows(summary):
         cells = []
         for name in names:
             key = f"corr/{name}/acc"

@@ -6,7 +6,7 @@ leaderboard's columns and formats the Δ cells and significance marks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -20,6 +20,8 @@ from reports.aggregate import (
     leaderboard_columns,
     m_text,
 )
+from reports.columns import iter_rows
+from reports.row_html import paired_cells
 from reports.stats import COLUMNS as PAIRED_COLUMNS
 from reports.stats import (
     TEST_NAMES,
@@ -40,6 +42,8 @@ class PairedStats:
     level: float = 0.95
     test: str = "signflip"
     holm: bool = False
+    # Computed once per report for every output (page, Markdown, LaTeX): see bold_cells().
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def alpha(self) -> float:
@@ -146,10 +150,14 @@ def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, A
     rows = []
     keys = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
     kinds = {c.key: c.kind for c in columns}
-    for _, part in frame.groupby(keys, sort=False, dropna=False):
-        first = part.iloc[0]
-        by_metric = {r["metric"]: r for _, r in part.iterrows()}
-        n = int(part["n_pairs"].max())
+    groups: dict[tuple, list[dict[str, Any]]] = {}  # first-appearance order, as groupby's
+    for _, r in iter_rows(frame):
+        key = tuple(m_text(r[k]) if k == "M" else r[k] for k in keys)  # NaN M groups as one
+        groups.setdefault(key, []).append(r)
+    for part in groups.values():
+        first = part[0]
+        by_metric = {r["metric"]: r for r in part}
+        n = max(int(r["n_pairs"]) for r in part)
         cells = []
         for c in columns:
             r = by_metric.get(c.key)
@@ -195,16 +203,39 @@ def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, A
                 "reference": first["reference"],
                 "n": n,
                 "cells": cells,
+                "cells_html": paired_cells(cells),
             }
         )
     return rows
 
 
+def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
+    """:func:`reports.bolding.bold_rows` of every leaderboard column of ``results``, computed
+    once per report (the page, Markdown and LaTeX each show a subset of the columns; a column's
+    bold cells do not depend on which other columns are shown)."""
+    from reports.bolding import bold_rows
+
+    key = ("bold", id(results.summary))
+    if key not in paired.memo:
+        columns = leaderboard_columns(results.summary)
+        paired.memo[key] = bold_rows(
+            results.summary, results.cells, columns, test=paired.test, alpha=paired.alpha
+        )
+    return paired.memo[key]
+
+
 def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     """(configuration key, metric) → [(class, symbol, title)] of its significant differences."""
+    key = ("marks", tuple((c.key, c.kind) for c in columns))
+    if key not in paired.memo:
+        paired.memo[key] = _significance_marks(paired, columns)
+    return paired.memo[key]
+
+
+def _significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     out: dict[tuple, list] = {}
     kinds = {c.key: c.kind for c in columns}
-    for _, r in paired.frame.iterrows():
+    for _, r in iter_rows(paired.frame):
         sig = _sig(r)
         if sig is None or r["metric"] not in kinds:
             continue
@@ -217,8 +248,16 @@ def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple
 
 
 def paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any] | None:
+    """The paired table as the page and Markdown show it (computed once per report)."""
     if paired.reference is None:
         return None
+    key = ("context", id(summary))
+    if key not in paired.memo:
+        paired.memo[key] = _paired_context(paired, summary)
+    return paired.memo[key]
+
+
+def _paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any]:
     columns = _paired_columns(paired, summary)
     return {
         "title": paired.title,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.contract import RECORD_FILE, RecordError, read_record, validate_record
+from harness.contract import RECORD_FILE, RecordError, read_record
 from reports.aggregate import Problem
 from reports.rows import record_row, rows_frame
 
@@ -108,14 +108,14 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 def _read(cell_dir: Path, problems: list[Problem]) -> dict[str, Any] | None:
-    """The record of a cell folder, or None with its problem (missing, invalid) noted."""
+    """The record of a cell folder (read and checked, :func:`harness.contract.read_record`), or
+    None with its problem (missing, invalid) noted."""
     try:
         rec = read_record(cell_dir)
         if rec is None:
             reason = "no record.json in its folder: pending, running, or killed before writing"
             problems.append(Problem(cell_dir.name, "missing", reason))
             return None
-        validate_record(rec)
     except (OSError, ValueError, RecordError) as e:  # a DamagedRecord is a RecordError
         problems.append(Problem(cell_dir.name, "invalid", f"{type(e).__name__}: {e}"))
         return None
