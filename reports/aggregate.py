@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,19 +152,10 @@ def _as_record(item: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def variant_keys(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Dotted config keys (besides the identity and seed) that differ inside one group.
+    """Dotted config keys (besides the identity and seed) that differ inside one group."""
+    from reports.rows import record_row, rows_frame, variant_of
 
-    ``records``: result records (or bare config mappings, whose hyper-parameters all count)."""
-    seen: dict[tuple, dict[str, set[str]]] = {}
-    for item in records:
-        rec = _as_record(item)
-        cfg = rec.get("config") or {}
-        rest = _config_rest(cfg)
-        values = seen.setdefault(_identity(rec), {})
-        flat = _flatten(rest)
-        for k in set(flat) | set(values):
-            values.setdefault(k, set()).add(flat.get(k, "<absent>"))
-    return sorted({k for values in seen.values() for k, v in values.items() if len(v) > 1})
+    return variant_of(rows_frame([record_row(_as_record(r)) for r in records]))
 
 
 def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[str, Any]:
@@ -362,12 +354,14 @@ def from_records(
 def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[Path]:
     ignore = {p.resolve() for p in ignore}
 
+    names = {p.name for p in ignore}  # resolve only what could be ignored: one stat a folder
+
     def subdirs(d: Path) -> list[Path]:
-        return sorted(
-            p
-            for p in d.iterdir()
-            if p.is_dir() and not p.name.startswith((".", "_")) and p.resolve() not in ignore
-        )
+        with os.scandir(d) as entries:
+            found = [
+                Path(e.path) for e in entries if e.is_dir() and not e.name.startswith((".", "_"))
+            ]
+        return sorted(p for p in found if p.name not in names or p.resolve() not in ignore)
 
     if any(results_dir.glob(f"*/{RECORD_FILE}")) or not any(results_dir.glob(f"*/*/{RECORD_FILE}")):
         return subdirs(results_dir)

@@ -11,7 +11,11 @@ published values (:mod:`reports.published`), ``published.csv``.
 
 Stable hooks for tests and scripts: ``table#leaderboard`` with ``th.sortable[data-col]`` headers and
 ``tr.lb-row[data-dataset][data-backbone][data-m]`` rows whose ``td[data-col][data-value]`` hold the
-raw mean; ``select#filter-dataset``, ``#filter-backbone``, ``#filter-M``; ``#row-count``;
+raw mean (and ``data-config``: the configuration, also on its paired rows);
+``select#filter-dataset``, ``#filter-backbone``, ``#filter-M``; ``#row-count`` (rows matching the
+filters, of all); ``#pager`` with ``button#page-prev``, ``#page-next`` and ``#page-info`` (100
+rows a page, shown above 100 rows: the filters select among all rows, a page shows 100 of them and
+the paired table the rows of those configurations);
 ``td.best`` (the best and every configuration not significantly different from it,
 :mod:`reports.bolding`); ``details#column-picker`` with ``input.col-toggle[data-col]`` (columns
 hidden by default carry ``hidden`` on their ``th``/``td``); ``select#interval-view`` (``std`` or

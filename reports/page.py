@@ -22,13 +22,12 @@ from reports.columns import (
     DIVERSITY,
     QUALITY,
     THROUGHPUT,
-    Column,
-    corruption_names,
     format_number,
     iter_rows,
     leaderboard_columns,
     m_text,
 )
+from reports.corruption_view import corruption_table
 from reports.ood_groups import CONVENTION as OOD_GROUP_CONVENTION
 from reports.paired_view import (
     PairedStats,
@@ -42,6 +41,7 @@ from reports.selection import selection_context
 from reports.significance import TEST_NAMES, check_test
 
 INTERVALS = ("std", "ci")
+PAGE_SIZE = 100  # leaderboard rows per page (the filters still select among all rows)
 AGGREGATION = (
     "cells that differ only in seed are one configuration; each cell shows the mean ± sample "
     "standard deviation (ddof=1) or ± the 95% t-interval half-width over its seeds and, in "
@@ -310,6 +310,7 @@ def context(
             for g in dict.fromkeys(h["group"] for h in header if h["group"] != "Configuration")
         ],
         "rows": rows,
+        "page_size": PAGE_SIZE,
         "dropped": dropped,
         "figures": figures,
         "problems": results.problems,
@@ -369,37 +370,3 @@ def report_conventions(
         "throughput": "greyed when measured while other cells shared the device "
         "(cost.shared_device): under contention the number is not the method's",
     }
-
-
-def corruption_table(results: Results, options: ReportOptions) -> dict[str, Any] | None:
-    """Per configuration × corruption: accuracy (mean over severities), for its own table."""
-    summary = results.summary
-    names = corruption_names(summary)
-    if not names:
-        return None
-    rows = []
-    for _, r in iter_rows(summary):
-        cells = []
-        for name in names:
-            key = f"corr/{name}/acc"
-            spread = r.get(f"{key}_{options.interval}", math.nan)
-            cells.append(
-                {
-                    "key": name,
-                    "text": cell_text(r.get(f"{key}_mean"), spread, None, "pct"),
-                    "value": "" if pd.isna(r.get(f"{key}_mean")) else repr(float(r[f"{key}_mean"])),
-                }
-            )
-        rows.append(
-            {
-                "ident": [
-                    str(r["dataset"]),
-                    str(r["backbone"]),
-                    str(r["method"]),
-                    m_text(r["M"]),
-                    str(r["hparams"]),
-                ],
-                "cells": cells,
-            }
-        )
-    return {"names": names, "rows": rows, "column": Column("corr", "acc", "Corruption", "pct")}

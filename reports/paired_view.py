@@ -20,6 +20,7 @@ from reports.aggregate import (
     leaderboard_columns,
     m_text,
 )
+from reports.bolding import config_key
 from reports.columns import iter_rows
 from reports.row_html import paired_cells
 from reports.stats import COLUMNS as PAIRED_COLUMNS
@@ -201,6 +202,7 @@ def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, A
                 "hparams": first["hparams"],
                 "variant": first["variant"],
                 "reference": first["reference"],
+                "config": " | ".join(config_key(first)),  # the leaderboard row's data-config
                 "n": n,
                 "cells": cells,
                 "cells_html": paired_cells(cells),

@@ -54,16 +54,27 @@ def rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
-def _with_variant(rows: pd.DataFrame) -> pd.DataFrame:
-    """Fill ``variant``: the config keys that differ inside one identity group, as text."""
+def _flat_config(rows: pd.DataFrame) -> pd.DataFrame:
     cfg_cols = [c for c in rows.columns if c.startswith(CFG)]
-    if not cfg_cols or rows.empty:
-        return rows
-    flat = rows[cfg_cols].astype(object).where(rows[cfg_cols].notna(), "<absent>")
+    return rows[cfg_cols].astype(object).where(rows[cfg_cols].notna(), "<absent>")
+
+
+def variant_of(rows: pd.DataFrame) -> list[str]:
+    """Dotted config keys (besides the identity and seed) that differ inside one identity group
+    (a key a record lacks counts as the value ``<absent>``)."""
+    flat = _flat_config(rows)
+    if flat.columns.empty or rows.empty:
+        return []
     keys = rows[IDENTITY].astype(object).where(rows[IDENTITY].notna(), "<nan>").astype(str)
     counts = flat.groupby([keys[k] for k in IDENTITY], sort=False).nunique()
-    variant = sorted(c[len(CFG) :] for c in cfg_cols if (counts[c] > 1).any())
+    return sorted(c[len(CFG) :] for c in flat.columns if (counts[c] > 1).any())
+
+
+def _with_variant(rows: pd.DataFrame) -> pd.DataFrame:
+    """Fill ``variant``: the config keys that differ inside one identity group, as text."""
+    variant = variant_of(rows)
     if variant:
+        flat = _flat_config(rows)
         parts = [f"{k}=" + flat[CFG + k].astype(str) for k in variant]
         text = parts[0]
         for p in parts[1:]:

@@ -1,0 +1,50 @@
+"""The per-corruption accuracy table of the page and the Markdown (one column per corruption)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from reports.aggregate import Results
+from reports.columns import Column, corruption_names, iter_rows, m_text
+
+if TYPE_CHECKING:
+    from reports.page import ReportOptions
+
+
+def corruption_table(results: Results, options: ReportOptions) -> dict[str, Any] | None:
+    """Per configuration × corruption: accuracy (mean over severities), for its own table."""
+    from reports.page import cell_text  # the page's cell format; page imports this module
+
+    summary = results.summary
+    names = corruption_names(summary)
+    if not names:
+        return None
+    rows = []
+    for _, r in iter_rows(summary):
+        cells = []
+        for name in names:
+            key = f"corr/{name}/acc"
+            spread = r.get(f"{key}_{options.interval}", math.nan)
+            cells.append(
+                {
+                    "key": name,
+                    "text": cell_text(r.get(f"{key}_mean"), spread, None, "pct"),
+                    "value": "" if pd.isna(r.get(f"{key}_mean")) else repr(float(r[f"{key}_mean"])),
+                }
+            )
+        rows.append(
+            {
+                "ident": [
+                    str(r["dataset"]),
+                    str(r["backbone"]),
+                    str(r["method"]),
+                    m_text(r["M"]),
+                    str(r["hparams"]),
+                ],
+                "cells": cells,
+            }
+        )
+    return {"names": names, "rows": rows, "column": Column("corr", "acc", "Corruption", "pct")}
