@@ -39,7 +39,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("signflip", "t"),
         default="signflip",
         help="the paired test behind the ▲/▼ marks and the bold cells: the exact sign-flip "
-        "permutation test (no normality needed, marks from 6 seeds) or the paired t-test "
+        "permutation test (no normality needed, but symmetric per-seed differences; marks from "
+        "6 seeds) or the paired t-test "
         "(default: signflip)",
     )
     parser.add_argument(

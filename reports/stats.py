@@ -18,8 +18,14 @@ Why these methods (the suites ship 2, 3, 5 and 10 seeds):
 - **Marks (default): the exact sign-flip permutation test** (Fisher 1935, ch. 21; Good 2005,
   §3.1). Under "no difference" with the two methods exchangeable on a seed, each paired difference
   is as likely positive as negative; the p-value is the fraction of the 2ⁿ sign patterns whose
-  |mean| is at least the observed one, enumerated exactly. It needs no normality, so its
-  false-positive rate is at most α whatever the noise. Its price: the smallest possible
+  |mean| is at least the observed one, enumerated exactly. It needs no normality, but it does
+  need that premise: its false-positive rate is at most α when the per-seed differences are
+  symmetric about zero (normal, Laplace, Student-t noise: 3.2% at n = 6, 4.8% at n = 10 for
+  α = 0.05), not for skewed ones — with differences of mean zero drawn from exponential − 1 it
+  marks 6.7% at n = 6 and 9.6% at n = 10, from a centred lognormal (σ = 1) 11.0% and 15.4%
+  (``benchmarks/signflip_level.py``, 100,000 null experiments each; the t-test does no better
+  there: 11.5% and 10.2%). A mark on a handful of seeds is evidence, not proof, whichever
+  test is used. Its price: the smallest possible
   two-sided p-value is 2/2ⁿ — 0.5 at n = 2, 0.25 at 3, 0.0625 at 5, 0.031 at 6 — so at α = 0.05
   it can flag nothing below 6 seeds, and the report says so rather than mark noise.
 - **Marks (``test="t"``): the paired t-test**, the one consistent with the interval (a mark iff the
