@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from reports.aggregate import Results
-from reports.columns import Column, corruption_names, iter_rows, m_text
-
-if TYPE_CHECKING:
-    from reports.page import ReportOptions
+from reports.columns import Column, cell_text, corruption_names, iter_rows, m_text
 
 
-def corruption_table(results: Results, options: ReportOptions) -> dict[str, Any] | None:
-    """Per configuration × corruption: accuracy (mean over severities), for its own table."""
-    from reports.page import cell_text  # the page's cell format; page imports this module
+def corruption_table(results: Results, options: Any) -> dict[str, Any] | None:
+    """Per configuration × corruption: accuracy (mean over severities), for its own table.
+
+    ``options``: the :class:`reports.page.ReportOptions` (its ``interval`` picks the ± part)."""
 
     summary = results.summary
     names = corruption_names(summary)

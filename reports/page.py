@@ -22,7 +22,7 @@ from reports.columns import (
     DIVERSITY,
     QUALITY,
     THROUGHPUT,
-    format_number,
+    cell_text,
     iter_rows,
     leaderboard_columns,
     m_text,
@@ -84,18 +84,6 @@ class ReportOptions:
             if value not in INTERVALS:
                 raise ValueError(f"unknown interval {value!r}; expected one of: std, ci")
         check_test(self.test)
-
-
-def cell_text(mean: Any, spread: Any, n: Any, kind: str, *, show_n: bool = False) -> str:
-    """``mean ± spread`` in a column's format (± left out when the spread is NaN or 0)."""
-    text = format_number(mean, kind)
-    if text == "–":
-        return text
-    if spread is not None and not pd.isna(spread) and float(spread) != 0:
-        text += f" ± {format_number(spread, kind)}"
-    if show_n and n is not None and not pd.isna(n):
-        text += f" ({int(n)})"
-    return text
 
 
 def interval_words(interval: str) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness.contract import RECORD_FILE, RecordError, read_record
-from reports.aggregate import Problem
+from reports.results import Problem
 from reports.rows import record_row, rows_frame
 
 INDEX_FILE = ".report-index.npz"
@@ -36,7 +36,7 @@ FORMAT = "harness-report-index"
 VERSION = 1
 _RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
 _KEY = ("_path", "_size", "_mtime")
-_CODE = ("aggregate.py", "rows.py", "record_extras.py", "ood_groups.py", "record_index.py")
+_CODE = ("flatten.py", "rows.py", "record_extras.py", "ood_groups.py", "record_index.py")
 
 
 def code_stamp() -> str:

@@ -20,7 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from reports import aggregate as agg
+from reports import flatten as agg
+from reports import results as res
+from reports import summary as summ
+from reports.columns import ID_COLUMNS
 from reports.provenance import provenance
 
 CFG, ENV, CONV = "_cfg/", "_env/", "_conv/"
@@ -50,7 +53,7 @@ def rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The table of :func:`record_row` rows (an empty one with the identity columns)."""
     frame = pd.DataFrame(rows)
     if frame.empty:
-        return pd.DataFrame(columns=[*agg.ID_COLUMNS, "acc", "nll", "ece"])
+        return pd.DataFrame(columns=[*ID_COLUMNS, "acc", "nll", "ece"])
     return frame
 
 
@@ -120,38 +123,38 @@ def _expected_configs(rows: pd.DataFrame) -> list[dict[str, Any]]:
 def results_from_rows(
     rows: pd.DataFrame,
     expected: Iterable[Any] | None = None,
-    problems: Iterable[agg.Problem] = (),
+    problems: Iterable[res.Problem] = (),
     source: str = "",
-) -> agg.Results:
+) -> res.Results:
     """:class:`reports.aggregate.Results` from a :func:`rows_frame` table (records in order)."""
     problems = list(problems)
     rows = _with_variant(rows.reset_index(drop=True))
     cells = rows[[c for c in rows.columns if not c.startswith("_")]]
-    cells, duplicates = agg.drop_duplicate_seeds(cells)
-    cells = agg.relative_corruption_error(cells, agg.MCE_BASELINE)
+    cells, duplicates = summ.drop_duplicate_seeds(cells)
+    cells = summ.relative_corruption_error(cells, summ.MCE_BASELINE)
     for dropped, kept in duplicates:
         reason = f"same configuration and seed as the newer record {kept}, which is counted"
-        problems.append(agg.Problem(dropped, "duplicate", reason))
+        problems.append(res.Problem(dropped, "duplicate", reason))
     if len(rows):
         failed = rows[rows["status"] == "failed"]
         for cid, reason, desc, tb in zip(
             failed["cell_id"], failed["_reason"], failed["_desc"], failed["error_traceback"],
             strict=True,
         ):  # fmt: skip
-            problems.append(agg.Problem(str(cid), "failed", reason, desc, str(tb)))
+            problems.append(res.Problem(str(cid), "failed", reason, desc, str(tb)))
     if expected is not None:
         expected = list(expected)
-        ids_only = all(agg._expected_entry(e)[0] is not None for e in expected)
+        ids_only = all(res._expected_entry(e)[0] is not None for e in expected)
         records = (
             [{"cell_id": c} for c in rows.get("cell_id", [])]
             if ids_only
             else _expected_configs(rows)
         )
-        problems += agg.missing_cells(expected, records, known=[p.cell_id for p in problems])
+        problems += res.missing_cells(expected, records, known=[p.cell_id for p in problems])
     suites = sorted(set(rows["_suite"])) if "_suite" in rows else []
-    return agg.Results(
+    return res.Results(
         cells=cells,
-        summary=agg.aggregate(cells),
+        summary=summ.aggregate(cells),
         problems=problems,
         provenance=_provenance(rows) if len(rows) else provenance([]),
         conventions=_conventions(rows),
