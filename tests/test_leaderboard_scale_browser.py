@@ -23,7 +23,9 @@ return Array.from(document.querySelectorAll(arguments[0]))
 @pytest.fixture(scope="module")
 def big_page(tmp_path_factory):
     """1,000 configurations (2 datasets × deep ensemble + 499 σN-Ens τ values), 2 seeds each."""
-    results = tmp_path_factory.mktemp("results")
+    results = tmp_path_factory.mktemp(
+        "scale_results"
+    )  # not "results": another module reads results0
     recs = []
     for dataset in ("cifar10", "digits"):
         for seed in (0, 1):
@@ -41,7 +43,7 @@ def big_page(tmp_path_factory):
                     )
                 )
     write_records(results, recs)
-    html = write_report(results, tmp_path_factory.mktemp("report"), figures=False)
+    html = write_report(results, tmp_path_factory.mktemp("scale_report"), figures=False)
     return html
 
 
