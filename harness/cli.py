@@ -110,11 +110,15 @@ def cmd_ls(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from harness.data.base import default_data_root
     from harness.overrides import CellFilter
 
     suite = _suite(args.suite, args.overrides)
-    if _preflight(suite, args, None if args.skip_data else default_data_root(args.data_root)):
+    data_root = None
+    if not args.skip_data:  # the data layer imports torch: only when the data is checked
+        from harness.data.base import default_data_root
+
+        data_root = default_data_root(args.data_root)
+    if _preflight(suite, args, data_root):
         return 2
     cells = CellFilter(args.only).select(suite.cells())
     print(
