@@ -12,6 +12,7 @@ from harness.registries import METHODS
 from methods.base import BuildContext
 from methods.film_ensemble import FiLMEnsemble
 from methods.norm_ensemble import NormEnsemble
+from methods.sigma_diversity import gradient_ratio
 from methods.sigma_ens import SigmaEnsemble
 from tests.sigma_helpers import _single_thread  # noqa: F401  (autouse fixture)
 
@@ -94,6 +95,27 @@ def test_member_parameters_get_their_members_full_gradient(method):
         )
         expected = g * 4 if per_member else g
         torch.testing.assert_close(grads["member"][name], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_gamma_gradient_ratio_does_not_depend_on_member_grad():
+    """λ has the paper's meaning (L_task + λ·L_div) under either gradient scale: the ratio
+    ‖∇γ L_div‖ / ‖∇γ L_task‖ is the same for ``member`` and ``mean`` at equal λ, and so is the
+    direction of the total γ gradient (``member`` only multiplies it by M)."""
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 1, 8, 8), torch.randint(0, 8, (16,))
+    ratios, grads = {}, {}
+    for mode in ("member", "mean"):
+        torch.manual_seed(1)
+        model = _build("sigma_ens", member_grad=mode, tau=0.5, lam=0.1)
+        model.train()
+        task = F.cross_entropy(model(x).flatten(0, 1), y.repeat(4))
+        ratios[mode] = gradient_ratio(model.net, task, 0.5, 0.1)["grad_ratio"]
+        task = F.cross_entropy(model(x).flatten(0, 1), y.repeat(4))  # a fresh graph
+        (task + model.regularizer()).backward()
+        grads[mode] = torch.cat([layer.gamma.grad.flatten() for _, layer in model.norm_layers()])
+    assert ratios["mean"] > 0.05  # L_div exerts a real force here, so the check has teeth
+    assert ratios["member"] == pytest.approx(ratios["mean"], rel=1e-5)
+    torch.testing.assert_close(grads["member"], 4 * grads["mean"], rtol=1e-5, atol=1e-8)
 
 
 def test_diagnostics_report_gradient_ratio_and_effective_scale_without_side_effects():
