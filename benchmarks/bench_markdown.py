@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.bench import cell, columns
+from harness.cli.bench import cell, columns
 
 
 def mode(result: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@
 
 Parts, each printed as ``PASS``/``FAIL`` with what it measured (exit status 1 if any failed):
 
-1. **syncs**: one real-loop epoch per registered method (``harness.train.train_epoch``, the
+1. **syncs**: one real-loop epoch per registered method (``harness.engine.train.train_epoch``, the
    device loader with crop/flip, the recipe's optimizer), listing every synchronising call by
    file:line. On CUDA ``torch.cuda.set_sync_debug_mode("warn")`` reports them; on the CPU a
    ``TorchDispatchMode`` counts value reads (``aten._local_scalar_dense``). Budget: the loop's
@@ -95,8 +95,8 @@ def sync_report():
 
 
 def model_for(name: str, backbone: str, in_shape: tuple[int, ...], classes: int):
-    from harness.registries import METHODS
-    from harness.suite import expand_hparams
+    from harness.config.suite import expand_hparams
+    from harness.registry import METHODS
     from methods.base import BuildContext
 
     spec = METHODS.get(name)
@@ -110,11 +110,11 @@ def model_for(name: str, backbone: str, in_shape: tuple[int, ...], classes: int)
 
 
 def part_syncs() -> None:
-    from harness.cost import synthetic_images
+    from harness.contract.config import Recipe
     from harness.data.loader import DeviceLoader
-    from harness.registries import METHODS
-    from harness.suite import Recipe
-    from harness.train import make_optimizer, make_scheduler, train_epoch
+    from harness.engine.cost import synthetic_images
+    from harness.engine.train import make_optimizer, make_scheduler, train_epoch
+    from harness.registry import METHODS
 
     backbone, in_shape, classes, batch = (
         ("digits_cnn", (1, 8, 8), 8, 8) if SMALL else ("resnet18", (3, 32, 32), 100, 128)
@@ -192,9 +192,9 @@ def harness(*args: str, **kwargs) -> subprocess.Popen:
 
 
 def part_resume(tmp: Path) -> None:
-    from harness.checkpoint import read_events
-    from harness.records import read_record
-    from harness.suite import load_suite
+    from harness.config.suite import load_suite
+    from harness.contract.record import read_record
+    from harness.storage.checkpoint import read_events
 
     path = tmp / "resume.yaml"
     path.write_text(suite_text("resume", 4, "[sigma_ens]", NO_EVAL))
@@ -239,10 +239,10 @@ def part_resume(tmp: Path) -> None:
 def part_ddp(tmp: Path) -> None:
     import torch.distributed as dist
 
-    from harness.distributed import DistributedTraining, end_epoch
-    from harness.distributed_launch import free_port
-    from harness.suite import load_suite
-    from harness.train import make_optimizer, make_scheduler, train_epoch
+    from harness.config.suite import load_suite
+    from harness.engine.distributed import DistributedTraining, end_epoch
+    from harness.engine.distributed_launch import free_port
+    from harness.engine.train import make_optimizer, make_scheduler, train_epoch
 
     path = tmp / "ddp.yaml"
     path.write_text(suite_text("ddp", 1, "[sigma_ens]", NO_EVAL))
@@ -252,8 +252,8 @@ def part_ddp(tmp: Path) -> None:
         backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
     try:
-        from harness.cost import synthetic_images
         from harness.data.loader import DeviceLoader
+        from harness.engine.cost import synthetic_images
 
         model, _ = model_for("sigma_ens", "digits_cnn", (1, 8, 8), 8)
         trainee = DistributedTraining(model, DEVICE)
@@ -273,8 +273,8 @@ def part_ddp(tmp: Path) -> None:
 
 
 def part_suite(tmp: Path) -> None:
-    from harness.records import read_record
-    from harness.suite import load_suite
+    from harness.config.suite import load_suite
+    from harness.contract.record import read_record
 
     path = tmp / "suite.yaml"
     path.write_text(suite_text("smoke_suite", 2, "[single, sigma_ens, batch_ensemble]", SMALL_EVAL))

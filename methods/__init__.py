@@ -1,1 +1,1 @@
-"""Method plugins: one module per ensemble method, registered in ``harness.registries.METHODS``."""
+"""Method plugins: one module per ensemble method, registered in ``harness.registry.METHODS``."""

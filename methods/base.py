@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from harness.registries import METHODS
+from harness.registry import METHODS
 
 
 def to_members(flat: Tensor, num_members: int) -> Tensor:
@@ -71,7 +71,7 @@ class BuildContext:
     @property
     def family(self) -> str:
         """The backbone's family ("cnn", "resnet", "wideresnet", ...), which picks builders."""
-        from harness.registries import BACKBONES
+        from harness.registry import BACKBONES
 
         return BACKBONES.get(self.backbone).family
 
@@ -88,7 +88,7 @@ class BuildContext:
 
     def build_backbone(self, **overrides: Any) -> nn.Module:
         """Build one plain member of the registered backbone."""
-        from harness.registries import BACKBONES
+        from harness.registry import BACKBONES
 
         spec = BACKBONES.get(self.backbone)
         return spec.build(self.in_shape, self.num_classes, **{**self.backbone_kwargs, **overrides})
@@ -296,7 +296,7 @@ class MethodSpec:
         """Names of the registered backbones of a supported family (None: any backbone)."""
         if self.families is None:
             return None
-        from harness.registries import BACKBONES
+        from harness.registry import BACKBONES
 
         return tuple(n for n in BACKBONES.names() if BACKBONES.get(n).family in self.families)
 

@@ -186,7 +186,7 @@ def _ctx_from_key(key: tuple, num_members: int | None = None) -> BuildContext:
 def reference_count(key: tuple, reference: str) -> int:
     """Parameters of method ``reference`` with its default hyper-parameters on the cell's
     backbone, M (clamped to the method's range) and K."""
-    from harness.registries import METHODS
+    from harness.registry import METHODS
 
     spec = METHODS.get(reference)
     m = max(spec.min_members, min(key[3], spec.max_members or key[3]))
@@ -268,7 +268,7 @@ def build(ctx: BuildContext, hp: PackedHparams) -> PackedEnsemble:
 
 
 def check(hp: PackedHparams, num_members: int) -> list[str]:
-    from harness.registries import METHODS
+    from harness.registry import METHODS
 
     if hp.alpha == "auto":
         ref = hp.alpha_reference

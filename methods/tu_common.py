@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from harness.backbones import DigitsCNN
+from harness.backbones.vision import DigitsCNN
 from methods.base import (
     BatchFeeding,
     BuildContext,
@@ -38,14 +38,14 @@ def build_tu(
 ) -> nn.Module:
     """Build torch-uncertainty's model of a method for the cell's backbone family (CIFAR style
     unless the backbone spec has a ``tu_style``)."""
-    from harness.registries import BACKBONES
+    from harness.registry import BACKBONES
 
     spec = BACKBONES.get(ctx.backbone)
     if spec.family == "cnn":
         return digits_builder(ctx)
     c, k, m = ctx.in_shape[0], ctx.num_classes, ctx.num_members
     extra = {key: v for key, v in ctx.backbone_kwargs.items() if key == "dropout_rate"}
-    # ImageNet backbones (harness.backbones_imagenet) carry style "imagenet": the 7×7 stem.
+    # ImageNet backbones (harness.backbones.imagenet) carry style "imagenet": the 7×7 stem.
     style = getattr(spec, "tu_style", "cifar")
     if spec.family == "wideresnet":
         return wrn_builder(
@@ -62,16 +62,15 @@ def build_tu(
     )
 
 
-def digits_cnn(ctx: BuildContext, **kwargs: Any) -> DigitsCNN:
-    """The digits CNN with custom layers (kwargs go to :class:`DigitsCNN`)."""
-    width = ctx.backbone_kwargs.get("width", 32)
-    return DigitsCNN(
-        ctx.in_shape[0],
-        ctx.num_classes,
-        width=width,
-        dropout_rate=ctx.backbone_kwargs.get("dropout_rate", 0.0),
-        **kwargs,
-    )
+def digits_cnn(ctx: BuildContext, **kwargs: Any) -> nn.Module:
+    """The ``cnn``-family backbone with custom layers: the spec's ``layered`` class (the 28×28
+    CNN of :mod:`harness.backbones.grey28`), else :class:`DigitsCNN`; kwargs go to that class, the
+    suite's ``width``/``dropout_rate`` too (each class keeps its own default width)."""
+    from harness.registry import BACKBONES
+
+    cls = getattr(BACKBONES.get(ctx.backbone), "layered", None) or DigitsCNN
+    own = {k: ctx.backbone_kwargs[k] for k in ("width", "dropout_rate") if k in ctx.backbone_kwargs}
+    return cls(ctx.in_shape[0], ctx.num_classes, **own, **kwargs)
 
 
 class RepeatInEval(nn.Module):

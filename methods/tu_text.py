@@ -1,7 +1,7 @@
 """Packed-Ensembles and BatchEnsemble variants of ``text_transformer`` from torch-uncertainty's
 layers (the library has builders only for CNNs, ResNets and WideResNets).
 
-The same network as :class:`harness.backbones_text.TextTransformer` (token + position
+The same network as :class:`harness.backbones.text.TextTransformer` (token + position
 embeddings, pre-LN blocks, final LayerNorm, masked mean or first-token pooling, linear head),
 with each method's layers:
 
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness.backbones_text import POOLINGS, TextTransformer
+from harness.backbones.text import POOLINGS, TextTransformer
 from harness.data.text import WORD_VOCAB_SIZE
 from methods.base import BuildContext
 

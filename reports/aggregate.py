@@ -32,35 +32,16 @@ from harness.contract import (
 )
 from harness.contract import format_hparams as _format_shown
 from harness.contract import identity as _record_identity
-
-# Re-exported: the column/format API and aggregate() lived here first; callers import them here.
-from reports.columns import (  # noqa: F401
-    CORRUPTION,
-    COST,
-    DIRECTIONS,
-    DIVERSITY,
-    GROUP_KEYS,
+from reports.columns import (
     ID_COLUMNS,
-    QUALITY,
-    TEXT_COLUMNS,
-    Column,
-    Direction,
-    base_metric,
-    direction,
-    format_cell,
-    format_number,
-    leaderboard_columns,
-    m_text,
-    ood_sets,
 )
 from reports.provenance import conventions as _conventions
 from reports.provenance import provenance as _provenance
 from reports.record_extras import extra_columns
-from reports.summary import (  # noqa: F401 (metric_columns: re-exported)
+from reports.summary import (
     MCE_BASELINE,
     aggregate,
     drop_duplicate_seeds,
-    metric_columns,
     relative_corruption_error,
 )
 

@@ -11,15 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from reports.aggregate import (
-    CORRUPTION,
-    QUALITY,
-    Column,
-    Results,
-    format_number,
-    leaderboard_columns,
-    m_text,
-)
+from reports.aggregate import Results
+from reports.columns import CORRUPTION, QUALITY, Column, format_number, leaderboard_columns, m_text
 from reports.stats import COLUMNS as PAIRED_COLUMNS
 from reports.stats import (
     TEST_NAMES,

@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from harness.contract.build import parse_name_values
-from reports.aggregate import direction, m_text
+from reports.columns import direction, m_text
 from reports.significance import (  # noqa: F401 (re-exported: one import for callers)
     TEST_NAMES,
     TESTS,
@@ -171,7 +171,7 @@ def paired_differences(
     else ``p_value``); ``reachable`` (``test`` can reach p ≤ ``alpha`` at ``n_pairs``, see
     :func:`min_pvalue`); ``significant`` (reachable and ``p_adjusted`` ≤ ``alpha``, default
     ``1 - level``); ``better`` (the mean difference is an improvement in the metric's direction,
-    :data:`reports.aggregate.DIRECTIONS`; NA for a metric without one). No reference cells, or no
+    :data:`reports.columns.DIRECTIONS`; NA for a metric without one). No reference cells, or no
     seeds in common, give no rows. Rows follow the configuration keys, then reference M, then
     ``metrics`` order.
     """

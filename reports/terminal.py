@@ -11,13 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from harness.contract import expected_cells, iter_records, read_manifest
-from reports.aggregate import (
-    Column,
-    aggregate,
-    format_cell,
-    leaderboard_columns,
-    load_results,
-)
+from reports.aggregate import load_results
+from reports.columns import Column, format_cell, leaderboard_columns
+from reports.summary import aggregate
 
 TERMINAL_COLUMNS = ("acc", "nll", "ece", "cAcc", "cECE", "params", "eval_ips")
 MAX_TEXT = 28
@@ -37,7 +33,7 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     """A fixed-width table of mean±std per configuration.
 
     ``df`` is either the per-cell frame (:func:`reports.aggregate.records_to_frame`, aggregated
-    here) or the summary of :func:`reports.aggregate.aggregate`. Columns without data are left out;
+    here) or the summary of :func:`reports.summary.aggregate`. Columns without data are left out;
     the first OOD set's MSP AUROC is added when present. Failed cells are counted in a footer.
     """
     per_cell = "seed" in df.columns and "n" not in df.columns

@@ -1,6 +1,7 @@
 """Valid fake result records for the report tests.
 
-``make_record`` builds a record that passes :func:`harness.records.validate_record`, with metrics
+``make_record`` builds a record that passes :func:`harness.contract.record.validate_record`, with
+metrics
 derived from a few knobs (``acc``, ``nll``, ``ece``, ...) so a test can state exactly the numbers it
 later checks. ``overrides`` is deep-merged last, for anything the knobs do not cover (a NaN metric,
 a hostile string, a missing section: a value of ``DELETE`` removes the key).
@@ -15,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.records import validate_record, write_record
+from harness.contract.record import validate_record
+from harness.storage.records import write_record
 
 DELETE = object()
 

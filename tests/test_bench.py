@@ -10,12 +10,13 @@ import json
 import pytest
 import torch
 
-from harness.bench import REAL_COLUMNS, format_rows, run_bench
 from harness.cli import build_parser
 from harness.cli import main as cli_main
-from harness.cost import FirstBatches, real_loop_throughput, synthetic_images
-from harness.registries import METHODS
-from harness.suite import Recipe, expand_hparams
+from harness.cli.bench import REAL_COLUMNS, format_rows, run_bench
+from harness.config.suite import expand_hparams
+from harness.contract.config import Recipe
+from harness.engine.cost import FirstBatches, real_loop_throughput, synthetic_images
+from harness.registry import METHODS
 from methods.base import BuildContext
 from tests.conftest import REPO
 
@@ -169,7 +170,7 @@ def test_cli_accepts_loop_real(tmp_path, capsys):
 def test_killed_bench_keeps_the_rows_it_measured(tmp_path, monkeypatch):
     """The JSON is rewritten after every row: a kill (here Ctrl-C in the third row) keeps the
     two plain-backbone rows already measured."""
-    from harness import bench
+    from harness.cli import bench
 
     real, calls = bench.bench_one, {"n": 0}
 

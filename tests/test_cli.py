@@ -60,9 +60,9 @@ def test_shipped_suites_validate_with_their_data_present(tmp_path, capsys, monke
     the real on-disk formats). Named published weights (imagenet_vit's timm ViT-B/16) cannot be
     fabricated in a library's cache here: they count as present (their check has its own test in
     test_weights.py)."""
-    import harness.weights
+    import harness.backbones.weights
 
-    monkeypatch.setattr(harness.weights, "named_problem", lambda value: None)
+    monkeypatch.setattr(harness.backbones.weights, "named_problem", lambda value: None)
     fabricate.write_cifar10(tmp_path)
     fabricate.write_cifar100(tmp_path)
     fabricate.write_cifar_c(tmp_path, "CIFAR-10-C", corruptions=ALL_CORRUPTIONS)
@@ -108,9 +108,9 @@ def test_executor_registry_resolves_auto_and_rejects_unknown_names():
     from harness.executors import EXECUTORS, ExecutorOptions, make_executor, resolve_name
 
     assert set(EXECUTORS) == {"inprocess", "local", "slurm"}
-    assert resolve_name("auto", 1, has_gpu=lambda: False) == "inprocess"
-    assert resolve_name("auto", 5, has_gpu=lambda: False) == "local"
-    assert resolve_name("auto", 5, has_gpu=lambda: True) == "inprocess"
+    assert resolve_name("auto", 1, gpu_count=lambda: 0) == "inprocess"
+    assert resolve_name("auto", 5, gpu_count=lambda: 0) == "local"
+    assert resolve_name("auto", 5, gpu_count=lambda: 1) == "inprocess"
     with pytest.raises(ValueError, match=r"unknown executor 'cloud'; valid: auto, inprocess"):
         resolve_name("cloud", 3)
     local = make_executor("local", ExecutorOptions(workers=8, threads=1), n_cells=3)

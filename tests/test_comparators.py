@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from harness.contract import Recipe
-from harness.registries import METHODS
-from harness.train import make_optimizer
+from harness.engine.train import make_optimizer
+from harness.registry import METHODS
 from methods.base import BuildContext, count_parameters
 
 
@@ -64,7 +64,8 @@ def test_film_perturb_keeps_the_converted_affine_at_zero_spread():
 
 
 def test_film_unknown_init_is_refused(tmp_path):
-    from harness.suite import SuiteError, load_suite
+    from harness.config.includes import SuiteError
+    from harness.config.suite import load_suite
 
     path = tmp_path / "s.yaml"
     path.write_text(
@@ -134,7 +135,7 @@ def test_deep_ensemble_clips_each_member_as_if_trained_alone():
     losses are summed, so member m's gradient is its own loss's; the clip must not mix them)."""
     import copy
 
-    from harness.train import make_scheduler, train_epoch
+    from harness.engine.train import make_scheduler, train_epoch
 
     torch.manual_seed(0)
     ens = _build("deep_ensemble", members=3, independent_data=False)

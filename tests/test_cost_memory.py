@@ -1,4 +1,4 @@
-"""Peak memory accounting (harness.cost.throughput) on a model whose true peak is known.
+"""Peak memory accounting (harness.engine.cost.throughput) on a model whose true peak is known.
 
 The "device" is ``meta`` (shapes and sizes, no data), its memory read by :class:`MetaLedger`, a
 ``TorchDispatchMode`` that counts the bytes of every meta storage from its creation to its
@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from harness.cost import host_copy, throughput
-from harness.suite import Recipe
+from harness.contract.config import Recipe
+from harness.engine.cost import host_copy, throughput
 from methods.base import EnsembleModel
 
 META = torch.device("meta")
@@ -29,7 +29,8 @@ MIB = 2**20
 
 
 class MetaLedger(TorchDispatchMode):
-    """A :class:`harness.cost.MemoryReader` of the meta device: live bytes of the meta storages
+    """A :class:`harness.engine.cost.MemoryReader` of the meta device: live bytes of the meta
+    storages
     of ``existing`` tensors and of those created while the mode is active."""
 
     def __init__(self, existing: list[Tensor] = ()) -> None:
@@ -92,7 +93,7 @@ def test_ledger_counts_saved_activations_and_releases():
 @pytest.mark.filterwarnings("ignore:for net.weight. copying from a non-meta parameter")
 @pytest.mark.parametrize("bug", [None, "device_copy", "keep_momentum"])
 def test_peaks_are_what_the_method_needs(monkeypatch, bug):
-    from harness import cost
+    from harness.engine import cost
 
     if bug == "device_copy":  # what throughput did before: the restore copy on the device
         monkeypatch.setattr(
@@ -131,7 +132,7 @@ class _KeepingSGD(torch.optim.SGD):
 
 
 def meta_host_copy(model: nn.Module) -> dict[str, Tensor]:
-    """:func:`harness.cost.host_copy` for a meta model: host tensors of the same sizes."""
+    """:func:`harness.engine.cost.host_copy` for a meta model: host tensors of the same sizes."""
     return {k: torch.empty_like(v, device="cpu") for k, v in model.state_dict().items()}
 
 

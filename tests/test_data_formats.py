@@ -12,7 +12,7 @@ import torch
 from harness.data import download as dl
 from harness.data import torchvision_sets as tvs
 from harness.data.base import DataMissingError, ImageSet, stratified_holdout, training_splits
-from harness.registries import DATASETS
+from harness.registry import DATASETS
 from tests import fabricate
 
 OOD_SETS = ("svhn", "mnist", "textures", "places365", "tinyimagenet")

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from harness import distributed
-from harness.distributed import wrap_ddp
+from harness.engine import distributed
+from harness.engine.distributed import wrap_ddp
 
 DDP = nn.parallel.DistributedDataParallel
 

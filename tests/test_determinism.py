@@ -7,9 +7,9 @@ import textwrap
 
 import torch
 
-from harness.registries import DATASETS
-from harness.runner import build_model
-from harness.suite import load_suite
+from harness.config.suite import load_suite
+from harness.engine.runner import build_model
+from harness.registry import DATASETS
 
 SUITE = """
 name: det

@@ -18,9 +18,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from harness.checkpoint import load_weights
-from harness.runner import run_cell
-from harness.suite import load_suite
+from harness.config.suite import load_suite
+from harness.engine.runner import run_cell
+from harness.storage.checkpoint import load_weights
 
 SUITE = """
 name: resume_device
@@ -84,7 +84,7 @@ def test_stand_in_refuses_what_cuda_refuses():
 
 
 def test_resume_onto_a_device_stand_in_continues_the_run(write_suite, tmp_path, monkeypatch):
-    from harness import runner
+    from harness.engine import runner
 
     cell = load_suite(write_suite(textwrap.dedent(SUITE))).cells()[0]
     whole = run_cell(cell, tmp_path / "whole", progress=False)
@@ -113,7 +113,7 @@ def test_resume_onto_a_device_stand_in_continues_the_run(write_suite, tmp_path, 
                     mode.tag(leaf)
         return obj
 
-    from harness import checkpoint
+    from harness.storage import checkpoint
 
     # The runner reads its checkpoint through checkpoint.load_checkpoint → load_weights.
     monkeypatch.setattr(checkpoint, "load_weights", load_onto_device)

@@ -1,4 +1,4 @@
-"""Cells that span several processes (harness.distributed): DDP on the CPU with gloo.
+"""Cells that span several processes (harness.engine.distributed): DDP on the CPU with gloo.
 
 * A 2-process cell of a method without batch statistics (deep ensemble on a LayerNorm MLP, a
   test backbone registered through the plugin mechanism) gives the one-process cell's history
@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.checkpoint import read_events
+from harness.config.suite import load_suite
 from harness.contract import Cell, Evaluation, Recipe
 from harness.contract.build import build_dataclass
-from harness.lease import pid_alive, read_owner
-from harness.registry import PLUGINS_ENV
-from harness.suite import load_suite
+from harness.registry.core import PLUGINS_ENV
+from harness.storage.checkpoint import read_events
+from harness.storage.lease import pid_alive, read_owner
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = "ddp_test_backbone"
@@ -80,7 +80,7 @@ def with_plugin(plugin_dir, monkeypatch) -> Path:
     are what a spawned process inherits)."""
     monkeypatch.syspath_prepend(str(plugin_dir))
     monkeypatch.setenv(PLUGINS_ENV, PLUGIN)
-    from harness.registry import load_plugins
+    from harness.registry.core import load_plugins
 
     load_plugins([PLUGIN])
     return plugin_dir
@@ -103,7 +103,7 @@ def only_cell(path: Path) -> Cell:
 
 
 def run(cell: Cell, results: Path) -> dict:
-    from harness.runner import run_cell
+    from harness.engine.runner import run_cell
 
     torch.set_num_threads(1)
     return run_cell(cell, results, progress=False)
@@ -139,7 +139,7 @@ def mlp_reference(tmp_path_factory, plugin_dir) -> dict:
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(plugin_dir))
         mp.setenv(PLUGINS_ENV, PLUGIN)
-        from harness.registry import load_plugins
+        from harness.registry.core import load_plugins
 
         load_plugins([PLUGIN])
         cell = only_cell(write_suite(tmp, "deep_ensemble", "ln_mlp", 3, 1))
@@ -205,16 +205,16 @@ def sigma_step_rank(rank: int, world: int, port: int, out: str) -> None:
     """One rank of one σN-Ens DDP training step on its block of a fixed batch (spawned)."""
     import torch.distributed as dist
 
-    from harness.distributed import DistributedTraining
-    from harness.runner import build_model
-    from harness.train import ensemble_loss
+    from harness.engine.distributed import DistributedTraining
+    from harness.engine.runner import build_model
+    from harness.engine.train import ensemble_loss
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
     os.environ["WORLD_SIZE"] = str(world)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     cell = sigma_cell()
-    from harness.registries import DATASETS
+    from harness.registry import DATASETS
 
     model, _ = build_model(cell, DATASETS.get("digits"))
     x, y = sigma_batch()
@@ -230,9 +230,9 @@ def sigma_step_rank(rank: int, world: int, port: int, out: str) -> None:
 
 def one_process_grads(blocks: list[slice]) -> dict[str, torch.Tensor]:
     """Mean over ``blocks`` of the one-process gradient of each block trained on alone."""
-    from harness.registries import DATASETS
-    from harness.runner import build_model
-    from harness.train import ensemble_loss
+    from harness.engine.runner import build_model
+    from harness.engine.train import ensemble_loss
+    from harness.registry import DATASETS
 
     cell = sigma_cell()
     model, _ = build_model(cell, DATASETS.get("digits"))
@@ -252,7 +252,7 @@ def one_process_grads(blocks: list[slice]) -> dict[str, torch.Tensor]:
 def test_sigma_ens_batch_statistics_are_per_rank(tmp_path):
     """The documented difference: each rank normalises its B/2 images with their own
     per-member statistics, so a step is the mean of the blocks' one-process steps."""
-    from harness.distributed_launch import free_port
+    from harness.engine.distributed_launch import free_port
 
     out = tmp_path / "grads.pt"
     torch.multiprocessing.spawn(sigma_step_rank, args=(2, free_port(), str(out)), nprocs=2)
@@ -291,12 +291,12 @@ def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
     stay identical. Rank 0 writes {method: max |p_rank0 - p_rank1|}."""
     import torch.distributed as dist
 
-    from harness.cell_setup import train_loader
     from harness.data.base import default_data_root
-    from harness.distributed import DistributedTraining
-    from harness.registries import DATASETS, METHODS
-    from harness.runner import build_model, load_data
-    from harness.train import ensemble_loss, make_optimizer
+    from harness.engine.cell_setup import train_loader
+    from harness.engine.distributed import DistributedTraining
+    from harness.engine.runner import build_model, load_data
+    from harness.engine.train import ensemble_loss, make_optimizer
+    from harness.registry import DATASETS, METHODS
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
     os.environ["WORLD_SIZE"] = str(world)
@@ -338,7 +338,7 @@ def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
 
 @pytest.mark.slow
 def test_every_method_trains_through_ddp_with_identical_replicas(tmp_path):
-    from harness.distributed_launch import free_port
+    from harness.engine.distributed_launch import free_port
 
     out = tmp_path / "gaps.json"
     torch.multiprocessing.spawn(every_method_rank, args=(2, free_port(), str(out)), nprocs=2)
@@ -442,7 +442,7 @@ def test_two_task_cell_runs_through_submitit(slurm_env, tmp_path):
 def test_cuda_cell_without_enough_gpus_fails_with_a_record(tmp_path, monkeypatch):
     """NCCL refuses two ranks on one GPU: a cell asking for more GPUs than the process sees
     gets a failed record saying so, and the grid goes on."""
-    from harness.records import validate_record
+    from harness.contract.record import validate_record
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     cell = processes(sigma_cell(), 2)

@@ -23,7 +23,7 @@ import torch
 from harness.cli import main
 from harness.data import download as dl
 from harness.data.corruption_sets import check_corruptions
-from harness.registries import DATASETS
+from harness.registry import DATASETS
 from tests import fabricate
 
 

@@ -1,7 +1,7 @@
 """Every method is trained alike: compiled training steps under ``compile: true``, bf16
 activations under bf16 autocast.
 
-* ``compile: true`` compiles each method's *training step* (:func:`harness.train.step_loss`),
+* ``compile: true`` compiles each method's *training step* (:func:`harness.engine.train.step_loss`),
   not only ``forward``: the deep ensemble's per-member batches, BatchEnsemble's and
   Masksembles' feeding and MIMO's shuffles never call ``forward``. A recording backend shows
   the members' convolutions and the loss inside the compiled graph, compiled once and reused.
@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from harness.registries import METHODS
-from harness.suite import Recipe
-from harness.train import ensemble_loss, train_epoch
+from harness.contract.config import Recipe
+from harness.engine.train import ensemble_loss, train_epoch
+from harness.registry import METHODS
 from tests.test_host_sync import BATCH, CPU, setup
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.checkpoint import read_events
-from harness.records import validate_record
+from harness.contract.record import validate_record
+from harness.storage.checkpoint import read_events
 
 GRID = """
 name: {name}
@@ -155,11 +155,11 @@ def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, re
 
 
 def test_evaluation_failing_after_training_is_retried_without_training(tmp_path, monkeypatch):
-    from harness import runner
+    from harness.config.suite import load_suite
+    from harness.contract.record import read_record
     from harness.data.base import DataMissingError
-    from harness.records import read_record
-    from harness.runner import run_cell
-    from harness.suite import load_suite
+    from harness.engine import runner
+    from harness.engine.runner import run_cell
 
     cell = load_suite(write_grid(tmp_path, "faults", epochs=3)).cells()[0]
     clean = run_cell(cell, tmp_path / "clean", progress=False)
@@ -187,10 +187,10 @@ def test_evaluation_failing_after_training_is_retried_without_training(tmp_path,
 
 
 def test_failure_during_training_resumes_unless_divergence(tmp_path, monkeypatch):
-    from harness import runner
-    from harness.runner import run_cell
-    from harness.suite import load_suite
-    from harness.train import DivergenceError
+    from harness.config.suite import load_suite
+    from harness.engine import runner
+    from harness.engine.runner import run_cell
+    from harness.engine.train import DivergenceError
 
     cell = load_suite(write_grid(tmp_path, "faults", epochs=2)).cells()[0]
     real, calls = runner.train_epoch, {"n": 0}
@@ -313,8 +313,8 @@ def test_preflight_rejects_bad_recipes_and_empty_grids(tmp_path):
 
 
 def test_empty_grid_is_an_error(tmp_path):
-    from harness.preflight import suite_problems
-    from harness.suite import load_suite
+    from harness.config.suite import load_suite
+    from harness.config.validator import suite_problems
 
     path = write_grid(tmp_path, "empty")
     text = path.read_text().replace("seeds: [0, 1]", "seeds: []")

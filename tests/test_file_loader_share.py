@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import cell_setup
 from harness.data import file_loader
 from harness.data.file_loader import CONCURRENT_ENV, SMALL_SPLIT, default_workers
+from harness.engine import cell_setup
 from harness.executors.devices import bind_worker
 
 
@@ -30,7 +30,7 @@ def test_concurrent_cells_split_the_cores(cores_32, monkeypatch):
 
 
 def test_local_worker_is_told_how_many_cells_run_at_once(monkeypatch):
-    monkeypatch.setattr("harness.interrupt.install_worker_handler", lambda: None)
+    monkeypatch.setattr("harness.executors.interrupt.install_worker_handler", lambda: None)
     monkeypatch.delenv(CONCURRENT_ENV, raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     bind_worker("1", 3)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.config.suite import load_suite
 from harness.executors import ExecutorOptions, resolve_name
 from harness.executors.devices import ExecutorError, choose_gpus, parse_gpus, worker_slots
 from harness.executors.local import LocalWorkersExecutor, _run_cell_json
-from harness.suite import load_suite
 
 SIX_CELLS = """
 name: six

@@ -4,7 +4,7 @@ On an accelerator every host read of a tensor (``.item()``, ``float(t)``, ``bool
 ``.tolist()``, ...) waits for the launch queue to drain, so a loop that reads the loss every
 step runs slower than the benchmark's step. On the CPU a read costs nothing, but it can be
 counted: the tests patch the read methods of ``torch.Tensor`` with a counter that is active only
-while :func:`harness.train.train_epoch` runs, for every registered method.
+while :func:`harness.engine.train.train_epoch` runs, for every registered method.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from harness.cost import synthetic_images
+from harness.config.suite import expand_hparams
+from harness.contract.config import Recipe
 from harness.data.loader import DeviceLoader
-from harness.registries import METHODS
-from harness.suite import Recipe, expand_hparams
-from harness.train import (
+from harness.engine.cost import synthetic_images
+from harness.engine.train import (
     SYNC_EVERY,
     DivergenceError,
     ensemble_loss,
@@ -28,6 +28,7 @@ from harness.train import (
     make_scheduler,
     train_epoch,
 )
+from harness.registry import METHODS
 from methods.base import BuildContext
 
 # Every Python-level way to bring a tensor's value to the host. ``f"{t:.3f}"`` goes through

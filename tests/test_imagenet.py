@@ -16,7 +16,7 @@ from harness.cli import main
 from harness.data.base import DataMissingError, LoaderOptions
 from harness.data.file_loader import FileSplit, ImageTransform
 from harness.data.loader import make_loader
-from harness.registries import BACKBONES, DATASETS
+from harness.registry import BACKBONES, DATASETS
 from tests import fabricate_imagenet as fab
 from tests.conftest import REPO
 from tests.test_download import server  # noqa: F401  (the local HTTP server fixture)
@@ -280,7 +280,7 @@ def test_openood_sets_read_their_imglists_in_order(tmp_path):
 
 
 def test_resnet50_imagenet_and_its_packed_variant_have_the_imagenet_stem():
-    from harness.registries import METHODS
+    from harness.registry import METHODS
     from methods.base import BuildContext
 
     net = BACKBONES.get("resnet50_imagenet").build((3, 224, 224), 1000)
@@ -305,8 +305,8 @@ def test_vit_b16_is_timms_vit_base_patch16_224():
 
 
 def test_shipped_imagenet_suites_validate(capsys):
-    from harness.preflight import suite_problems
-    from harness.suite import load_suite
+    from harness.config.suite import load_suite
+    from harness.config.validator import suite_problems
 
     path = REPO / "suites" / "imagenet_resnet50.yaml"
     assert main(["validate", str(path), "--skip-data"]) == 0

@@ -1,19 +1,19 @@
 """The one-way architecture, checked on the import graph read with ``ast``.
 
-Every ``import`` and ``from ... import`` of harness/, methods/, reports/ and slurm/ counts, at
-module level and inside functions (a function-level import is still a dependency; it only runs
-later). Imports under ``if TYPE_CHECKING:`` are left out: they never run. The layers:
-
-    contract (harness.contract)  ←  parser, engine, executors, reporter
-    engine below the runner (train, evaluate, cost, data, metrics, methods, runner)
-    executors (harness.executors, harness.dispatch, slurm)  →  runner
-    CLI (harness.cli)  →  executors, reporter
-    reporter (reports)  →  contract only
+A module's layer is the folder it lives in (:data:`LAYERS`: ``harness/engine/…`` is the engine,
+``methods/…`` a component); every import of harness/, methods/ and reports/ counts, at module
+level, inside functions (a function-level import is still a dependency; it only runs later),
+under ``if TYPE_CHECKING:`` (a type a layer names is a type it depends on) and as a string
+handed to the import machinery (``importlib.import_module("harness.x")`` and the
+``"harness.x:name"`` strings the executor and command tables resolve). The graph must have no
+cycle, and each layer imports only the layers :data:`MAY_IMPORT` gives it (docs/architecture.md
+says why).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -23,19 +23,49 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ("harness", "methods", "reports", "slurm")
+PACKAGES = ("harness", "methods", "reports")
 CONTRACT_THIRD_PARTY = {"yaml"}  # parse_name_values reads YAML scalars (lazily imported)
-BELOW_RUNNER = (
-    "harness.train",
-    "harness.evaluate",
-    "harness.cost",
-    "harness.data",
-    "harness.metrics",
-    "harness.runner",
-    "methods",
-)
-ABOVE_RUNNER = ("harness.executors", "harness.dispatch", "harness.cli", "reports")
-ENGINE = ("harness", "methods")  # reports may use harness.contract only
+
+#: Folder (as a module prefix) → layer. Every module of harness/ but its __init__ lives in one.
+LAYERS = {
+    "harness.contract": "contract",
+    "harness.registry": "registry",
+    "harness.storage": "storage",
+    "harness.backbones": "components",
+    "harness.data": "components",
+    "harness.metrics": "components",
+    "methods": "components",
+    "harness.config": "config",
+    "harness.engine": "engine",
+    "harness.executors": "executors",
+    "reports": "reporter",
+    "harness.cli": "cli",
+}
+
+#: Layer → the other layers it may import (a layer may always import itself).
+MAY_IMPORT = {
+    "contract": set(),
+    "registry": {"contract"},
+    "storage": {"contract"},
+    "components": {"contract", "registry", "storage"},
+    "config": {"contract", "registry", "storage", "components"},
+    "engine": {"contract", "registry", "storage", "components"},
+    "executors": {"contract", "registry", "storage", "config", "engine"},
+    "reporter": {"contract"},
+    "cli": {
+        "contract",
+        "registry",
+        "storage",
+        "components",
+        "config",
+        "engine",
+        "executors",
+        "reporter",
+    },
+}
+
+#: ``"package.module:attribute"``: a name resolved with importlib by a table of the project.
+_TARGET = re.compile(r"^([A-Za-z_]\w*(?:\.\w+)*):\w+$")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -45,26 +75,39 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    """ids of the statements inside ``if TYPE_CHECKING:`` blocks."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            test = node.test
-            name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
-            if name == "TYPE_CHECKING":
-                out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+def layer_of(module: str) -> str | None:
+    """The layer of a project module, from its folder (the longest matching prefix)."""
+    best = None
+    for prefix, layer in LAYERS.items():
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best[0])
+        ):
+            best = (prefix, layer)
+    return best[1] if best else None
+
+
+def _string_imports(node: ast.AST, known: set[str]) -> set[str]:
+    """Modules named by strings: ``import_module("m")`` and ``"m:attr"`` constants."""
+    out: set[str] = set()
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        arg = node.args[0] if node.args else None
+        if name == "import_module" and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            out.add(arg.value)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        m = _TARGET.match(node.value)
+        if m and m.group(1) in known:
+            out.add(m.group(1))
     return out
 
 
 def imports_of(path: Path, module: str, is_package: bool, known: set[str]) -> set[str]:
     """Every module ``path`` imports (project modules fully qualified, others by top name)."""
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_nodes(tree)
     out: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+        out |= _string_imports(node, known)
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -82,7 +125,10 @@ def imports_of(path: Path, module: str, is_package: bool, known: set[str]) -> se
 def import_graph(root: Path, packages: Iterable[str] = PACKAGES) -> dict[str, set[str]]:
     """Module → imported modules, for every ``.py`` file of ``packages`` under ``root``."""
     files = {
-        module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))
+        module_name(p, root): p
+        for pkg in packages
+        if (root / pkg).is_dir()
+        for p in sorted((root / pkg).rglob("*.py"))
     }
     known = set(files)
     return {
@@ -128,36 +174,29 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def _in(module: str, prefixes: Iterable[str]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
-
-
 def violations(graph: dict[str, set[str]]) -> list[str]:
     """Every import that crosses a layer the wrong way, as ``importer -> imported: rule``."""
     stdlib = set(sys.stdlib_module_names)
     out = []
     for mod, deps in sorted(graph.items()):
+        layer = layer_of(mod)
+        if layer is None:
+            if mod not in PACKAGES:  # a package's own __init__ belongs to no layer
+                out.append(f"{mod}: in no layer's folder (see LAYERS)")
+            continue
         for dep in sorted(deps):
             top = dep.split(".")[0]
-            if _in(mod, ["harness.contract"]):
-                project = (
-                    top in PACKAGES and not _in(dep, ["harness.contract"]) and dep != "harness"
-                )
-                foreign = top not in PACKAGES and top not in stdlib and top != "__future__"
-                if project or (foreign and top not in CONTRACT_THIRD_PARTY):
+            if top in PACKAGES:
+                target = layer_of(dep)
+                if target is not None and target != layer and target not in MAY_IMPORT[layer]:
+                    out.append(
+                        f"{mod} -> {dep}: the {layer} layer never imports the {target} layer"
+                    )
+            elif layer == "contract" and top not in stdlib and top != "__future__":
+                if top not in CONTRACT_THIRD_PARTY:
                     out.append(f"{mod} -> {dep}: the contract layer imports only the stdlib")
-            if _in(mod, ["reports"]):
-                engine = (
-                    _in(dep, ENGINE) and not _in(dep, ["harness.contract"]) and dep != "harness"
-                )
-                if engine or top == "torch":
-                    out.append(f"{mod} -> {dep}: the reporter imports only the contract layer")
-            if _in(mod, ["slurm", "harness.executors", "harness.dispatch"]) and _in(
-                dep, ["harness.cli"]
-            ):
-                out.append(f"{mod} -> {dep}: executors never import the CLI")
-            if _in(mod, BELOW_RUNNER) and _in(dep, ABOVE_RUNNER):
-                out.append(f"{mod} -> {dep}: the engine never imports executors, CLI or reports")
+            elif layer == "reporter" and top == "torch":
+                out.append(f"{mod} -> {dep}: the reporter never imports torch")
     return out
 
 
@@ -166,39 +205,58 @@ def graph() -> dict[str, set[str]]:
     return import_graph(REPO)
 
 
-def test_graph_reads_function_level_and_relative_imports(graph):
-    # Function-level imports count: the CLI imports the executors only inside cmd_run.
-    assert "harness.executors" in graph["harness.cli"]
+def test_graph_reads_function_level_type_checking_and_string_imports(graph):
+    # Function-level imports count: the run command imports the executors only inside cmd_run.
+    assert "harness.executors" in graph["harness.cli.run"]
     assert "harness.contract.build" in graph["harness.contract.config"]
-    assert "torch" in graph["harness.runner"] and "methods.base" in graph["harness.runner"]
-    # TYPE_CHECKING imports never run: the registries do not depend on methods.base.
-    assert "methods.base" not in graph["harness.registries"]
+    assert {"torch", "methods.base"} <= graph["harness.engine.runner"]
+    # TYPE_CHECKING imports count: the backbones name torch's nn only for a type.
+    assert "torch" in graph["harness.backbones"]
+    # Strings resolved by importlib count: the executor table and the command table.
+    assert "harness.executors.slurm.executor" in graph["harness.executors"]
+    assert "harness.cli.run" in graph["harness.cli.parser"]
+
+
+def test_every_module_of_harness_is_in_a_layer_folder():
+    top = sorted(p.name for p in (REPO / "harness").glob("*.py"))
+    assert top == ["__init__.py"]
+    folders = {p.name for p in (REPO / "harness").iterdir() if (p / "__init__.py").is_file()}
+    assert {f"harness.{f}" for f in folders} <= set(LAYERS)
 
 
 def test_checker_finds_a_planted_cycle_and_each_forbidden_import(tmp_path):
     files = {
         "harness/__init__.py": "",
-        "harness/contract/__init__.py": "import torch\nfrom harness import runner\n",
-        "harness/runner.py": "def f():\n    from reports import page\n",
-        "harness/cli.py": "from slurm import sub\n",
+        "harness/contract/__init__.py": "import torch\nfrom harness.engine import runner\n",
+        "harness/engine/__init__.py": "",
+        "harness/engine/runner.py": "def f():\n    from reports import page\n",
+        "harness/cli/__init__.py": "TABLE = {'x': 'harness.executors.sub:Thing'}\n",
+        "harness/executors/__init__.py": "",
+        "harness/executors/sub.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness import cli\n"
+        ),
+        "harness/storage/__init__.py": "import importlib\nimportlib.import_module('methods.m')\n",
+        "harness/loose.py": "",
         "reports/__init__.py": "",
-        "reports/page.py": "import torch\nfrom harness.train import x\n",
-        "slurm/__init__.py": "",
-        "slurm/sub.py": "def g():\n    from harness.cli import main\n",
+        "reports/page.py": "import torch\nfrom harness.engine.train import x\n",
         "methods/__init__.py": "",
+        "methods/m.py": "",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     g = import_graph(tmp_path)
-    assert cycles(g) == [["harness.cli", "slurm.sub"]]
+    assert cycles(g) == [["harness.cli", "harness.executors.sub"]]
     assert violations(g) == [
-        "harness.contract -> harness.runner: the contract layer imports only the stdlib",
+        "harness.contract -> harness.engine.runner: the contract layer never imports the engine "
+        "layer",
         "harness.contract -> torch: the contract layer imports only the stdlib",
-        "harness.runner -> reports.page: the engine never imports executors, CLI or reports",
-        "reports.page -> harness.train: the reporter imports only the contract layer",
-        "reports.page -> torch: the reporter imports only the contract layer",
-        "slurm.sub -> harness.cli: executors never import the CLI",
+        "harness.engine.runner -> reports.page: the engine layer never imports the reporter layer",
+        "harness.executors.sub -> harness.cli: the executors layer never imports the cli layer",
+        "harness.loose: in no layer's folder (see LAYERS)",
+        "harness.storage -> methods.m: the storage layer never imports the components layer",
+        "reports.page -> harness.engine.train: the reporter layer never imports the engine layer",
+        "reports.page -> torch: the reporter never imports torch",
     ]
 
 

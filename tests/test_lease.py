@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from harness import lease
-from harness.lease import LEASE_FILE, LeaseHeld, acquire, describe, live_leases, read_owner
+from harness.storage import lease
+from harness.storage.lease import LEASE_FILE, LeaseHeld, acquire, describe, live_leases, read_owner
 
 
 def dead_pid() -> int:
@@ -121,10 +121,10 @@ evaluation: {cost: false}
 
 
 def test_run_cell_skips_a_cell_leased_elsewhere_and_status_shows_it(write_suite, tmp_path, capsys):
-    from harness.dispatch import write_manifest
-    from harness.runner import run_cell
-    from harness.suite import load_suite
-    from slurm.status import print_status
+    from harness.config.suite import load_suite
+    from harness.engine.runner import run_cell
+    from harness.executors.base import write_manifest
+    from harness.executors.slurm.status import print_status
 
     suite = load_suite(write_suite(textwrap.dedent(SUITE)))
     cell = suite.cells()[0]

@@ -210,7 +210,7 @@ evaluation: {cost: false}
 
 def test_suite_submitted_twice_trains_each_cell_once(slurm_env, tmp_path: Path) -> None:
     """The same suite submitted a second time, and run locally too, while the first array runs:
-    the cell leases (harness.lease, taken by the runner inside each task and each local run)
+    the cell leases (harness.storage.lease, taken by the runner inside each task and each local run)
     make every other runner skip the cells one holds, so every cell is trained exactly once.
 
     Deterministic whatever the machine's speed: the first array's tasks are held after their
@@ -220,7 +220,7 @@ def test_suite_submitted_twice_trains_each_cell_once(slurm_env, tmp_path: Path) 
     import json
     import re
 
-    from harness.checkpoint import read_events
+    from harness.storage.checkpoint import read_events
 
     suite = tmp_path / "twice.yaml"
     suite.write_text(TWICE_SUITE)

@@ -16,12 +16,12 @@ import textwrap
 
 import pytest
 
+from harness.config.suite import load_suite
 from harness.contract import Cell
+from harness.contract.record import read_record
 from harness.executors import ExecutorOptions
 from harness.executors.devices import gpu_groups, is_sticky_cuda_error
 from harness.executors.local import LocalWorkersExecutor, _run_cell_json
-from harness.records import read_record
-from harness.suite import load_suite
 
 SUITE = """
 name: gpus
@@ -44,7 +44,7 @@ _broken = [False]  # this worker's CUDA context, as the simulation sees it
 def poisoning_task(cell_json, results_dir, data_root, force, threads, shared):
     """Seed 1's training hits an illegal memory access; afterwards, like a real broken CUDA
     context, every training step in this process fails the same way."""
-    from harness import runner
+    from harness.engine import runner
 
     if Cell.from_json(cell_json).seed == 1 or _broken[0]:
         _broken[0] = True
@@ -107,8 +107,8 @@ def test_two_process_cell_runs_in_a_worker_with_two_gpus(write_suite, tmp_path):
 def test_inprocess_stops_after_a_sticky_cuda_error(write_suite, tmp_path, monkeypatch, capsys):
     """In the executor's own process a broken CUDA context cannot be replaced: the cell is
     recorded failed, no later cell starts, and the CLI says so in one line (exit 2)."""
-    from harness import runner
     from harness.cli import main
+    from harness.engine import runner
 
     real = runner.train_epoch
 

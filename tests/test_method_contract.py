@@ -13,9 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from harness.registries import METHODS
-from harness.suite import Recipe, expand_hparams
-from harness.train import ensemble_loss, make_optimizer, make_scheduler, train_epoch
+from harness.config.suite import expand_hparams
+from harness.contract.config import Recipe
+from harness.engine.train import ensemble_loss, make_optimizer, make_scheduler, train_epoch
+from harness.registry import METHODS
 from methods.base import BatchFeeding, BuildContext, EnsembleModel
 
 IN_SHAPE, K, B = (1, 8, 8), 8, 8  # the digits CNN; K = B so every image has its own label
@@ -265,7 +266,7 @@ def test_train_output_rejects_mismatched_targets() -> None:
 
 def test_torch_uncertainty_methods_support_backbones_by_family() -> None:
     """Supported backbones follow ``BackboneSpec.family``, not a list of names."""
-    from harness.registries import BACKBONES
+    from harness.registry import BACKBONES
 
     # Packed-Ensembles and BatchEnsemble also build the text encoder (methods/tu_text.py).
     text = {"batch_ensemble": ("transformer",), "packed_ensemble": ("transformer",)}
@@ -303,8 +304,8 @@ def test_runner_training_loader_feeds_the_declared_layout(name: str, hp: dict, m
     independent streams, (B, ...) otherwise; and the step trains on them."""
     from harness.contract import Cell, Evaluation
     from harness.data.base import ImageSet
-    from harness.registries import DATASETS
-    from harness.runner import train_loader
+    from harness.engine.cell_setup import train_loader
+    from harness.registry import DATASETS
 
     spec = METHODS.get(name)
     values = expand_hparams(spec, hp)[0]

@@ -6,12 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.registries import METHODS
-from harness.suite import expand_hparams
+from harness.config.suite import expand_hparams
+from harness.registry import METHODS
 from methods.base import BuildContext, repeat_members, to_members
 
 # CIFAR-style nets take any input size; 16×16 keeps the CPU time low.
-BACKBONE_INPUTS = {"digits_cnn": ((1, 8, 8), 8), "resnet18": ((3, 16, 16), 10)}
+BACKBONE_INPUTS = {
+    "digits_cnn": ((1, 8, 8), 8),
+    "fmnist_cnn": ((1, 28, 28), 10),
+    "resnet18": ((3, 16, 16), 10),
+}
 
 
 def allowed(spec, m: int) -> bool:
@@ -162,8 +166,8 @@ def test_same_seed_builds_the_same_model(name: str) -> None:
 
 def test_deep_ensemble_members_get_the_gradient_they_would_get_alone():
     """Summed member losses: a mean would divide every member's learning rate by M."""
-    from harness.suite import Recipe
-    from harness.train import ensemble_loss
+    from harness.contract.config import Recipe
+    from harness.engine.train import ensemble_loss
 
     model, in_shape, k = build("deep_ensemble", "digits_cnn", 2)
     x, y = torch.randn(8, *in_shape), torch.randint(0, k, (8,))
@@ -178,8 +182,8 @@ def test_deep_ensemble_members_get_the_gradient_they_would_get_alone():
 
 
 def test_shared_weight_ensembles_average_member_losses():
-    from harness.suite import Recipe
-    from harness.train import ensemble_loss
+    from harness.contract.config import Recipe
+    from harness.engine.train import ensemble_loss
 
     model, in_shape, k = build("sigma_ens", "digits_cnn", 4)
     x, y = torch.randn(8, *in_shape), torch.randint(0, k, (8,))

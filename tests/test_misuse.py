@@ -211,8 +211,8 @@ def write_weights(tmp_path: Path) -> dict[str, Path]:
     ],
 )
 def test_damaged_pretrained_weights_are_named(suite, tmp_path, capsys, kind, problem):
-    from harness.checkpoint import load_weights
     from harness.contract.errors import DamagedFile
+    from harness.storage.checkpoint import load_weights
 
     path = write_weights(tmp_path)[kind]
     override = f"grid.methods[1].hparams.pretrained={path}"
@@ -281,12 +281,12 @@ def test_a_plugin_that_raises_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(capsys, monkeypatch):
-    import harness.cli
+    import harness.cli.ls
 
     def broken(args):
         raise ZeroDivisionError("a bug somewhere")
 
-    monkeypatch.setattr(harness.cli, "cmd_ls", broken)
+    monkeypatch.setattr(harness.cli.ls, "cmd_ls", broken)
     monkeypatch.delenv("HARNESS_DEBUG", raising=False)
     assert main(["ls"]) == 1
     one_clear_line(
@@ -298,7 +298,7 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(capsys, m
     with pytest.raises(ZeroDivisionError, match="a bug somewhere"):
         main(["ls"])
     monkeypatch.setattr(
-        harness.cli, "cmd_ls", lambda args: (_ for _ in ()).throw(KeyboardInterrupt)
+        harness.cli.ls, "cmd_ls", lambda args: (_ for _ in ()).throw(KeyboardInterrupt)
     )
     assert main(["ls"]) == 130  # Ctrl-C keeps its own status and message
 

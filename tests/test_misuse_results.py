@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.checkpoint import read_events
 from harness.cli import main
 from harness.contract import DamagedRecord, iter_records, read_record
+from harness.storage.checkpoint import read_events
 
 SUITE = """
 name: tiny

@@ -11,10 +11,10 @@ import socket
 import pytest
 
 from harness.cli import main
+from harness.config.includes import SuiteError
+from harness.config.overrides import CellFilter, parse_assignment, split_conditions
+from harness.config.suite import load_suite
 from harness.contract import SPEED_ONLY_RECIPE, Cell, Evaluation, Recipe, read_manifest
-from harness.overrides import CellFilter, parse_assignment, split_conditions
-from harness.suite import load_suite
-from harness.suite_io import SuiteError
 from tests.record_factory import make_record, write_records
 
 SUITE = """

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from harness.registries import METHODS
+from harness.registry import METHODS
 from methods.base import BuildContext, count_parameters
 from methods.packed_ensemble import _ctx_key, reference_count
 
@@ -82,8 +82,8 @@ def test_check_rejects_inconsistent_sizing(hp: dict, message: str) -> None:
 
 @pytest.mark.parametrize("suite", ["suites/m_scaling.yaml", "suites/claims/m_scaling.yaml"])
 def test_m_scaling_suites_compare_packed_at_default_alpha_and_at_equal_parameters(suite: str):
-    from harness.registries import DATASETS
-    from harness.suite import load_suite
+    from harness.config.suite import load_suite
+    from harness.registry import DATASETS
 
     cells = [c for c in load_suite(suite).cells() if c.seed == 0]
     sigma_ms = {c.M for c in cells if c.method == "sigma_ens"}
@@ -103,7 +103,8 @@ def test_m_scaling_suites_compare_packed_at_default_alpha_and_at_equal_parameter
 
 
 def test_validate_rejects_auto_alpha_without_a_reference(tmp_path) -> None:
-    from harness.suite import SuiteError, load_suite
+    from harness.config.includes import SuiteError
+    from harness.config.suite import load_suite
 
     suite = tmp_path / "bad.yaml"
     suite.write_text(
@@ -118,7 +119,7 @@ def test_loss_reduction_sum_gives_each_member_its_full_gradient():
     """Packed's members share no weight: with ``loss_reduction: sum`` every parameter's gradient
     is exactly M times the torch-uncertainty ``mean`` one (each member trains as if alone)."""
     from harness.contract import Recipe
-    from harness.train import ensemble_loss
+    from harness.engine.train import ensemble_loss
 
     spec = METHODS.get("packed_ensemble")
     ctx = BuildContext("digits_cnn", (1, 8, 8), 8, 4, {}, None, seed=0)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.registry import PLUGINS_ENV, RegistryError, load_plugins
+from harness.registry.core import PLUGINS_ENV, RegistryError, load_plugins
 from tests.conftest import REPO
 
 PLUGIN_MODULE = """
@@ -140,7 +140,7 @@ def test_load_plugins_sets_the_environment_and_names_a_bad_module(monkeypatch, t
     # setenv (not delenv) so that teardown removes what load_plugins writes: a leaked
     # $HARNESS_PLUGINS would make every later subprocess import a module it cannot find.
     monkeypatch.setenv(PLUGINS_ENV, "")
-    monkeypatch.setattr("harness.registry._imported_plugins", set())
+    monkeypatch.setattr("harness.registry.core._imported_plugins", set())
     (tmp_path / "empty_plugin.py").write_text("LOADED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     load_plugins(["empty_plugin"])
@@ -152,8 +152,8 @@ def test_load_plugins_sets_the_environment_and_names_a_bad_module(monkeypatch, t
 
 
 def test_slurm_profile_exports_the_plugins(monkeypatch):
-    from harness.executors.slurm import with_plugins
-    from slurm.profile import load_profile
+    from harness.executors.slurm.executor import with_plugins
+    from harness.executors.slurm.profile import load_profile
 
     monkeypatch.setenv(PLUGINS_ENV, "a_mod,b mod")
     profile = with_plugins(load_profile(None, []))

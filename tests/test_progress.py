@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from harness import progress
-from harness.progress import (
+from harness.storage import progress
+from harness.storage.progress import (
     COLUMNS,
     ProgressLog,
     epoch_images,
@@ -213,9 +213,9 @@ def test_csv_grows_and_status_shows_the_epoch_while_a_cell_trains(tmp_path, exec
 def test_status_of_a_slurm_task_cell_shows_job_gpu_epoch_and_eta(tmp_path, monkeypatch, capsys):
     """A cell trained by a Slurm array task on another node: its lease names the job, its
     progress files the executor, the GPU and the epoch."""
-    from harness.dispatch import write_manifest
-    from harness.suite import load_suite
-    from slurm.status import cell_states, print_status
+    from harness.config.suite import load_suite
+    from harness.executors.base import write_manifest
+    from harness.executors.slurm.status import cell_states, print_status
 
     path = tmp_path / "slow.yaml"
     path.write_text(textwrap.dedent(SLOW).format(epochs=20))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.registries import BACKBONES, DATASETS, METHODS
-from harness.registry import DuplicateNameError, Registry, RegistryError, UnknownNameError
+from harness.registry import BACKBONES, DATASETS, METHODS
+from harness.registry.core import DuplicateNameError, Registry, RegistryError, UnknownNameError
 from tests.conftest import REPO
 
 
@@ -133,7 +133,8 @@ def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 def test_registry_scans_its_packages_and_added_ones(tmp_path, monkeypatch):
     (tmp_path / "widget_registry.py").write_text(
-        "from harness.registry import Registry\nWIDGETS = Registry('widget', packages=('w_pkg',))"
+        "from harness.registry.core import Registry\n"
+        "WIDGETS = Registry('widget', packages=('w_pkg',))"
     )
     pkg = tmp_path / "w_pkg"
     pkg.mkdir()
@@ -173,7 +174,7 @@ def test_new_method_module_shows_in_ls_all_and_contract_tests(plugin_package):
 
 
 def test_all_expands_in_process(plugin_package):
-    from harness.suite import load_suite
+    from harness.config.suite import load_suite
 
     METHODS.add_package("toy_methods_pkg")
     try:

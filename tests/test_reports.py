@@ -11,12 +11,8 @@ import pandas as pd
 import pytest
 from record_factory import DELETE, make_record, write_records
 
-from harness.records import validate_record
+from harness.contract.record import validate_record
 from reports.aggregate import (
-    DIRECTIONS,
-    aggregate,
-    direction,
-    format_cell,
     format_hparams,
     from_records,
     load_frame,
@@ -24,9 +20,11 @@ from reports.aggregate import (
     missing_cells,
     records_to_frame,
 )
+from reports.columns import DIRECTIONS, direction, format_cell
 from reports.figures import FIGURES, pareto_front, render_figures
 from reports.leaderboard import render_html, render_markdown, write_report
 from reports.paired_view import paired_stats
+from reports.summary import aggregate
 from reports.terminal import format_results, format_table
 
 HOSTILE = "<script>alert(1)</script>"

@@ -14,11 +14,13 @@ import time
 import pytest
 import torch
 
+from harness.config.suite import load_suite
 from harness.contract import CONVENTIONS
-from harness.dispatch import pending, run_inprocess, write_manifest
-from harness.records import RecordError, read_record, validate_record, write_record
-from harness.runner import run_cell
-from harness.suite import load_suite
+from harness.contract.record import RecordError, read_record, validate_record
+from harness.engine.runner import run_cell
+from harness.executors.base import pending, write_manifest
+from harness.executors.local import run_inprocess
+from harness.storage.records import write_record
 
 TINY = """
 name: tiny
@@ -91,7 +93,7 @@ def test_finished_cells_are_skipped_and_force_redoes(tiny, tmp_path):
 
 
 def test_resume_from_checkpoint_continues_training(tiny, tmp_path, monkeypatch):
-    from harness import runner
+    from harness.engine import runner
 
     cell = tiny.cells()[0]
     reference = run_cell(cell, tmp_path / "uninterrupted", progress=False)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import runner
-from harness.checkpoint import TRUST_ENV, UnsafeWeightsError, load_weights, save_atomic
-from harness.records import read_record, validate_record
-from harness.runner import run_cell
-from harness.suite import load_suite
+from harness.config.suite import load_suite
+from harness.contract.record import read_record, validate_record
+from harness.engine import runner
+from harness.engine.runner import run_cell
+from harness.storage.checkpoint import TRUST_ENV, UnsafeWeightsError, load_weights, save_atomic
 
 SUITE = """
 name: sec

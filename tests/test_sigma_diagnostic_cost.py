@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 import methods.sigma_ens as sigma_ens
-from harness.registries import METHODS
-from harness.suite import expand_hparams
+from harness.config.suite import expand_hparams
+from harness.registry import METHODS
 from methods.base import BuildContext
 
 

@@ -9,10 +9,10 @@ import textwrap
 import pytest
 import torch
 
-from harness.records import read_record
-from harness.registries import METHODS
-from harness.runner import build_model, load_backbone_state, load_data, run_cell
-from harness.suite import expand_hparams, load_suite
+from harness.config.suite import expand_hparams, load_suite
+from harness.contract.record import read_record
+from harness.engine.runner import build_model, load_backbone_state, load_data, run_cell
+from harness.registry import METHODS
 from methods.base import BuildContext
 
 SUITE = """
@@ -73,7 +73,7 @@ def test_conversion_of_trained_digits_model_reproduces_its_predictions(cells, tm
 def test_pretrain_then_convert_in_one_cell(cells, tmp_path, write_suite):
     """The converting cell pre-trains by running the suite's `single` cell (base recipe, not the
     fine-tuning delta), then fine-tunes with its own recipe."""
-    from harness.dispatch import write_manifest
+    from harness.executors.base import write_manifest
 
     write_manifest(load_suite(write_suite(textwrap.dedent(SUITE))), tmp_path)
     cell, single = cells[1], cells[0]
@@ -91,7 +91,7 @@ def test_pretrain_then_convert_in_one_cell(cells, tmp_path, write_suite):
 def test_pretrained_model_is_the_suites_single_model_trained_once(cells, tmp_path, write_suite):
     """Byte-identical state dicts, and one training of the single cell for the whole suite."""
     from harness.cli import main
-    from harness.runner import pretrained_state
+    from harness.engine.runner import pretrained_state
 
     path = write_suite(textwrap.dedent(SUITE))
     args = ["run", str(path), "--executor", "inprocess", "--results", str(tmp_path), "-q"]
@@ -111,7 +111,7 @@ def test_pretrained_model_is_the_suites_single_model_trained_once(cells, tmp_pat
 
 
 def test_pretrain_without_a_single_cell_in_the_suite_says_what_to_add(tmp_path, write_suite):
-    from harness.dispatch import write_manifest
+    from harness.executors.base import write_manifest
 
     suite = load_suite(write_suite(textwrap.dedent(SUITE).replace("    - single\n", "")))
     write_manifest(suite, tmp_path)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.registries import METHODS
+from harness.registry import METHODS
 from methods.base import BuildContext
 from methods.film_ensemble import FiLMEnsemble
 from methods.norm_ensemble import NormEnsemble

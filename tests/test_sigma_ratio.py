@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.registries import METHODS
-from harness.suite import load_suite
-from harness.train import ensemble_loss, make_optimizer
+from harness.config.suite import load_suite
+from harness.engine.train import ensemble_loss, make_optimizer
+from harness.registry import METHODS
 from methods.base import BuildContext
 from tests.sigma_helpers import _single_thread  # noqa: F401  (autouse fixture)
 

@@ -403,7 +403,7 @@ def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
 
 def test_sacct_array_lines_expand_to_tasks():
     """sacct lists an array's tasks that never started on one line (no cluster needed)."""
-    from slurm.status import expand_job_id
+    from harness.executors.slurm.status import expand_job_id
 
     assert expand_job_id("14_[1-2%1]") == ["14_1", "14_2"]
     assert expand_job_id("7_[0,3-5,9]") == ["7_0", "7_3", "7_4", "7_5", "7_9"]

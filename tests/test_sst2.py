@@ -25,7 +25,7 @@ import torch
 from harness.data.base import DatasetSpec, LazySplit, LoaderOptions
 from harness.data.sst2 import read_glue_tsv, read_imdb, read_newsgroups, register_text_datasets
 from harness.data.text import SEQ_LEN, TextSplit, WordTokenizer, make_tokenizer
-from harness.registries import DATASETS, METHODS
+from harness.registry import DATASETS, METHODS
 from methods.base import BuildContext
 from tests.fabricate_text import NEG, POS, write_ood, write_sst2
 
@@ -221,7 +221,7 @@ def test_methods_train_on_token_ids(method: str) -> None:
 
 
 def test_padding_does_not_change_the_prediction() -> None:
-    from harness.backbones_text import TextTransformer
+    from harness.backbones.text import TextTransformer
 
     torch.manual_seed(0)
     net = TextTransformer(8, 2, vocab_size=20, dim=16, depth=2, heads=2).eval()

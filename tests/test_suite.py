@@ -5,7 +5,8 @@ import textwrap
 
 import pytest
 
-from harness.suite import SuiteError, load_suite
+from harness.config.includes import SuiteError
+from harness.config.suite import load_suite
 
 BASE = """
 name: t
@@ -39,7 +40,7 @@ def test_grid_expansion_counts_and_defaults(write_suite):
     assert {c.M for c in singles} == {1}
     sig = [c for c in cells if c.method == "sigma_ens"]
     assert {(c.hparams["tau"], c.M) for c in sig} == {(0.1, 2), (0.1, 4), (1.0, 2), (1.0, 4)}
-    from harness.registries import method_defaults
+    from harness.registry import method_defaults
 
     default = method_defaults("sigma_ens")["gamma_init_std"]  # unset keys take the defaults
     assert all(c.hparams["lam"] == 0.01 and c.hparams["gamma_init_std"] == default for c in sig)
@@ -53,7 +54,7 @@ def test_cell_id_is_stable_and_content_addressed(write_suite):
     assert len({c.cell_id for c in a}) == len(a)
     assert all(re.fullmatch(r"[0-9a-f]{16}", c.cell_id) for c in a)
     # writing a default explicitly gives the same cell; changing the recipe gives another
-    from harness.registries import method_defaults
+    from harness.registry import method_defaults
 
     default = method_defaults("sigma_ens")["gamma_init_std"]
     explicit = BASE.replace("lam: 0.01}", f"lam: 0.01, gamma_init_std: {default!r}}}")
@@ -67,7 +68,7 @@ def test_cell_id_is_stable_and_content_addressed(write_suite):
 
 
 def test_cell_json_round_trip(write_suite):
-    from harness.suite import Cell
+    from harness.contract.config import Cell
 
     for cell in load_suite(write_suite(BASE)).cells():
         again = Cell.from_json(cell.to_json())
@@ -214,7 +215,7 @@ def test_method_recipe_delta_applies_to_that_method_only(write_suite):
 
 
 def test_all_methods_expand_to_every_registered_method_that_fits_the_grid(write_suite):
-    from harness.registries import METHODS
+    from harness.registry import METHODS
 
     text = BASE.replace(
         """  methods:

@@ -12,7 +12,8 @@ and the loader's copies show too, with a ``TorchDispatchMode``:
 * copies from the CPU to a device that is not the CPU, unless ``non_blocking`` from pinned
   memory.
 
-The "not the CPU" device is ``meta``: the whole training loop (:func:`harness.train.train_epoch`
+The "not the CPU" device is ``meta``: the whole training loop
+(:func:`harness.engine.train.train_epoch`
 with the device loader) runs on it, shapes only. A ``TorchFunctionMode`` stands in for what a
 CPU-only machine cannot do: ``pin_memory()`` (a copy marked pinned) and the host reads of meta
 tensors (counted, answered with placeholder values so the loop goes on). Budget: one read per
@@ -27,11 +28,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.cost import synthetic_images
+from harness.config.suite import expand_hparams
+from harness.contract.config import Recipe
 from harness.data.loader import DeviceLoader
-from harness.registries import METHODS
-from harness.suite import Recipe, expand_hparams
-from harness.train import make_optimizer, make_scheduler, train_epoch
+from harness.engine.cost import synthetic_images
+from harness.engine.train import make_optimizer, make_scheduler, train_epoch
+from harness.registry import METHODS
 from methods.base import BuildContext
 
 aten = torch.ops.aten

@@ -15,12 +15,12 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
-from harness import weights as W
-from harness.checkpoint import TRUST_ENV, UnsafeWeightsError
+from harness.backbones import weights as W
 from harness.cli import main
-from harness.registries import DATASETS
-from harness.runner import build_model, pretrained_state
-from harness.suite import load_suite
+from harness.config.suite import load_suite
+from harness.engine.runner import build_model, pretrained_state
+from harness.registry import DATASETS
+from harness.storage.checkpoint import TRUST_ENV, UnsafeWeightsError
 
 TV_NAME = "ResNet18_Weights.IMAGENET1K_V1"
 TV_FILE = "resnet18-f37072fd.pth"  # the basename of that enum's published URL

@@ -2,7 +2,7 @@
 
 A :class:`Cell` is one resolved configuration — the unit of training, scheduling and result
 records — identified by a hash of its training-relevant content (:attr:`Cell.cell_id`). The YAML
-parser (``harness.suite``) produces these types; the engine, the executors and the reporter
+parser (``harness.config.suite``) produces these types; the engine, the executors and the reporter
 consume them. Standard library only: reading a cell back from JSON never imports torch.
 """
 

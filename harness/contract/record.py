@@ -7,7 +7,7 @@ needs the methods' code to name a configuration and a later change of a default 
 old results. Schema-1 records still read: their shown hyper-parameters are all of them.
 
 Standard library only (the reporter imports this module without torch). Atomic writing lives with
-the engine in ``harness.records``.
+the engine in ``harness.storage.records``.
 """
 
 from __future__ import annotations

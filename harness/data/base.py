@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.registries import DATASETS
+from harness.registry import DATASETS
 
 DATA_ROOT_ENV = "HARNESS_DATA_ROOT"
 

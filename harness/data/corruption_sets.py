@@ -214,7 +214,7 @@ def corruption_set(dataset: str) -> CorruptionSet:
     Generated sets: the benchmark and extra corruptions whose transform works at the dataset's
     image shape (:func:`why_not_applicable`).
     """
-    from harness.registries import DATASETS
+    from harness.registry import DATASETS
 
     spec = DATASETS.get(dataset)
     if spec.corruption_source:
@@ -329,7 +329,7 @@ def corruption_listing() -> list[tuple[str, str]]:
     """``(name, description)`` of every corruption set an in-distribution dataset evaluates on,
     for ``harness ls``: the published CIFAR-10-C / CIFAR-100-C (their folder and download
     command) and each dataset whose corrupted copies are generated here (listed by its name)."""
-    from harness.registries import DATASETS
+    from harness.registry import DATASETS
 
     users: dict[str, list[str]] = {}
     for name, spec in DATASETS.items():

@@ -315,7 +315,7 @@ def corrupted_split(
         ValueError: unknown corruption/severity, a corruption that does not apply to the images,
             or published files whose labels do not match ``test``.
     """
-    from harness.registries import DATASETS
+    from harness.registry import DATASETS
 
     source = DATASETS.get(dataset_name).corruption_source
     if source is None:

@@ -35,32 +35,28 @@ __all__ = [
 EXECUTORS: dict[str, str] = {
     "inprocess": "harness.executors.local:InProcessExecutor",
     "local": "harness.executors.local:LocalWorkersExecutor",
-    "slurm": "harness.executors.slurm:SlurmExecutor",
+    "slurm": "harness.executors.slurm.executor:SlurmExecutor",
 }
 
 
 def resolve_name(
     name: str,
     n_cells: int,
-    has_gpu: Callable[[], bool] | None = None,
     gpu_count: Callable[[], int] | None = None,
 ) -> str:
     """``auto`` → ``inprocess`` for at most one cell or on a one-GPU machine, else ``local``
     (one worker per core on CPU, one per GPU on a machine with several).
 
-    ``gpu_count`` (or the older ``has_gpu``, one GPU when true) replaces device discovery.
+    ``gpu_count`` replaces device discovery.
 
     Raises:
         ValueError: an unknown executor name, listing the valid ones.
     """
     if name == "auto":
         if gpu_count is None:
-            if has_gpu is not None:
-                gpu_count = lambda: int(has_gpu())  # noqa: E731
-            else:
-                from harness.executors.devices import visible_gpus
+            from harness.engine.environment import visible_gpus
 
-                gpu_count = lambda: len(visible_gpus())  # noqa: E731
+            gpu_count = lambda: len(visible_gpus())  # noqa: E731
         return "inprocess" if n_cells <= 1 or gpu_count() == 1 else "local"
     if name not in EXECUTORS:
         raise ValueError(f"unknown executor {name!r}; valid: auto, {', '.join(EXECUTORS)}")

@@ -1,7 +1,8 @@
 """The executor protocol, its options, and what every executor shares (manifest, pending cells).
 
 An executor takes a suite's pending cells and makes each of them leave a record in the results
-folder, by calling :func:`harness.runner.run_cell` somewhere: in this process, in local worker
+folder, by calling :func:`harness.engine.runner.run_cell` somewhere: in this process, in local
+worker
 processes, or in Slurm array tasks. It never prints the leaderboard and never imports the CLI:
 the CLI picks one by name (:data:`harness.executors.EXECUTORS`), runs it, and prints the summary.
 """
@@ -16,7 +17,7 @@ from typing import Protocol
 
 from harness.contract import SUITE_FILE, Cell, DamagedRecord, build_manifest, read_record, set_aside
 from harness.contract.manifest import read_manifest_file
-from harness.records import atomic_write_text
+from harness.storage.records import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def write_manifest(suite, results_dir: Path, only: tuple[str, ...] = ()) -> None
 def pending(cells: list[Cell], results_dir: Path, force: bool = False) -> list[Cell]:
     """Cells without a finished record (all of them with ``force``). A damaged record is named
     in one line on stderr and its cell is pending: the run that takes the cell sets the file
-    aside first (:func:`harness.records.record_or_set_aside`)."""
+    aside first (:func:`harness.storage.records.record_or_set_aside`)."""
     if force:
         return list(cells)
     out = []

@@ -18,21 +18,6 @@ class ExecutorError(ValueError):
     """Bad executor options (e.g. ``--gpus`` naming a GPU that is not visible)."""
 
 
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries.
-
-    The entries of ``CUDA_VISIBLE_DEVICES`` when it is set (indices or UUIDs, kept as written so
-    a worker's value names the same physical GPU), else ``0 .. n-1`` from torch's device count.
-    """
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
-    import torch
-
-    # device_count() does not create a CUDA context in this process; workers are spawned anyway.
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
 def parse_gpus(text: str | None) -> tuple[str, ...] | None:
     """``--gpus 0,2`` → ``("0", "2")``; None stays None (every visible GPU)."""
     if text is None:
@@ -70,7 +55,7 @@ def bind_worker(device: str | None, concurrent: int = 1) -> None:
     initialises CUDA, then install the Ctrl-C handler. None: leave the environment (CPU).
     ``concurrent``: cells running at once on this node, so that file loaders share the cores
     (``$HARNESS_CONCURRENT_CELLS``, read by ``harness.data.file_loader.default_workers``)."""
-    from harness.interrupt import install_worker_handler
+    from harness.executors.interrupt import install_worker_handler
 
     install_worker_handler()
     os.environ["HARNESS_CONCURRENT_CELLS"] = str(concurrent)
@@ -81,7 +66,7 @@ def bind_worker(device: str | None, concurrent: int = 1) -> None:
 def gpu_groups(gpus: Sequence[str], n: int) -> list[str]:
     """Disjoint groups of ``n`` GPUs as ``CUDA_VISIBLE_DEVICES`` values, for cells of ``n``
     processes (one GPU per rank). Fewer than ``n`` GPUs: one group of all of them, so the cell
-    fails with :func:`harness.distributed_launch.rank_devices`' message, in a record."""
+    fails with :func:`harness.engine.distributed_launch.rank_devices`' message, in a record."""
     groups = [",".join(gpus[i : i + n]) for i in range(0, len(gpus) - n + 1, n)]
     return groups or [",".join(gpus)]
 

@@ -1,6 +1,6 @@
 """Executors on this machine: one cell after another in this process, or worker processes.
 
-Both run :func:`harness.runner.run_cell`, so a grid gives the same records wherever it runs.
+Both run :func:`harness.engine.runner.run_cell`, so a grid gives the same records wherever it runs.
 On a machine with GPUs, each worker is bound to one GPU (it sees only that one, as ``cuda:0``),
 a worker of a ``processes: N`` cell to N GPUs (its ranks take one each);
 one worker per GPU by default, ``cells_per_gpu`` for more; cells go to whichever worker is free.
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract import Cell
+from harness.engine.environment import visible_gpus
 from harness.executors.base import ExecutorOptions
 from harness.executors.devices import (
     BrokenContextError,
@@ -28,7 +29,6 @@ from harness.executors.devices import (
     choose_gpus,
     gpu_groups,
     is_sticky_cuda_error,
-    visible_gpus,
     worker_slots,
 )
 
@@ -43,7 +43,7 @@ def run_inprocess(
     """Run cells one after another in this process, with a progress bar over cells."""
     from tqdm.auto import tqdm
 
-    from harness.runner import run_cell
+    from harness.engine.runner import run_cell
 
     records = []
     bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
@@ -72,8 +72,8 @@ def _run_cell_json(
 ) -> dict[str, Any]:
     import torch
 
-    from harness.interrupt import check_not_stopping
-    from harness.runner import run_cell
+    from harness.engine.runner import run_cell
+    from harness.executors.interrupt import check_not_stopping
 
     check_not_stopping()  # after Ctrl-C no new cell starts, even one already queued to us
     torch.set_num_threads(threads)  # workers share the cores: no oversubscription
@@ -153,7 +153,7 @@ def _run_on_slots(
     worker be replaced: after a cell whose failure is a sticky CUDA error (the process's CUDA
     context is broken, every later cell in it would fail too), that slot's worker is shut down
     and a fresh one started on the same devices; the other workers go on."""
-    from harness.interrupt import stop_pool
+    from harness.executors.interrupt import stop_pool
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
 

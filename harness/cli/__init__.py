@@ -1,0 +1,72 @@
+"""The ``harness`` command line: one module per command (``ls``, ``validate``, ``run``,
+``status``/``cancel``, ``evaluate``, ``report``, ``bench``, ``data``), the parser in
+:mod:`harness.cli.parser`, and here :func:`main`: parse, load ``--plugin`` modules, run the
+command, and turn every error a user can fix into one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+from harness.cli.checks import debug_wanted, unexpected_error, weights_errors
+from harness.cli.parser import build_parser
+from harness.config.includes import SuiteError
+
+
+def run_command(args) -> int:
+    """Import the command's module (``args.fn`` = ``"module:function"``) and run it."""
+    module, _, name = args.fn.partition(":")
+    return int(getattr(importlib.import_module(module), name)(args) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.contract.errors import DamagedFile
+    from harness.executors.devices import ExecutorError
+    from harness.registry.core import RegistryError, load_plugins
+
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # KEY=VALUE after an option (`run s.yaml --force recipe.epochs=1`) lands in `extra`:
+    # overrides wherever they stand on the line.
+    if hasattr(args, "overrides"):
+        args.overrides += [e for e in extra if "=" in e and not e.startswith("-")]
+        extra = [e for e in extra if e not in args.overrides]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
+    )
+    try:
+        if getattr(args, "plugin", None):
+            load_plugins(args.plugin)
+        return run_command(args)
+    except SuiteError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    except (RegistryError, FileNotFoundError, ExecutorError, DamagedFile) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        return 0
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: finished cells are kept; re-run the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    except OSError as exc:  # the file system refused: one line naming the path
+        if debug_wanted(args):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug or an input no layer names yet: one line, not a traceback
+        if isinstance(exc, weights_errors()):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if debug_wanted(args):
+            raise
+        return unexpected_error(exc)

@@ -1,0 +1,307 @@
+"""``harness bench``: training and evaluation throughput and peak memory, side by side.
+
+All methods run in one process on synthetic data of the backbone's input shape: the plain
+backbone at batch B and at M·B (the bound for any shared-backbone ensemble: its images/s ÷ M,
+since each input image costs M backbone passes), σN-Ens, FiLM-Ensemble, the deep ensemble
+(torch-uncertainty's loop, and CUDA streams), BatchEnsemble, Packed-Ensembles and MC Dropout.
+Throughput counts input images seen by the ensemble per second, after warm-up, with device
+synchronisation; on GPU with bf16 autocast and channels_last. Results are printed with their
+ratio to the bound and written as JSON with provenance.
+
+``--loop synthetic`` (the default) times a bare training step on one fixed batch;
+``--loop real`` also times every row through the real training loop (``train_epoch``, the
+recipe's optimizer and schedule, the device loader with augmentation; see
+:func:`harness.engine.cost.real_loop_throughput`) and adds the ratio real/synthetic as a column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.config.suite import expand_hparams
+from harness.contract import Recipe
+from harness.contract.build import parse_name_values
+from harness.engine.cost import real_loop_throughput, throughput
+from harness.engine.environment import environment
+from harness.engine.runner import pick_device
+from harness.engine.train import SYNC_EVERY
+from harness.registry import METHODS
+from harness.storage.safe_files import atomic_write
+from methods.base import BuildContext
+
+LOOPS = ("synthetic", "real")
+
+DEFAULT_METHODS = [
+    ("sigma_ens", {}),
+    ("film_ensemble", {}),
+    ("deep_ensemble", {"parallel": "loop"}),
+    ("deep_ensemble", {"parallel": "streams"}),
+    ("batch_ensemble", {}),
+    ("packed_ensemble", {"alpha": 2, "gamma": 2}),
+    ("mc_dropout", {"dropout_rate": 0.1}),
+]
+
+
+def bench_one(
+    name: str,
+    hp: dict[str, Any],
+    m: int,
+    batch: int,
+    in_shape: tuple[int, ...],
+    classes: int,
+    backbone: str,
+    device: torch.device,
+    recipe: Recipe,
+    steps: int,
+    warmup: int,
+    compile_model: bool,
+    loop: str = "synthetic",
+) -> dict[str, Any]:
+    """Build one method on the backbone and measure it (see :func:`run_bench`)."""
+    spec = METHODS.get(name)
+    params = expand_hparams(spec, hp)[0]
+    torch.manual_seed(0)
+    model = spec.build(BuildContext(backbone, in_shape, classes, m), spec.hparams(**params))
+    model.to(device)
+    if recipe.channels_last and device.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    if compile_model:
+        model.compile()
+    x = torch.randn(batch, *in_shape, device=device)
+    if recipe.channels_last and device.type == "cuda":
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, classes, (batch,), device=device)
+    out = throughput(model, x, y, recipe, device, steps=steps, warmup=warmup)
+    if loop == "real":
+        out.update(
+            real_loop_throughput(
+                model,
+                recipe,
+                device,
+                batch,
+                in_shape,
+                classes,
+                steps=steps,
+                warmup=warmup,
+                streams=spec.feeding_for(params).streams(m),  # the runner's loader does the same
+            )
+        )
+        out["real_ratio_to_synthetic"] = out["real_train_images_per_s"] / out["train_images_per_s"]
+    out["params"] = sum(p.numel() for p in model.parameters())
+    del model, x, y
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def run_bench(
+    backbone: str,
+    m: int,
+    batch: int,
+    image_size: int,
+    classes: int,
+    steps: int,
+    warmup: int,
+    compile_model: bool,
+    methods: list[tuple[str, dict]],
+    device: torch.device,
+    loop: str = "synthetic",
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Every row of the table: the plain backbone at B and at M·B (the bound ÷ M), then each
+    method at M members and batch B.
+
+    Args:
+        loop: ``"synthetic"`` times the bare step only; ``"real"`` also times the real training
+            loop and adds ``real_train_images_per_s`` and ``real_ratio_to_synthetic``.
+        on_row: called with the result so far (``complete`` False) after every measured row,
+            so that a run killed at its time limit keeps what it measured.
+    """
+    if loop not in LOOPS:
+        raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
+    in_ch = 1 if backbone == "digits_cnn" else 3
+    in_shape = (in_ch, image_size, image_size)
+    # compile: the training step too (harness.engine.train.step_loss), not only forward
+    recipe = Recipe(amp=True, channels_last=True, compile=compile_model)
+    common = dict(
+        in_shape=in_shape,
+        classes=classes,
+        backbone=backbone,
+        device=device,
+        recipe=recipe,
+        steps=steps,
+        warmup=warmup,
+        compile_model=compile_model,
+        loop=loop,
+    )
+    rows: list[dict[str, Any]] = []
+    result = {
+        "provenance": {
+            **environment(device),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "bf16_autocast": device.type == "cuda",
+            "channels_last": device.type == "cuda",
+            "compile": compile_model,
+        },
+        "config": {
+            "backbone": backbone,
+            "M": m,
+            "batch": batch,
+            "image_size": image_size,
+            "classes": classes,
+            "steps": steps,
+            "warmup": warmup,
+            "loop": loop,
+            "sync_every": SYNC_EVERY,  # host reads of the real loop: one per this many steps
+        },
+        "rows": rows,
+        "complete": False,
+    }
+
+    def add(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if on_row is not None:
+            on_row(result)
+
+    plain_b = bench_one("single", {}, 1, batch, **common)
+    add(
+        {
+            "label": f"plain backbone, batch {batch}",
+            "method": "single",
+            "M": 1,
+            "batch": batch,
+            **plain_b,
+        }
+    )
+    plain_mb = bench_one("single", {}, 1, m * batch, **common)
+    bound = {
+        "train_images_per_s": plain_mb["train_images_per_s"] / m,
+        "eval_images_per_s": plain_mb["eval_images_per_s"] / m,
+        "peak_train_mem_mib": plain_mb["peak_train_mem_mib"],
+    }
+    add(
+        {
+            "label": f"plain backbone, batch {m * batch} (= M·B): bound ÷ M",
+            "method": "single",
+            "M": 1,
+            "batch": m * batch,
+            **plain_mb,
+            "bound_train_images_per_s": bound["train_images_per_s"],
+            "bound_eval_images_per_s": bound["eval_images_per_s"],
+        }
+    )
+    for name, hp in methods:
+        try:
+            res = bench_one(name, hp, m, batch, **common)
+        except Exception as exc:  # one method failing must not lose the other rows
+            add(
+                {
+                    "label": name,
+                    "method": name,
+                    "hparams": hp,
+                    "M": m,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
+            continue
+        label = name + (f" ({', '.join(f'{k}={v}' for k, v in hp.items())})" if hp else "")
+        row = {"label": label, "method": name, "hparams": hp, "M": m, "batch": batch, **res}
+        row["train_ratio_to_bound"] = res["train_images_per_s"] / bound["train_images_per_s"]
+        row["eval_ratio_to_bound"] = res["eval_images_per_s"] / bound["eval_images_per_s"]
+        if res["peak_train_mem_mib"] and bound["peak_train_mem_mib"]:
+            row["train_mem_ratio_to_bound"] = (
+                res["peak_train_mem_mib"] / bound["peak_train_mem_mib"]
+            )
+        add(row)
+    result["complete"] = True
+    return result
+
+
+# The table's columns: (header, row key, format); the real-loop ones only with ``--loop real``.
+COLUMNS = [
+    ("train img/s", "train_images_per_s", "rate"),
+    ("eval img/s", "eval_images_per_s", "rate"),
+    ("train MiB", "peak_train_mem_mib", "{:,.0f}"),
+    ("train/bound", "train_ratio_to_bound", "{:.3f}"),
+    ("eval/bound", "eval_ratio_to_bound", "{:.3f}"),
+    ("mem/bound", "train_mem_ratio_to_bound", "{:.3f}"),
+]
+REAL_COLUMNS = [
+    ("real img/s", "real_train_images_per_s", "rate"),
+    ("real MiB", "real_peak_train_mem_mib", "{:,.0f}"),
+    ("real/synth", "real_ratio_to_synthetic", "{:.3f}"),
+]
+
+
+def columns(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The columns of ``result``'s table (the real-loop ones when it was measured)."""
+    return COLUMNS + (REAL_COLUMNS if result["config"].get("loop") == "real" else [])
+
+
+def cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    """One formatted value; ``-`` where it does not apply (memory on a CPU, ratios of the
+    bound's own rows). ``fmt="rate"``: whole numbers, but two significant digits below 10 (tiny
+    CPU checks) so that no rate prints as 0."""
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if fmt == "rate":
+        return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+    return fmt.format(value)
+
+
+def format_rows(result: dict[str, Any]) -> str:
+    """The printed table: one line per row, the columns of :func:`columns`."""
+    cols = columns(result)
+    width = [max(len(h), 10) for h, _, _ in cols]
+    lines = [f"{'':52s} " + " ".join(f"{h:>{w}s}" for (h, _, _), w in zip(cols, width))]
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"{r['label']:52s} failed: {r['error']}")
+            continue
+        values = [f"{cell(r, k, f):>{w}s}" for (_, k, f), w in zip(cols, width)]
+        lines.append(f"{r['label'][:52]:52s} " + " ".join(values))
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    device = pick_device(args.device)
+    methods = (
+        [parse_name_values(t, "method") for t in args.methods] if args.methods else DEFAULT_METHODS
+    )
+    out = Path(args.output)
+
+    def write(partial: dict[str, Any]) -> None:  # after every row: a kill keeps the measured
+        atomic_write(out, lambda f: f.write(json.dumps(partial, indent=1) + "\n"))
+
+    result = run_bench(
+        args.backbone,
+        args.M,
+        args.batch,
+        args.image_size,
+        args.classes,
+        args.steps,
+        args.warmup,
+        args.compile,
+        methods,
+        device,
+        loop=args.loop,
+        on_row=write,
+    )
+    print(
+        f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop}, "
+        f"{result['provenance']['device']}"
+    )
+    print(format_rows(result))
+    write(result)
+    print(f"wrote {out}")
+    return 0 if not any("error" in r for r in result["rows"]) else 1

@@ -1,0 +1,99 @@
+"""``harness evaluate``: re-evaluate finished cells from their saved final weights.
+
+When a suite gains an OOD set or a corruption, its cells keep their ids (the evaluation block is
+not part of the id), so their records can be brought up to date without retraining: the model is
+rebuilt, ``final.pt`` loaded, the new evaluation run, and the record rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from harness.contract import Cell, DamagedRecord, is_cell_dir, read_manifest, read_record
+from harness.contract.errors import DamagedFile
+from harness.data.base import default_data_root
+from harness.engine.evaluate import evaluate_all
+from harness.engine.runner import build_model, load_data, now, pick_device
+from harness.storage.checkpoint import load_weights
+from harness.storage.records import atomic_write_text, write_record
+
+
+def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
+    """(record, cell) of a done cell with weights, or None after naming in one line on stderr
+    why it is skipped (damaged record, cell.json or no final.pt); pending cells are silent."""
+    try:
+        rec = read_record(cell_dir)
+    except DamagedRecord as exc:
+        print(f"warning: {exc}; skipped (`harness run` redoes it)", file=sys.stderr)
+        return None
+    if rec is None or rec["status"] != "done":
+        return None
+    if not (cell_dir / "final.pt").exists():
+        print(f"{cell_dir.name}: no final.pt, skipped", file=sys.stderr)
+        return None
+    try:
+        return rec, Cell.from_json(json.loads((cell_dir / "cell.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError
+        print(f"warning: {cell_dir / 'cell.json'}: unreadable ({exc}); skipped", file=sys.stderr)
+        return None
+
+
+def reevaluate(
+    results_dir: Path, suite_path: str | None = None, data_root: str | None = None
+) -> int:
+    """Re-evaluate every done cell of a results folder; returns a process exit status."""
+    from tqdm.auto import tqdm
+
+    manifest = read_manifest(results_dir)
+    evaluation = None
+    if suite_path or manifest.get("source"):
+        from harness.config.suite import load_suite
+
+        path = suite_path or manifest["source"]
+        if suite_path and not Path(suite_path).is_file():  # asked for by name: never ignored
+            from harness.config.includes import SuiteError
+
+            raise SuiteError([f"--suite {suite_path}: suite file not found"])
+        if Path(path).exists():
+            evaluation = load_suite(path).evaluation
+    root = default_data_root(data_root)
+    done = 0
+    cell_dirs = sorted(p.parent for p in Path(results_dir).glob("*/record.json"))
+    for cell_dir in tqdm(
+        [d for d in cell_dirs if is_cell_dir(d)], desc="re-evaluating", unit="cell"
+    ):
+        if (found := _done_cell(cell_dir)) is None:
+            continue
+        rec, cell = found
+        if evaluation is not None:
+            cell = dataclasses.replace(cell, evaluation=evaluation)
+            text = json.dumps(cell.to_json(), indent=1) + "\n"
+            atomic_write_text(cell_dir / "cell.json", text)
+        device = pick_device(cell.recipe.device)
+        spec, splits = load_data(cell, root)
+        model, _ = build_model(cell, spec)
+        try:
+            model.load_state_dict(load_weights(cell_dir / "final.pt", map_location="cpu"))
+        except DamagedFile as exc:  # the record stays as it is; only this cell is skipped
+            print(f"warning: {exc}; skipped", file=sys.stderr)
+            continue
+        model.to(device)
+        rec["metrics"] = evaluate_all(
+            model, splits, spec, cell.evaluation, cell.recipe, device, root
+        )
+        rec["evaluation"] = cell.to_json()["evaluation"]
+        rec["finished_at"] = now()
+        write_record(cell_dir, rec)
+        done += 1
+    print(f"re-evaluated {done} cells in {results_dir}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    """``harness evaluate RESULTS``: re-evaluate the done cells from their final weights."""
+    from harness.config.validator import require_results
+
+    return reevaluate(require_results(Path(args.results_dir)), args.suite, args.data_root)

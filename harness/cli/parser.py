@@ -1,0 +1,195 @@
+"""The ``harness`` argument parser: one sub-command per module of :mod:`harness.cli`.
+
+Each command's function is named as ``"module:function"`` and imported only when that command
+runs, so ``harness --help`` (and a mistyped flag) costs no import of torch or pandas.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.cli.checks import Parser, gpu_ids, non_negative_int, positive_int
+
+DESCRIPTION = """The ``harness`` command line: ls, validate, run, status, cancel, evaluate, report,
+bench, data."""
+
+
+def _add_override_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override suite entries, e.g. recipe.epochs=1 grid.seeds=[0,1] evaluation.ood=[] "
+        "grid.methods.sigma_ens.hparams.tau=0.5 (values read as YAML)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="keep the cells matching every condition: method, M, seed, dataset, backbone or a "
+        "hyper-parameter, e.g. --only method=sigma_ens,seed=0",
+    )
+
+
+def _add_plugin_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it registers methods, backbones or datasets); repeatable; "
+        "worker processes and Slurm tasks import it too",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from harness.executors import EXECUTORS  # the names to pick from: one registry
+    from reports.cli_options import add_report_arguments  # argparse only, nothing heavy
+
+    p = Parser(prog="harness", description=DESCRIPTION)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the Python traceback of an unexpected error (also: HARNESS_DEBUG=1)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    ls = sub.add_parser("ls", help="list methods, backbones and datasets")
+    _add_plugin_argument(ls)
+    ls.set_defaults(fn="harness.cli.ls:cmd_ls")
+
+    v = sub.add_parser("validate", help="check a suite without training")
+    v.add_argument("suite")
+    _add_override_arguments(v)
+    _add_plugin_argument(v)
+    v.add_argument("--data-root")
+    v.add_argument("--skip-data", action="store_true", help="do not check that data exists")
+    v.add_argument("-v", "--verbose", action="store_true", help="list the cells")
+    v.add_argument("--tensorboard", action="store_true", help="check run --tensorboard can work")
+    v.set_defaults(fn="harness.cli.validate:cmd_validate")
+
+    r = sub.add_parser("run", help="run a suite's pending cells")
+    r.add_argument("suite")
+    _add_override_arguments(r)
+    _add_plugin_argument(r)
+    r.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list every cell that would run, and why the others would not (done, leased, "
+        "--only); run nothing",
+    )
+    r.add_argument(
+        "--executor",
+        choices=["auto", *EXECUTORS],
+        default="auto",
+        help="auto: in-process for one cell or on a one-GPU machine, else local worker "
+        "processes (one per GPU, or one per core without a GPU)",
+    )
+    r.add_argument(
+        "--workers",
+        type=positive_int,
+        help="worker processes, >= 1 (default: one per GPU, else one per core)",
+    )
+    r.add_argument(
+        "--gpus",
+        type=gpu_ids,
+        metavar="IDS",
+        help="local executor: the GPUs to place cells on, e.g. 0,2 (default: every visible one)",
+    )
+    r.add_argument(
+        "--cells-per-gpu",
+        type=positive_int,
+        metavar="N",
+        help="local executor: cells running at once on each GPU, >= 1 (default 1)",
+    )
+    r.add_argument("--threads", type=positive_int, help="torch threads per process, >= 1")
+    r.add_argument("--profile", help="Slurm cluster profile YAML (--executor slurm)")
+    r.add_argument(
+        "--slurm",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a profile entry, e.g. --slurm partition=gpu",
+    )
+    r.add_argument("--wait", action="store_true", help="wait for Slurm jobs to finish")
+    r.add_argument("--results", help="results root (default: results/)")
+    r.add_argument(
+        "--data-root",
+        help="where datasets live (default: $HARNESS_DATA_ROOT or "
+        "~/.cache/implicit-ensemble-harness/data)",
+    )
+    r.add_argument("--force", action="store_true", help="redo finished cells")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    r.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write TensorBoard events per epoch to <cell>/tensorboard/ (progress.csv is "
+        "always written); needs the [tensorboard] extra",
+    )
+    r.set_defaults(fn="harness.cli.run:cmd_run")
+
+    s = sub.add_parser("status", help="show each cell: pending/running/done/failed")
+    s.add_argument("results_dir")
+    s.set_defaults(fn="harness.cli.status:cmd_status")
+
+    c = sub.add_parser("cancel", help="cancel a suite's running Slurm jobs")
+    c.add_argument("results_dir")
+    c.set_defaults(fn="harness.cli.status:cmd_cancel")
+
+    e = sub.add_parser("evaluate", help="re-evaluate finished cells from their saved weights")
+    e.add_argument("results_dir")
+    _add_plugin_argument(e)
+    e.add_argument(
+        "--suite",
+        help="suite file whose evaluation block to apply (default: the one recorded in suite.json)",
+    )
+    e.add_argument("--data-root")
+    e.set_defaults(fn="harness.cli.evaluate:cmd_evaluate")
+
+    rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
+    rep.add_argument("results_dir")
+    rep.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="expect the cells of the recorded suite file with these overrides",
+    )
+    _add_plugin_argument(rep)
+    rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
+    add_report_arguments(rep)  # reports/cli_options.py: --reference --format --interval ...
+    rep.set_defaults(fn="harness.cli.report:cmd_report")
+
+    b = sub.add_parser("bench", help="throughput and memory side by side with the bound")
+    b.add_argument("--backbone", default="resnet18")
+    b.add_argument("--M", type=positive_int, default=4)
+    b.add_argument("--batch", type=positive_int, default=128)
+    b.add_argument("--image-size", type=positive_int, default=32)
+    b.add_argument("--classes", type=positive_int, default=100)
+    b.add_argument("--steps", type=positive_int, default=20)
+    b.add_argument("--warmup", type=non_negative_int, default=5)
+    b.add_argument("--compile", action="store_true")
+    b.add_argument(
+        "--loop",
+        choices=["synthetic", "real"],
+        default="synthetic",
+        help="real: also time the real training loop (train_epoch, device loader, augmentation)",
+    )
+    b.add_argument("--methods", nargs="*")
+    b.add_argument("--device", default="auto")
+    b.add_argument("-o", "--output", default="bench.json")
+    b.set_defaults(fn="harness.cli.bench:main")
+
+    d = sub.add_parser("data", help="fetch datasets (needs internet)")
+    dsub = d.add_subparsers(dest="data_command", required=True)
+    dl = dsub.add_parser("download")
+    dl.add_argument(
+        "names",
+        nargs="+",
+        help="datasets and corruption sets (see harness ls), or weights timm:NAME / "
+        "torchvision:ENUM.VALUE (into the library's own cache)",
+    )
+    dl.add_argument("--data-root")
+    dl.set_defaults(fn="harness.cli.data:cmd_data")
+    return p

@@ -1,0 +1,121 @@
+"""``harness run SUITE [KEY=VALUE…]``: run a suite's pending cells on the chosen executor."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness.cli.checks import run_flag_problems
+from harness.cli.validate import load_suite_arg, preflight
+from harness.config.includes import SuiteError
+
+
+def results_dir(args, suite) -> Path:
+    """``--results ROOT`` (default ``results/``) / the suite's name."""
+    return Path(args.results or "results") / suite.name
+
+
+def cmd_run(args) -> int:
+    from harness.config.overrides import CellFilter
+    from harness.data.base import default_data_root
+    from harness.executors import ExecutorOptions, make_executor, pending, write_manifest
+    from reports.terminal import print_summary
+
+    if flag_problems := run_flag_problems(args):  # before the suite: nothing has run yet
+        raise SuiteError([f"harness run: {p}" for p in flag_problems])
+    if args.executor == "slurm":  # the profile and --slurm overrides, before anything runs
+        from harness.executors.slurm.profile import load_profile
+
+        load_profile(args.profile, args.slurm)
+    suite = load_suite_arg(args.suite, args.overrides)
+    data_root = default_data_root(args.data_root)
+    cells = CellFilter(args.only).select(suite.cells())
+    results = results_dir(args, suite)
+    # Slurm tasks resolve their own data root (the profile's setup lines may set
+    # HARNESS_DATA_ROOT there): the data is not checked on the submitting node.
+    problems = preflight(suite, args, None if args.executor == "slurm" else data_root)
+    if args.dry_run:
+        return print_plan(suite.cells(), cells, results, args.force) or problems
+    if problems:
+        return 2
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        write_manifest(suite, results, tuple(args.only))
+    except OSError as exc:  # its path, not that of the temporary file the write failed on
+        problem = f"{results}: cannot write the results folder: {exc.strerror or exc}"
+        raise SuiteError([problem]) from None
+    todo = pending(cells, results, args.force)
+    print(
+        f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
+        f"{len(todo)} to run → {results}"
+    )
+    t0 = time.perf_counter()
+    options = ExecutorOptions(
+        workers=args.workers,
+        threads=args.threads,
+        profile=args.profile,
+        slurm_overrides=tuple(args.slurm),
+        wait=args.wait,
+        progress=not args.quiet,
+        gpus=args.gpus,
+        cells_per_gpu=args.cells_per_gpu or 1,
+    )
+    executor = make_executor(args.executor, options, len(todo))
+    if executor.name == "local":
+        print(executor.describe(len(todo)))
+    if executor.name == "slurm":
+        task_root = Path(args.data_root).expanduser().resolve() if args.data_root else None
+        return print_summary(results) if executor.run(todo, results, task_root, False) else 0
+    executor.run(todo, results, data_root, args.force)
+    print(f"finished in {time.perf_counter() - t0:.1f} s")
+    report_leased(executor.records)
+    code = print_summary(results)
+    # A cell that failed on its data or weights (missing, damaged) is the user's to fix: exit 2,
+    # as for the same problem found before the run.
+    missing = any((r.get("error") or {}).get("data_missing") for r in executor.records)
+    return 2 if missing else code
+
+
+def print_plan(all_cells: list, selected: list, results: Path, force: bool) -> int:
+    """``--dry-run``: one line per cell of the suite, ``run`` or ``skip``, and why."""
+    from harness.contract import DamagedRecord, read_record
+    from harness.storage.lease import describe, live_leases
+
+    chosen = {c.cell_id for c in selected}
+    leases = live_leases(results) if results.is_dir() else {}
+    n_run = 0
+    for c in all_cells:
+        try:
+            rec = read_record(results / c.cell_id) if results.is_dir() else None
+        except DamagedRecord as exc:
+            rec = {"status": "damaged", "reason": exc.reason}
+        status = (rec or {}).get("status")
+        if c.cell_id not in chosen:
+            verdict, why = "skip", "not selected by --only"
+        elif c.cell_id in leases:
+            verdict, why = "skip", f"leased by {describe(leases[c.cell_id])}"
+        elif status == "done" and not force:
+            verdict, why = "skip", "done"
+        elif status == "done":
+            verdict, why = "run", "done, redone (--force)"
+        elif status == "damaged":
+            verdict, why = "run", f"damaged record.json, set aside and redone: {rec['reason']}"
+        elif status == "failed":
+            err = (rec or {}).get("error") or {}
+            where = f" in {err['phase']}" if err.get("phase") else ""
+            verdict, why = "run", f"failed{where} ({err.get('type', '?')}), retried"
+        else:
+            verdict, why = "run", "pending"
+        n_run += verdict == "run"
+        print(f"{verdict:4s}  {c.cell_id}  {c.label}  ({why})")
+    print(f"dry run: {n_run} of {len(all_cells)} cells would run → {results}")
+    return 0
+
+
+def report_leased(ran: list[dict]) -> None:
+    """Name the cells this run skipped because another live process holds them."""
+    from harness.storage.lease import describe
+
+    for r in ran:
+        if r.get("status") == "leased":
+            print(f"skipped {r['cell_id']}: leased by {describe(r['lease'])}")

@@ -1,0 +1,87 @@
+"""``harness validate SUITE [KEY=VALUE…]``: every problem knowable before training, no cell run.
+
+Also the suite loading and preflight that ``run`` and ``report`` share.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from harness.config.includes import SuiteError
+
+
+def load_suite_arg(path: str, overrides: list[str] | tuple[str, ...] = ()):
+    """The suite named on the command line, with its overrides (a folder is refused by name)."""
+    from harness.config.suite import load_suite
+
+    if Path(path).is_dir():
+        raise SuiteError(
+            [f"{path}: is a directory; give a suite YAML file (e.g. suites/smoke.yaml)"]
+        )
+    return load_suite(path, overrides)
+
+
+def preflight(suite, args, data_root: Path | None) -> int:
+    """Print every problem knowable before training (suite, recipe, files, data); 2 if any."""
+    from harness.config.validator import suite_problems
+
+    # Without a data root (validate --skip-data) weight files are not checked either.
+    problems = suite_problems(suite, check_files=data_root is not None)
+    problems += tensorboard_problems_of(args)
+    if data_root is not None:
+        problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 2 if problems else 0
+
+
+def tensorboard_problems_of(args) -> list[str]:
+    """``--tensorboard`` asks every cell for TensorBoard events through the environment, which
+    local worker processes and Slurm tasks inherit; the package must be installed."""
+    from harness.storage.progress import TENSORBOARD_ENV, tensorboard_problems
+
+    if getattr(args, "tensorboard", False):
+        os.environ[TENSORBOARD_ENV] = "1"
+    return tensorboard_problems()
+
+
+def check_data(suite, data_root: Path) -> list[str]:
+    """Problems with data a suite needs: each names the path looked in and the fetch command."""
+    from harness.data.base import DataMissingError
+    from harness.registry import DATASETS
+
+    problems = []
+    names = list(dict.fromkeys([*suite.grid.datasets, *suite.evaluation.ood]))
+    for name in names:
+        try:
+            DATASETS.get(name).require(data_root)
+        except DataMissingError as exc:
+            problems.append(str(exc))
+    if suite.evaluation.corruptions:
+        from harness.data.corruption_sets import check_corruptions
+
+        for name in suite.grid.datasets:  # only the files this suite's list needs
+            problems.extend(check_corruptions(name, suite.evaluation.corruptions, data_root))
+    return problems
+
+
+def cmd_validate(args) -> int:
+    from harness.config.overrides import CellFilter
+    from harness.data.base import default_data_root
+
+    suite = load_suite_arg(args.suite, args.overrides)
+    if preflight(suite, args, None if args.skip_data else default_data_root(args.data_root)):
+        return 2
+    cells = CellFilter(args.only).select(suite.cells())
+    print(
+        f"{args.suite}: OK — suite {suite.name!r}, {len(cells)} cells "
+        f"({len(suite.grid.datasets)} datasets × {len(suite.grid.backbones)} backbones × "
+        f"{len(suite.grid.methods)} methods × M {list(suite.grid.M)} × "
+        f"{len(suite.grid.seeds)} seeds)"
+    )
+    if args.verbose:
+        for c in cells:
+            print(f"  {c.cell_id}  {c.label}")
+    return 0

@@ -1,0 +1,361 @@
+"""Suites: validated, frozen descriptions of a grid, expanded into cells.
+
+A suite file declares a grid (datasets × backbones × methods with hyper-parameters × M × seeds),
+the training recipe and the evaluations. ``load_suite`` validates everything that can be checked
+without training and raises :class:`SuiteError` listing every problem with its file and key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.includes import Origins, SuiteError, load_suite_yaml
+from harness.config.overrides import apply_overrides, override_of
+from harness.config.validator import backbone_option_problems
+from harness.contract.build import build_dataclass, check_constraints, coerce, unknown_keys
+from harness.contract.config import (
+    BackboneEntry,
+    Cell,
+    Evaluation,
+    MethodEntry,
+    Recipe,
+    expand_values,
+    hparam_defaults,
+    hparams_values,
+)
+from harness.registry import BACKBONES, DATASETS, METHODS
+from harness.registry.core import UnknownNameError
+
+
+@dataclass(frozen=True)
+class Grid:
+    datasets: tuple[str, ...]
+    backbones: tuple[BackboneEntry, ...]
+    methods: tuple[MethodEntry, ...]
+    M: tuple[int, ...] = (4,)
+    seeds: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    grid: Grid
+    recipe: Recipe
+    evaluation: Evaluation
+    description: str = ""
+    source: Path | None = None
+    overrides: tuple[str, ...] = ()  # command-line KEY=VALUE overrides applied to the file
+
+    def cells(self) -> list[Cell]:
+        """Expand the grid: datasets × backbones × methods × hparam product × M × seeds."""
+        out: list[Cell] = []
+        for ds, me in itertools.product(self.grid.datasets, self.grid.methods):
+            for bb in method_backbones(me, self.grid.backbones):
+                out.extend(self._method_cells(ds, bb, me))
+        seen: dict[str, Cell] = {}
+        for c in out:  # the same config listed twice is one cell
+            seen.setdefault(c.cell_id, c)
+        return list(seen.values())
+
+    def _method_cells(self, ds: str, bb: BackboneEntry, me: MethodEntry) -> list[Cell]:
+        """Cells of one (dataset, backbone, method entry): hparam product × M × seeds."""
+        out: list[Cell] = []
+        spec = METHODS.get(me.name)
+        defaults = hparam_defaults(spec.hparams)
+        for hp in expand_values(defaults, me.hparams):
+            for m in members_for(spec, me, self.grid.M):
+                for seed in self.grid.seeds:
+                    out.append(
+                        Cell(
+                            self.name,
+                            ds,
+                            bb.name,
+                            dict(bb.kwargs),
+                            me.name,
+                            m,
+                            hp,
+                            seed,
+                            dataclasses.replace(self.recipe, **me.recipe),
+                            self.evaluation,
+                            defaults,
+                        )
+                    )
+        return out
+
+
+def method_backbones(
+    entry: MethodEntry, grid_backbones: tuple[BackboneEntry, ...] | list[BackboneEntry]
+) -> list[BackboneEntry]:
+    """The backbones a method entry runs on: its own ``backbones:`` (a grid backbone of that name
+    keeps its kwargs) or else the grid's."""
+    if entry.backbones is None:
+        return list(grid_backbones)
+    by_name = {b.name: b for b in grid_backbones}
+    return [by_name.get(n, BackboneEntry(n)) for n in entry.backbones]
+
+
+def expand_hparams(spec, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Product of swept hyper-parameter values, completed with the method's defaults."""
+    return expand_values(hparam_defaults(spec.hparams), values)
+
+
+def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int, ...]:
+    """The M values of a method: its own list, else the grid's; fixed-size methods use theirs."""
+    if entry.M is not None:
+        return entry.M
+    if spec.max_members == 1:
+        return (1,)
+    return grid_m
+
+
+# --- parsing and validation -------------------------------------------------------------------
+
+#: Bytes in one path component on Linux, macOS and Windows file systems (NAME_MAX).
+NAME_MAX = 255
+
+TOP_KEYS = ["name", "description", "grid", "recipe", "evaluation"]
+GRID_KEYS = ["datasets", "backbones", "methods", "M", "seeds"]
+METHOD_KEYS = ["name", "M", "hparams", "recipe", "backbones"]
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _lookup(registry, name: Any, where: str, errors: list[str]) -> Any:
+    if not isinstance(name, str):
+        errors.append(f"{where}: expected a {registry.kind} name, got {name!r}")
+        return None
+    try:
+        return registry.get(name)
+    except UnknownNameError as exc:
+        errors.append(f"{where}: {exc}")
+        return None
+
+
+def expand_all(
+    items: list[Any], backbones: list[BackboneEntry], grid_m: tuple[int, ...]
+) -> list[Any]:
+    """Replace ``all`` in a method list by every registered method, at its defaults, that runs on
+    every backbone of the grid and accepts the grid's M (fixed-size methods always do); methods
+    also listed by name keep only their explicit entry."""
+    if "all" not in items:
+        return items
+    named = {i if isinstance(i, str) else i.get("name") for i in items if isinstance(i, str | dict)}
+    ms = [m for m in grid_m if isinstance(m, int)]
+    eligible = []
+    for name, spec in METHODS.items():
+        if name in named:
+            continue
+        if spec.backbones is not None and any(b.name not in spec.backbones for b in backbones):
+            continue
+        fits = spec.max_members == 1 or all(
+            spec.min_members <= m and (not spec.max_members or m <= spec.max_members) for m in ms
+        )
+        if fits:
+            eligible.append(name)
+    out: list[Any] = []
+    for item in items:
+        out.extend(eligible if item == "all" else [item])
+    return out
+
+
+def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
+    entries = []
+    for i, item in enumerate(_as_list(raw)):
+        where = f"grid.methods[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict) or "name" not in item:
+            errors.append(f"{where}: expected a method name or a mapping with 'name'")
+            continue
+        errors.extend(unknown_keys(item, METHOD_KEYS, where))
+        spec = _lookup(METHODS, item["name"], f"{where}.name", errors)
+        ms = None
+        if "M" in item:
+            ms = coerce(_as_list(item["M"]), tuple[int, ...], f"{where}.M", errors)
+        hp = item.get("hparams") or {}
+        if not isinstance(hp, dict):
+            errors.append(f"{where}.hparams: expected a mapping, got {hp!r}")
+            hp = {}
+        if spec is not None:
+            hp = _check_hparams(spec, hp, f"{where}.hparams", errors)
+        delta: dict[str, Any] = {}
+        if item.get("recipe") is not None:
+            # A method's documented recipe delta (e.g. a short fine-tuning schedule): validated
+            # against the same Recipe dataclass as the suite's recipe.
+            checked = build_dataclass(Recipe, item["recipe"], f"{where}.recipe", errors)
+            if checked is not None:
+                delta = {k: getattr(checked, k) for k in item["recipe"] if hasattr(checked, k)}
+        bbs = None
+        if "backbones" in item:
+            bbs = coerce(_as_list(item["backbones"]), tuple[str, ...], f"{where}.backbones", errors)
+            for j, name in enumerate(bbs or ()):
+                _lookup(BACKBONES, name, f"{where}.backbones[{j}]", errors)
+        entries.append(MethodEntry(str(item["name"]), ms, hp, delta, bbs))
+    return entries
+
+
+def _check_hparams(spec, hp: dict[str, Any], where: str, errors: list[str]) -> dict[str, Any]:
+    """Validate hyper-parameter values (scalars or sweep lists) against the method's dataclass."""
+    import typing
+
+    fields = spec.hparam_fields()
+    errors.extend(unknown_keys(hp, list(fields), where))
+    hints = typing.get_type_hints(spec.hparams)
+    out = {}
+    for key, value in hp.items():
+        if key not in fields:
+            continue
+        tp = hints[key]
+        is_tuple_type = typing.get_origin(tp) is tuple
+        values = value if isinstance(value, list) and not is_tuple_type else [value]
+        if isinstance(value, list) and is_tuple_type and value and isinstance(value[0], list):
+            values = value  # a sweep over list-valued hparams
+        coerced = []
+        for j, v in enumerate(values):
+            w = f"{where}.{key}" + (f"[{j}]" if len(values) > 1 else "")
+            before = len(errors)
+            cv = coerce(v, tp, w, errors)
+            if len(errors) == before:
+                check_constraints(cv, fields[key].metadata, w, errors)
+            coerced.append(cv)
+        out[key] = coerced if len(coerced) > 1 else coerced[0]
+    return out
+
+
+def parse_suite(
+    data: dict[str, Any],
+    origins: Origins,
+    source: Path,
+    applied: dict[str, str] | None = None,
+) -> Suite:
+    """Validate a loaded mapping into a :class:`Suite` (raises SuiteError with every problem).
+
+    ``applied`` (canonical key path → override text, from :func:`apply_overrides`) makes each
+    problem under an overridden key name the override instead of the file.
+    """
+    applied = applied or {}
+    errors: list[str] = []
+    errors.extend(unknown_keys(data, TOP_KEYS, ""))
+    name = data.get("name", source.stem)
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        errors.append(f"name: must be letters, digits, '-' or '_', got {name!r}")
+    elif len(name.encode()) > NAME_MAX:  # it names the results folder: one path component
+        errors.append(
+            f"name: {len(name.encode())} bytes, more than the {NAME_MAX} a file name may have "
+            "(it names the results folder); shorten it"
+        )
+    grid_raw = data.get("grid")
+    if not isinstance(grid_raw, dict):
+        errors.append("grid: required mapping is missing (datasets, backbones, methods, M, seeds)")
+        grid_raw = {}
+    errors.extend(unknown_keys(grid_raw, GRID_KEYS, "grid"))
+    for req in ("datasets", "backbones", "methods"):
+        if req not in grid_raw and "grid" in data:
+            errors.append(f"grid.{req}: required key is missing")
+
+    datasets = [
+        d
+        for i, d in enumerate(_as_list(grid_raw.get("datasets", [])))
+        if _lookup(DATASETS, d, f"grid.datasets[{i}]", errors) is not None
+    ]
+    for d in datasets:
+        if DATASETS.get(d).num_classes is None:
+            errors.append(f"grid.datasets: {d!r} is an OOD-only set and cannot be trained on")
+    backbones = []
+    for i, b in enumerate(_as_list(grid_raw.get("backbones", []))):
+        entry = (
+            BackboneEntry(b)
+            if isinstance(b, str)
+            else (build_dataclass(BackboneEntry, b, f"grid.backbones[{i}]", errors))
+        )
+        if entry and _lookup(BACKBONES, entry.name, f"grid.backbones[{i}]", errors):
+            backbones.append(entry)
+            if entry.kwargs and datasets:  # options the builder accepts, before any cell runs
+                errors += backbone_option_problems(entry, DATASETS.get(datasets[0]), i)
+    grid_m = coerce(_as_list(grid_raw.get("M", [4])), tuple[int, ...], "grid.M", errors)
+    methods = _parse_methods(
+        expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m), errors
+    )
+    seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
+
+    for me in methods:
+        if me.name not in METHODS:
+            continue
+        spec = METHODS.get(me.name)
+        where = f"grid.methods[{methods.index(me)}]"
+        for m in members_for(spec, me, grid_m) if all(isinstance(x, int) for x in grid_m) else ():
+            if not isinstance(m, int):
+                continue
+            if m < 1:
+                errors.append(f"{where}.M: M must be >= 1, got {m}")
+            elif m < spec.min_members or (spec.max_members and m > spec.max_members):
+                hi = spec.max_members or "any"
+                errors.append(
+                    f"{where}.M: method {me.name!r} allows M in [{spec.min_members}, {hi}], got {m}"
+                )
+            elif spec.check:
+                for hp in expand_hparams(spec, me.hparams):
+                    errors.extend(
+                        f"{where}: {p}"
+                        for p in spec.check(
+                            spec.hparams(**hparams_values(hp)),
+                            m,
+                        )
+                    )
+        for bb in method_backbones(me, backbones):
+            if spec.backbones is not None and bb.name not in spec.backbones:
+                errors.append(
+                    f"{where}: method {me.name!r} does not support backbone "
+                    f"{bb.name!r}; supported backbones: {', '.join(spec.backbones)}"
+                )
+
+    recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
+    evaluation = build_dataclass(Evaluation, data.get("evaluation"), "evaluation", errors)
+    if evaluation is not None:
+        for i, o in enumerate(evaluation.ood):
+            _lookup(DATASETS, o, f"evaluation.ood[{i}]", errors)
+        from harness.data.corruption_sets import check_corruptions  # names, generators here
+
+        for d in datasets:
+            errors.extend(
+                f"evaluation.corruptions: {p}" for p in check_corruptions(d, evaluation.corruptions)
+            )
+        if recipe is not None and recipe.schedule == "multistep" and not recipe.milestones:
+            errors.append("recipe.milestones: required when schedule is 'multistep'")
+
+    if errors:
+        raise SuiteError([_with_file(e, origins, source, applied) for e in dict.fromkeys(errors)])
+    grid = Grid(tuple(datasets), tuple(backbones), tuple(methods), tuple(grid_m), tuple(seeds))
+    description = str(data.get("description", ""))
+    return Suite(name, grid, recipe, evaluation, description, source, tuple(applied.values()))
+
+
+def _with_file(message: str, origins: Origins, source: Path, applied: dict[str, str]) -> str:
+    key, _, rest = (s.strip() for s in message.partition(":"))
+    found = override_of(key, applied) if key and " " not in key else None
+    if found:  # the problem is the override's: name it (its key only when the problem is deeper)
+        canonical, text = found
+        return f"override {text}: {rest}" if key == canonical else f"override {text}: {message}"
+    file = origins.file_of(key) if key and " " not in key else source
+    return f"{_rel(file)}: {message}"
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def load_suite(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Suite:
+    """Load, compose and validate a suite file, with command-line ``KEY=VALUE`` overrides applied
+    to its mapping first (see :mod:`harness.config.overrides`)."""
+    data, origins = load_suite_yaml(path)
+    applied = apply_overrides(data, overrides)
+    return parse_suite(data, origins, Path(path).resolve(), applied)

@@ -1,0 +1,94 @@
+"""Which trained `single` model a pretrained conversion (``pretrain_epochs: N``) starts from.
+
+It is the suite's own `single` cell of the same dataset, backbone (and backbone options) and seed,
+trained for N epochs with the suite's base recipe: the converting cell's recipe holds the method's
+fine-tuning delta (e.g. a short schedule at a low learning rate), which must not leak into the
+pre-training. The cell is found in the results folder's manifest (``suite.json``), which
+``harness run`` writes before any cell starts on any executor, so every converting cell of a seed
+resolves the same cell id, and :func:`harness.engine.runner.run_cell` trains it once under its
+lease.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.contract import Cell, usable_record
+from harness.contract.manifest import SUITE_FILE, read_manifest
+
+WAIT_POLL_S = 5.0
+
+
+def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
+    """The suite's `single` cell whose trained model ``cell`` converts.
+
+    Args:
+        cell: The converting cell (its hparams hold ``pretrain_epochs``).
+        results_dir: The suite's results folder (holds ``suite.json``).
+        epochs: ``pretrain_epochs``.
+
+    Raises:
+        ValueError: the suite has no such `single` cell (one line saying what to add).
+    """
+    try:
+        manifest = read_manifest(results_dir)
+    except FileNotFoundError as err:
+        raise ValueError(
+            f"pretrain_epochs needs the suite's results folder manifest: {err}"
+        ) from None
+    candidates = []
+    for entry in (manifest.get("cells") or {}).values():
+        data = entry.get("cell") or {}
+        if (
+            data.get("method") == "single"
+            and data.get("dataset") == cell.dataset
+            and data.get("backbone") == cell.backbone
+            and dict(data.get("backbone_kwargs") or {}) == dict(cell.backbone_kwargs)
+            and data.get("seed") == cell.seed
+            and (data.get("recipe") or {}).get("epochs") == epochs
+        ):
+            candidates.append(data)
+    current = set(manifest.get("current") or [])
+    found = [Cell.from_json(d) for d in candidates]
+    found.sort(key=lambda c: (c.cell_id not in current, c.cell_id))  # the latest run first
+    if not found:
+        raise ValueError(
+            f"pretrain_epochs: {epochs} converts the suite's `single` model: add `single` to the "
+            f"suite's methods with {epochs} epochs (same dataset {cell.dataset}, backbone "
+            f"{cell.backbone}, seed {cell.seed}), or give `pretrained: PATH` "
+            f"(no such cell in {results_dir / SUITE_FILE})"
+        )
+    return found[0]
+
+
+def train_once(
+    single: Cell,
+    results_dir: Path,
+    run: Callable[[Cell], dict[str, Any]],
+    poll_s: float = WAIT_POLL_S,
+) -> dict[str, Any]:
+    """The record of ``single`` once it is done, training it here only if nobody else is.
+
+    ``run`` is :func:`harness.engine.runner.run_cell` bound to the folder: it returns the record, or
+    ``status: "leased"`` while another live process trains the cell, in which case this waits
+    for that process's record (polling every ``poll_s``) and, if the lease disappears without a
+    record (that process was killed), runs it again under its own lease.
+    """
+    from harness.storage.lease import is_stale, read_owner
+
+    cell_dir = Path(results_dir) / single.cell_id
+    while True:
+        rec = run(single)
+        if rec["status"] != "leased":
+            return rec
+        while True:
+            time.sleep(poll_s)
+            done = usable_record(cell_dir)  # damaged: not done (its trainer sets it aside)
+            if done is not None and done["status"] == "done":
+                return done
+            owner = read_owner(cell_dir)
+            if owner is None or is_stale(owner):
+                break  # no live trainer: try to take the lease ourselves

@@ -1,0 +1,491 @@
+"""Run one cell end to end: data → method → train (checkpointed) → evaluate → cost → record.
+
+Each cell lives in ``<results>/<cell_id>/``: ``cell.json`` (the resolved config), ``checkpoint.pt``
+(training state after the last finished epoch, written atomically), ``final.pt`` (final weights,
+for ``harness evaluate``), ``trained.json`` (history, written after ``final.pt``: training is
+over), ``record.json`` (the result, written last and atomically), ``events.jsonl`` (who trained,
+resumed, evaluated, when), ``progress.csv``/``progress.json`` (one row per epoch as it trains,
+harness.storage.progress) and, while a process works on it, ``lease.json`` (harness.storage.lease).
+
+A cell whose recipe has ``processes: N`` trains on N ranks with DistributedDataParallel
+(harness.engine.distributed, docs/distributed.md): rank 0 does all of the above, the others only
+train.
+
+A finished cell is skipped; a cell leased by another live process is skipped and reported. A cell
+that raises or diverges gets a ``failed`` record with the reason and the phase (setup, train,
+evaluate), and the grid goes on. Nothing trained is thrown away on a retry: a failure after
+training (evaluation, cost, record) re-evaluates ``final.pt`` without training; a failure or kill
+during training resumes from the last epoch checkpoint, unless the cause was divergence (resuming
+would diverge again); ``force`` redoes everything. Every file is written atomically with the
+mode a plain ``open()`` gives; weights are loaded without running code (harness.storage.checkpoint).
+
+The module is a little over 400 lines because it is one responsibility, the control flow of one
+cell (lease → train or resume → evaluate → record, with the failure classification that ties
+those phases together); the loader and cost measurement live in harness.engine.cell_setup,
+checkpoints
+in harness.storage.checkpoint, the pre-trained model's resolution in harness.engine.pretrain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import random
+import shutil
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.contract import (
+    Cell,
+    hparams_values,
+    new_record,
+    set_aside,
+    usable_record,
+)
+from harness.contract.errors import DamagedFile
+from harness.data.base import (
+    DataMissingError,
+    DatasetSpec,
+    Split,
+    default_data_root,
+    training_splits,
+)
+from harness.engine import distributed
+from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
+from harness.engine.environment import environment
+from harness.engine.evaluate import evaluate_all, evaluate_split
+from harness.engine.train import (
+    DivergenceError,
+    make_optimizer,
+    make_scheduler,
+    set_determinism,
+    train_epoch,
+)
+from harness.registry import DATASETS, METHODS, method_defaults
+from harness.storage.checkpoint import (
+    load_checkpoint,
+    load_weights,
+    log_event,
+    rng_state,
+    save_atomic,
+    set_rng_state,
+)
+from harness.storage.lease import LeaseHeld
+from harness.storage.progress import ProgressLog, epoch_images
+from harness.storage.records import atomic_write_text, record_or_set_aside, write_record
+from methods.base import BuildContext, EnsembleModel
+
+log = logging.getLogger("harness")
+
+TRAINED_FILE = "trained.json"  # written after final.pt: training is over, evaluation may retry
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def pick_device(preference: str) -> torch.device:
+    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_model(
+    cell: Cell,
+    spec: DatasetSpec,
+    pretrained: dict[str, torch.Tensor] | None = None,
+    device: torch.device | None = None,
+) -> tuple[EnsembleModel, BuildContext]:
+    """Build the cell's method on its backbone (seeded: same seed → same initial weights); with
+    ``device``, also place it there as the recipe asks (channels_last on CUDA, compile).
+    Kernels are made deterministic or not as the recipe says, before any is chosen."""
+    set_determinism(cell.recipe.deterministic)
+    seed_everything(cell.seed)
+    mspec = METHODS.get(cell.method)
+    ctx = BuildContext(
+        cell.backbone,
+        spec.in_shape,
+        spec.num_classes,
+        cell.M,
+        dict(cell.backbone_kwargs),
+        pretrained,
+        seed=cell.seed,
+    )
+    model = mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams)))
+    if device is not None:
+        model.to(device)
+        if cell.recipe.channels_last and device.type == "cuda":
+            model.to(memory_format=torch.channels_last)
+        if cell.recipe.compile:
+            model.compile()  # in place: state_dict keys and the method's hooks stay as they are
+    return model, ctx
+
+
+def _save_atomic(obj: Any, path: Path) -> None:
+    save_atomic(obj, path)  # unique temp name, fsync, umask-honouring mode
+
+
+def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split]]:
+    spec = DATASETS.get(cell.dataset)
+    spec.require(data_root)
+    # The loader's training pool, minus `validation` held-out images when the recipe asks.
+    return spec, training_splits(spec.load(data_root), cell.recipe.validation)
+
+
+def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """A plain backbone's state dict from a harness ``final.pt``/``checkpoint.pt`` of a `single`
+    cell (keys prefixed ``net.``) or from any state dict the backbone accepts. Loaded without
+    running code from the file: one that needs full unpickling raises ``UnsafeWeightsError``."""
+    state = load_weights(path, map_location="cpu")
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if state and all(k.startswith("net.") for k in state):
+        state = {k[len("net.") :]: v for k, v in state.items()}
+    return state
+
+
+def pretrained_state(
+    cell: Cell,
+    cell_dir: Path,
+    spec: DatasetSpec,
+    splits: dict[str, Split],
+    device: torch.device,
+    progress: bool,
+    data_root: Path | None = None,
+) -> dict[str, torch.Tensor] | None:
+    """Weights to convert for methods that start from a trained single model.
+
+    ``pretrained: PATH`` loads them. ``pretrain_epochs: N`` converts the suite's own `single`
+    cell of the same dataset, backbone and seed trained for N epochs with the suite's base
+    recipe (the method's fine-tuning recipe delta does not apply to it): the manifest
+    (``suite.json``) of the results folder names that cell, which is run through
+    :func:`run_cell` if it is not done yet (under its lease: trained once, on any executor;
+    a cell leased by another process is waited for) and whose ``final.pt`` is loaded. So the
+    pre-trained model of a seed is that suite's `single` model of the seed, and the conversion
+    comparison is paired.
+
+    Only methods whose spec declares ``pretrained_conversion`` get here; the hyper-parameter
+    names alone never trigger a conversion.
+    """
+    if not METHODS.get(cell.method).pretrained_conversion:
+        return None
+    if cell.hparams.get("pretrained"):
+        from harness.backbones.weights import (  # timm:NAME / torchvision:NAME
+            backbone_state,
+            is_named,
+        )
+
+        if is_named(cell.hparams["pretrained"]):
+            return backbone_state(cell.hparams["pretrained"], cell, spec)
+        return load_backbone_state(cell.hparams["pretrained"])
+    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
+    if not epochs:
+        return None
+    from harness.engine.pretrain import pretraining_cell, train_once
+
+    results_dir = cell_dir.parent
+    single = pretraining_cell(cell, results_dir, epochs)
+    rec = train_once(
+        single, results_dir, lambda c: run_cell(c, results_dir, data_root, False, progress)
+    )
+    if rec["status"] != "done":
+        raise RuntimeError(
+            f"the single cell to convert ({single.label}) failed: "
+            f"{(rec.get('error') or {}).get('message', rec['status'])}"
+        )
+    return load_backbone_state(results_dir / single.cell_id / "final.pt")
+
+
+def train_cell(
+    cell: Cell,
+    cell_dir: Path,
+    model: EnsembleModel,
+    spec: DatasetSpec,
+    splits: dict[str, Split],
+    device: torch.device,
+    progress: bool,
+) -> tuple[list[dict], list[dict], float]:
+    """Train with a checkpoint after every epoch; resume from it if present."""
+    from tqdm.auto import tqdm
+
+    recipe = cell.recipe
+    ranks = distributed.ranks(cell)  # rank 0 of 1 unless the cell spans several processes
+    loader = train_loader(cell, spec, splits["train"], device, shard=ranks.shard)
+    opt = make_optimizer(model, recipe)
+    sched = make_scheduler(opt, recipe, len(loader))
+    history: list[dict] = []
+    diagnostics: list[dict] = []
+    start_epoch, train_s = 0, 0.0
+    ckpt_path = cell_dir / "checkpoint.pt"
+    ckpt = load_checkpoint(ckpt_path, map_location=device)  # None: none, or damaged (set aside)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        history, diagnostics = ckpt["history"], ckpt["diagnostics"]
+        start_epoch, train_s = ckpt["epoch"] + 1, ckpt["train_s"]
+        if "rng" in ckpt:
+            set_rng_state(ckpt["rng"])
+        else:  # a checkpoint written before every random state was saved: CPU only
+            torch.set_rng_state(ckpt["rng_cpu"].cpu())
+        log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
+    if ranks.main:  # rank 0 writes the cell's files (harness.engine.distributed)
+        log_event(cell_dir, "train", from_epoch=start_epoch, **ranks.event_fields())
+        plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, str(device))  # progress.csv
+    trainee = distributed.training_module(cell, model, device)  # DDP when several processes
+    distributed.seed_rank(cell, start_epoch)
+    bar = tqdm(
+        total=recipe.epochs * len(loader),
+        initial=start_epoch * len(loader),
+        desc=f"  {cell.method} M={cell.M} s{cell.seed}",
+        leave=False,
+        unit="step",
+        disable=not progress or not ranks.main,
+    )
+    for epoch in range(start_epoch, recipe.epochs):
+        model.set_progress(epoch, recipe.epochs)
+        loader.set_epoch(epoch)
+        t0 = time.perf_counter()
+        stats = train_epoch(trainee, loader, opt, sched, recipe, device, progress=bar)
+        stats = distributed.end_epoch(cell, model, stats, epoch)  # all ranks' stats, BN stats
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_s = time.perf_counter() - t0
+        train_s += epoch_s
+        # Validation metrics only when the recipe holds out a split (`validation: n`): the test
+        # set is never looked at during training.
+        val: dict[str, float] = {}
+        if "val" in splits and ranks.main:
+            m = evaluate_split(model, splits["val"], spec, recipe, device)
+            val = {"val_acc": m["acc"], "val_nll": m["nll"], "val_ece": m["ece"]}
+        history.append(
+            {
+                "epoch": epoch + 1,
+                **stats,
+                **val,
+                "time_s": epoch_s,
+                "lr": opt.param_groups[0]["lr"],
+            }
+        )
+        diag = model.diagnostics()
+        if diag:
+            diagnostics.append({"epoch": epoch + 1, **diag})
+        if not ranks.main:
+            continue  # the checkpoint and progress rows are rank 0's
+        # Before the checkpoint: a kill in between leaves a row the resumed run drops.
+        images = epoch_images(loader, stats["steps"])
+        plog.write({**history[-1], "elapsed_s": train_s}, diag, images)
+        _save_atomic(
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(),
+                "epoch": epoch,
+                "history": history,
+                "diagnostics": diagnostics,
+                "train_s": train_s,
+                "rng": rng_state(),  # CPU, CUDA, NumPy, Python: resume is bit-identical
+            },
+            ckpt_path,
+        )
+    bar.close()
+    if ranks.main:
+        plog.close()
+    return history, diagnostics, train_s
+
+
+def run_cell(
+    cell: Cell,
+    results_dir: Path,
+    data_root: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    shared_device: bool = False,
+) -> dict[str, Any]:
+    """Train and evaluate one cell; always leaves a record unless interrupted.
+
+    Args:
+        cell: the resolved configuration.
+        results_dir: the suite's results folder (``results/<suite>``).
+        data_root: where datasets live (defaults: $HARNESS_DATA_ROOT, then the user cache).
+        force: redo a finished cell from scratch.
+        progress: show a progress bar for the epochs.
+        shared_device: other cells run on the same device at the same time (recorded in
+            ``cost.shared_device``: throughput measured under contention).
+
+    Returns:
+        The result record (also written to ``<results_dir>/<cell_id>/record.json``), or, when
+        another live process holds the cell's lease, ``{"cell_id", "status": "leased", "lease":
+        owner}`` (nothing written: the cell is that process's).
+    """
+    data_root = default_data_root(data_root)
+    cell_dir = Path(results_dir) / cell.cell_id
+    existing = usable_record(cell_dir)  # a damaged one is set aside below, under the lease
+    if existing and existing["status"] == "done" and not force:
+        return existing
+    if distributed.needs_launch(cell):  # `processes: N`: N ranks, each running this function
+        from harness.engine.distributed_launch import launch_cell
+
+        return launch_cell(cell, results_dir, data_root, run_cell, force, progress, shared_device)
+    try:
+        lease = distributed.acquire_lease(cell, cell_dir)  # rank 0's in a multi-process cell
+    except LeaseHeld as exc:
+        log.warning("cell %s skipped: %s", cell.label, exc)
+        return {"cell_id": cell.cell_id, "status": "leased", "lease": exc.owner}
+    try:
+        if not distributed.ranks(cell).main:
+            return distributed.follow(cell, lambda: _train_as_follower(cell, cell_dir, data_root))
+        return _run_leased(cell, cell_dir, data_root, force, progress, shared_device)
+    finally:
+        lease.release()
+
+
+def _run_leased(
+    cell: Cell,
+    cell_dir: Path,
+    data_root: Path,
+    force: bool,
+    progress: bool,
+    shared_device: bool,
+) -> dict[str, Any]:
+    """:func:`run_cell`'s work, done while holding the cell's lease."""
+    existing = record_or_set_aside(cell_dir)  # under the lease: another run may just have finished
+    if existing and existing["status"] == "done" and not force:
+        return existing
+    for tmp in cell_dir.glob(".*.tmp"):  # left by a killed writer; under the lease, ours to clear
+        tmp.unlink(missing_ok=True)
+    if force:
+        for name in ("checkpoint.pt", "final.pt", TRAINED_FILE, "record.json"):
+            (cell_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(cell_dir / "pretrain", ignore_errors=True)
+    elif existing:  # a failed cell: keep what its training produced (final.pt, checkpoint.pt)
+        (cell_dir / "record.json").unlink(missing_ok=True)
+        if (existing.get("error") or {}).get("type") == DivergenceError.__name__:
+            # Resuming would diverge again from the same state: that training starts over.
+            (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
+    atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
+    distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
+    device = pick_device(cell.recipe.device)
+    started, t0 = now(), time.perf_counter()
+    # The engine knows the method's defaults: the label and shown hparams are fixed here, at
+    # run time, and written into the record (the reporter never re-derives them).
+    cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+    rec = new_record(cell, environment(device), started)
+    rec["cost"] = run_conditions(cell, device, shared_device)
+    phase = "setup"  # setup → train → evaluate: the record says where a failure happened
+    try:
+        spec, splits = load_data(cell, data_root)
+        pre = pretrained_state(cell, cell_dir, spec, splits, device, progress, data_root)
+        model, ctx = build_model(cell, spec, pre, device)
+        phase = "train"
+        history, diag, train_s = trained_model(
+            cell, cell_dir, model, spec, splits, device, progress
+        )
+        distributed.leave(cell)  # rank 0 of a multi-process cell evaluates alone
+        rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
+        rec["diagnostics"]["batch_feeding"] = (  # images each member saw per training step
+            METHODS.get(cell.method)
+            .feeding_for(cell.hparams)
+            .to_json(cell.recipe.batch_size, cell.M)
+        )
+        phase = "evaluate"
+        seed_everything(cell.seed)  # evaluation draws (MC Dropout) do not depend on the path here
+        t_eval = time.perf_counter()
+        rec["metrics"] = evaluate_all(
+            model, splits, spec, cell.evaluation, cell.recipe, device, data_root
+        )
+        eval_s = time.perf_counter() - t_eval
+        rec["cost"].update(measure_cost(model, ctx, cell, spec, splits, device))
+        rec["cost"]["train_time_s"] = train_s
+        rec["cost"]["epoch_time_s"] = train_s / max(len(history), 1)
+        rec["timings"] = {"train_s": train_s, "eval_s": eval_s}
+        rec["status"] = "done"
+    except Exception as exc:  # recorded, not swallowed: the record carries type, message, trace
+        rec["status"] = "failed"
+        rec["error"] = {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": traceback.format_exc(limit=20)[-4000:],
+            "data_missing": isinstance(exc, DataMissingError),
+            "phase": phase,
+        }
+        log_event(cell_dir, "failed", phase=phase, error=type(exc).__name__)
+        log.warning("cell %s failed: %s: %s", cell.label, type(exc).__name__, exc)
+    rec["timings"]["total_s"] = time.perf_counter() - t0
+    rec["finished_at"] = now()
+    write_record(cell_dir, rec)
+    if rec["status"] == "done":
+        log_event(cell_dir, "done")
+        (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
+    return rec
+
+
+def _train_as_follower(cell: Cell, cell_dir: Path, data_root: Path) -> str:
+    """A rank > 0 of a multi-process cell: build and train the model rank 0 trains (rank 0
+    writes every file). Returns ``"evaluate_only"`` when training is already over."""
+    if (cell_dir / TRAINED_FILE).exists() and (cell_dir / "final.pt").exists():
+        return "evaluate_only"  # rank 0 evaluates the trained weights alone
+    device = pick_device(cell.recipe.device)
+    spec, splits = load_data(cell, data_root)
+    pre = pretrained_state(cell, cell_dir, spec, splits, device, False, data_root)
+    model, _ = build_model(cell, spec, pre, device)
+    train_cell(cell, cell_dir, model, spec, splits, device, False)
+    return "trained"
+
+
+def trained_model(
+    cell: Cell,
+    cell_dir: Path,
+    model: EnsembleModel,
+    spec: DatasetSpec,
+    splits: dict[str, Split],
+    device: torch.device,
+    progress: bool,
+) -> tuple[list[dict], list[dict], float]:
+    """Train the model, or, when an earlier attempt finished training (``final.pt`` and
+    ``trained.json`` exist: it failed or was killed later, in evaluation, cost or reporting),
+    load its weights so that only the evaluation is redone.
+
+    ``final.pt`` is written before ``trained.json``, both atomically: ``trained.json`` present
+    means the weights are whole.
+
+    Returns:
+        history, per-epoch diagnostics, training seconds (of the run that trained).
+    """
+    trained_path = cell_dir / TRAINED_FILE
+    if trained_path.exists() and (cell_dir / "final.pt").exists():
+        try:
+            done = json.loads(trained_path.read_text())
+            model.load_state_dict(load_weights(cell_dir / "final.pt", map_location=device))
+            # Schedules that depend on training progress (σN-Ens τ, λ) stand where training ended.
+            model.set_progress(cell.recipe.epochs - 1, cell.recipe.epochs)
+            log_event(cell_dir, "evaluate_only")
+            return done["history"], done["diagnostics"], done["train_s"]
+        except (DamagedFile, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError
+            # Set both aside and train again, resuming from checkpoint.pt if it is whole.
+            moved = [set_aside(p).name for p in (cell_dir / "final.pt", trained_path)]
+            log.warning("%s: damaged trained weights (%s); moved to %s", cell_dir, exc, moved)
+            log_event(cell_dir, "trained_damaged", reason=str(exc)[:300], moved_to=moved)
+    history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device, progress)
+    _save_atomic(model.state_dict(), cell_dir / "final.pt")
+    atomic_write_text(
+        trained_path,
+        json.dumps({"history": history, "diagnostics": diag, "train_s": train_s}) + "\n",
+    )
+    log_event(cell_dir, "trained")
+    return history, diag, train_s

@@ -1,1 +1,0 @@
-"""Slurm execution through submitit: cluster profiles, job arrays, status and cancellation."""
