@@ -226,14 +226,14 @@ def test_run_records_overrides_in_the_manifest(write_suite, tmp_path, monkeypatc
         ran: tuple[str, ...] = ()
 
         def __init__(self, options):
-            self.records = []
+            pass
 
         def describe(self, n):
             return f"{n} cells"
 
         def run(self, cells, results_dir, data_root, force):
             Nothing.ran = tuple(c.cell_id for c in cells)
-            return True
+            return executors.RunOutcome(finished=True)
 
     monkeypatch.setattr(executors, "make_executor", lambda *a, **k: Nothing(None))
     path = str(write_suite(SUITE))
@@ -258,13 +258,13 @@ def test_report_overrides_set_the_expected_cells(write_suite, tmp_path, monkeypa
         name = "inprocess"
 
         def __init__(self):
-            self.records = []
+            pass
 
         def describe(self, n):
             return ""
 
         def run(self, cells, results_dir, data_root, force):
-            return True
+            return executors.RunOutcome(finished=True)
 
     monkeypatch.setattr(executors, "make_executor", lambda *a, **k: Nothing())
     path = str(write_suite(SUITE))
