@@ -46,12 +46,12 @@ def cmd_run(args) -> int:
     options = executor_options(args)
     if args.executor != "auto":  # its options (a Slurm profile), checked before anything runs
         make_executor(args.executor, options)
-    suite = load_suite_arg(args.suite, args.overrides)
+    # Data and weight files are checked where the cells run: a scheduler's tasks resolve their
+    # own data root (a Slurm profile's setup lines may set HARNESS_DATA_ROOT there).
+    here = runs_here(args.executor)
+    suite = load_suite_arg(args.suite, args.overrides, check_files=here)
     cells = CellFilter(args.only).select(suite.cells())
     results = results_dir(args, suite)
-    # Data is checked where the cells run: a scheduler's tasks resolve their own data root
-    # (a Slurm profile's setup lines may set HARNESS_DATA_ROOT there).
-    here = runs_here(args.executor)
     problems = preflight(suite, args, default_data_root(args.data_root) if here else None)
     if args.dry_run:
         return print_plan(suite.cells(), cells, results, args.force) or problems

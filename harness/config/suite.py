@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.includes import Origins, SuiteError, load_suite_yaml
-from harness.config.overrides import apply_overrides, override_of
-from harness.config.validator import backbone_option_problems
+from harness.config.overrides import apply_overrides
+from harness.config.validator import attribute, backbone_option_problems, suite_problems
 from harness.contract.build import build_dataclass, check_constraints, coerce, unknown_keys
 from harness.contract.config import (
     BackboneEntry,
@@ -233,11 +233,13 @@ def parse_suite(
     origins: Origins,
     source: Path,
     applied: dict[str, str] | None = None,
+    check_files: bool = False,
 ) -> Suite:
     """Validate a loaded mapping into a :class:`Suite` (raises SuiteError with every problem).
 
     ``applied`` (canonical key path → override text, from :func:`apply_overrides`) makes each
-    problem under an overridden key name the override instead of the file.
+    problem under an overridden key name the override instead of the file; ``check_files``
+    is passed to :func:`harness.config.validator.suite_problems`.
     """
     applied = applied or {}
     errors: list[str] = []
@@ -329,33 +331,27 @@ def parse_suite(
         if recipe is not None and recipe.schedule == "multistep" and not recipe.milestones:
             errors.append("recipe.milestones: required when schedule is 'multistep'")
 
+    suite = None
+    if not errors:  # what only the whole suite shows, once its parts are sound
+        grid = Grid(tuple(datasets), tuple(backbones), tuple(methods), tuple(grid_m), tuple(seeds))
+        description = str(data.get("description", ""))
+        suite = Suite(name, grid, recipe, evaluation, description, source, tuple(applied.values()))
+        errors += suite_problems(suite, check_files)
     if errors:
-        raise SuiteError([_with_file(e, origins, source, applied) for e in dict.fromkeys(errors)])
-    grid = Grid(tuple(datasets), tuple(backbones), tuple(methods), tuple(grid_m), tuple(seeds))
-    description = str(data.get("description", ""))
-    return Suite(name, grid, recipe, evaluation, description, source, tuple(applied.values()))
+        raise SuiteError([attribute(e, origins, source, applied) for e in dict.fromkeys(errors)])
+    return suite
 
 
-def _with_file(message: str, origins: Origins, source: Path, applied: dict[str, str]) -> str:
-    key, _, rest = (s.strip() for s in message.partition(":"))
-    found = override_of(key, applied) if key and " " not in key else None
-    if found:  # the problem is the override's: name it (its key only when the problem is deeper)
-        canonical, text = found
-        return f"override {text}: {rest}" if key == canonical else f"override {text}: {message}"
-    file = origins.file_of(key) if key and " " not in key else source
-    return f"{_rel(file)}: {message}"
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def load_suite(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Suite:
+def load_suite(
+    path: str | Path, overrides: tuple[str, ...] | list[str] = (), check_files: bool = False
+) -> Suite:
     """Load, compose and validate a suite file, with command-line ``KEY=VALUE`` overrides applied
-    to its mapping first (see :mod:`harness.config.overrides`)."""
+    to its mapping first (see :mod:`harness.config.overrides`); ``check_files``: also require
+    the ``pretrained:`` weight files on this machine.
+
+    Raises:
+        SuiteError: every problem, each naming the file and key or the override that set it.
+    """
     data, origins = load_suite_yaml(path)
     applied = apply_overrides(data, overrides)
-    return parse_suite(data, origins, Path(path).resolve(), applied)
+    return parse_suite(data, origins, Path(path).resolve(), applied, check_files)
