@@ -87,6 +87,8 @@ def cmd_validate(args) -> int:
         f"{len(suite.grid.methods)} methods × M {list(suite.grid.M)} × "
         f"{len(suite.grid.seeds)} seeds)"
     )
+    for name, why in suite.left_out:  # a new backbone family must not drop methods silently
+        print(f"  methods: [all] leaves out {name}: {why}")
     if args.verbose:
         for c in cells:
             print(f"  {c.cell_id}  {c.label}")

@@ -49,6 +49,8 @@ class Suite:
     description: str = ""
     source: Path | None = None
     overrides: tuple[str, ...] = ()  # command-line KEY=VALUE overrides applied to the file
+    #: ``methods: [all]``: each registered method it left out, and why (``harness validate``).
+    left_out: tuple[tuple[str, str], ...] = ()
 
     def cells(self) -> list[Cell]:
         """Expand the grid: datasets × backbones × methods × hparam product × M × seeds."""
@@ -139,29 +141,49 @@ def _lookup(registry, name: Any, where: str, errors: list[str]) -> Any:
 
 def expand_all(
     items: list[Any], backbones: list[BackboneEntry], grid_m: tuple[int, ...]
-) -> list[Any]:
+) -> tuple[list[Any], list[tuple[str, str]]]:
     """Replace ``all`` in a method list by every registered method, at its defaults, that runs on
     every backbone of the grid and accepts the grid's M (fixed-size methods always do); methods
-    also listed by name keep only their explicit entry."""
+    also listed by name keep only their explicit entry.
+
+    Returns:
+        The method list, and each registered method ``all`` left out with the reason (a backbone
+        family it declares no support for, or M outside its range).
+    """
     if "all" not in items:
-        return items
+        return items, []
     named = {i if isinstance(i, str) else i.get("name") for i in items if isinstance(i, str | dict)}
     ms = [m for m in grid_m if isinstance(m, int)]
-    eligible = []
+    eligible, left_out = [], []
     for name, spec in METHODS.items():
         if name in named:
             continue
-        if spec.backbones is not None and any(b.name not in spec.backbones for b in backbones):
-            continue
-        fits = spec.max_members == 1 or all(
-            spec.min_members <= m and (not spec.max_members or m <= spec.max_members) for m in ms
-        )
-        if fits:
+        if why := _not_for_all(spec, backbones, ms):
+            left_out.append((name, why))
+        else:
             eligible.append(name)
     out: list[Any] = []
     for item in items:
         out.extend(eligible if item == "all" else [item])
-    return out
+    return out, left_out
+
+
+def _not_for_all(spec: Any, backbones: list[BackboneEntry], ms: list[int]) -> str | None:
+    """Why ``methods: [all]`` leaves the method ``spec`` out of this grid (None: it does not)."""
+    for b in backbones:
+        if spec.families is not None and BACKBONES.get(b.name).family not in spec.families:
+            family = BACKBONES.get(b.name).family
+            return (
+                f"backbone {b.name!r} is of family {family!r}; the method builds on the "
+                f"families {', '.join(spec.families)} only"
+            )
+    if spec.max_members == 1:
+        return None
+    bad = [m for m in ms if m < spec.min_members or (spec.max_members and m > spec.max_members)]
+    if bad:
+        hi = spec.max_members or "any"
+        return f"grid.M has {bad}; the method allows M in [{spec.min_members}, {hi}]"
+    return None
 
 
 def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
@@ -281,9 +303,8 @@ def parse_suite(
             if entry.kwargs and datasets:  # options the builder accepts, before any cell runs
                 errors += backbone_option_problems(entry, DATASETS.get(datasets[0]), i)
     grid_m = coerce(_as_list(grid_raw.get("M", [4])), tuple[int, ...], "grid.M", errors)
-    methods = _parse_methods(
-        expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m), errors
-    )
+    listed, left_out = expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m)
+    methods = _parse_methods(listed, errors)
     seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
 
     for me in methods:
@@ -335,7 +356,10 @@ def parse_suite(
     if not errors:  # what only the whole suite shows, once its parts are sound
         grid = Grid(tuple(datasets), tuple(backbones), tuple(methods), tuple(grid_m), tuple(seeds))
         description = str(data.get("description", ""))
-        suite = Suite(name, grid, recipe, evaluation, description, source, tuple(applied.values()))
+        overrides = tuple(applied.values())
+        suite = Suite(
+            name, grid, recipe, evaluation, description, source, overrides, tuple(left_out)
+        )
         errors += suite_problems(suite, check_files)
     if errors:
         raise SuiteError([attribute(e, origins, source, applied) for e in dict.fromkeys(errors)])
