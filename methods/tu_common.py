@@ -46,7 +46,7 @@ def build_tu(
     c, k, m = ctx.in_shape[0], ctx.num_classes, ctx.num_members
     extra = {key: v for key, v in ctx.backbone_kwargs.items() if key == "dropout_rate"}
     # ImageNet backbones (harness.backbones.imagenet) carry style "imagenet": the 7×7 stem.
-    style = getattr(spec, "tu_style", "cifar")
+    style = spec.tu_style
     if spec.family == "wideresnet":
         return wrn_builder(
             in_channels=c, num_classes=k, num_estimators=m, style=style, **extra, **kwargs

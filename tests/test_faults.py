@@ -313,19 +313,15 @@ def test_preflight_rejects_bad_recipes_and_empty_grids(tmp_path):
 
 
 def test_empty_grid_is_an_error(tmp_path):
+    from harness.config.includes import SuiteError
     from harness.config.suite import load_suite
-    from harness.config.validator import suite_problems
 
     path = write_grid(tmp_path, "empty")
     text = path.read_text().replace("seeds: [0, 1]", "seeds: []")
     path.write_text(text)
-    try:
-        problems = suite_problems(load_suite(path))
-    except Exception as exc:  # rejected while parsing: just as good, if it says where
-        assert "grid.seeds" in str(exc)
-        return
-    assert problems == [f"{path}: grid: expands to 0 cells (every method is excluded by its "
-                        "backbones or M, or a list is empty)"]  # fmt: skip
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert info.value.problems == [f"{path}: grid.seeds: is empty, so the grid expands to 0 cells"]
 
 
 @pytest.mark.slow

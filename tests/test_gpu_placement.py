@@ -55,9 +55,9 @@ def test_six_cells_spread_over_three_fake_gpus_each_worker_on_its_own(write_suit
         task=barrier_then_run,
     )
     assert "in 3 worker processes on GPUs 0, 1, 2" in executor.describe(6)
-    assert executor.run(cells, tmp_path, None, False) is True
-
-    records = executor.records
+    outcome = executor.run(cells, tmp_path, None, False)
+    assert outcome.finished is True and outcome.messages == []
+    records = outcome.records
     assert sorted(r["cell_id"] for r in records) == sorted(c.cell_id for c in cells)
     assert all(r["status"] == "done" for r in records), [r.get("error") for r in records]
     device_of: dict[int, set[str]] = {}

@@ -73,8 +73,9 @@ def test_sticky_cuda_error_costs_one_cell_and_replaces_the_worker(write_suite, t
         discover=lambda: [],
         task=poisoning_task,
     )
-    assert executor.run(cells, tmp_path, None, False) is True
-    by_seed = {r["config"]["seed"]: r for r in executor.records}
+    outcome = executor.run(cells, tmp_path, None, False)
+    assert outcome.finished is True
+    by_seed = {r["config"]["seed"]: r for r in outcome.records}
     assert [by_seed[s]["status"] for s in (0, 1, 2)] == ["done", "failed", "done"]
     assert by_seed[1]["error"]["message"].startswith("CUDA error: an illegal memory access")
     assert by_seed[1]["worker"]["poisoned"] is True
@@ -97,8 +98,9 @@ def test_two_process_cell_runs_in_a_worker_with_two_gpus(write_suite, tmp_path):
     executor = LocalWorkersExecutor(
         ExecutorOptions(threads=1, progress=False), discover=lambda: ["0", "1", "2"]
     )
-    assert executor.run(cells, tmp_path, None, False) is True
-    (rec,) = executor.records
+    outcome = executor.run(cells, tmp_path, None, False)
+    assert outcome.finished is True
+    (rec,) = outcome.records
     assert rec["status"] == "done", rec.get("error")
     assert rec["worker"]["cuda_visible_devices"] == "0,1"
     assert [h["epoch"] for h in rec["history"]] == [1]

@@ -219,7 +219,8 @@ def test_damaged_pretrained_weights_are_named(suite, tmp_path, capsys, kind, pro
     for command in ("validate", "run"):
         argv = [command, str(suite), override, "--data-root", str(tmp_path)]
         assert main([*argv, *(["--results", str(tmp_path / "r")] if command == "run" else [])]) == 2
-        one_clear_line(capsys, f"grid.methods[1].hparams.pretrained: {path} {problem}")
+        # The override set the path: it is named, as for any problem of a value it set.
+        one_clear_line(capsys, f"override {override}: {path} {problem}")
     assert not (tmp_path / "r").exists()
     with pytest.raises(DamagedFile, match=f"^{re.escape(f'{path}: {problem}')}"):
         load_weights(path)  # the same line when a run reaches the file

@@ -15,6 +15,7 @@ from harness.config.includes import SuiteError
 from harness.config.overrides import CellFilter, parse_assignment, split_conditions
 from harness.config.suite import load_suite
 from harness.contract import SPEED_ONLY_RECIPE, Cell, Evaluation, Recipe, read_manifest
+from tests.conftest import REPO
 from tests.record_factory import make_record, write_records
 
 SUITE = """
@@ -226,14 +227,14 @@ def test_run_records_overrides_in_the_manifest(write_suite, tmp_path, monkeypatc
         ran: tuple[str, ...] = ()
 
         def __init__(self, options):
-            self.records = []
+            pass
 
         def describe(self, n):
             return f"{n} cells"
 
         def run(self, cells, results_dir, data_root, force):
             Nothing.ran = tuple(c.cell_id for c in cells)
-            return True
+            return executors.RunOutcome(finished=True)
 
     monkeypatch.setattr(executors, "make_executor", lambda *a, **k: Nothing(None))
     path = str(write_suite(SUITE))
@@ -258,13 +259,13 @@ def test_report_overrides_set_the_expected_cells(write_suite, tmp_path, monkeypa
         name = "inprocess"
 
         def __init__(self):
-            self.records = []
+            pass
 
         def describe(self, n):
             return ""
 
         def run(self, cells, results_dir, data_root, force):
-            return True
+            return executors.RunOutcome(finished=True)
 
     monkeypatch.setattr(executors, "make_executor", lambda *a, **k: Nothing())
     path = str(write_suite(SUITE))
@@ -277,3 +278,41 @@ def test_report_overrides_set_the_expected_cells(write_suite, tmp_path, monkeypa
     missing = {line.split("|")[2].strip() for line in text.splitlines() if "| missing |" in line}
     assert missing == wanted and len(missing) == 4
     assert main(["report", str(folder), "recipe.epochs=x"]) == 2
+
+
+# --- one validator: every problem names the file and key, or the override ----------------------
+
+
+def test_an_override_that_makes_an_included_value_wrong_is_named(capsys, monkeypatch):
+    """``recipe.epochs=1`` leaves the included recipe's ``warmup_epochs: 1`` not below the
+    epochs: the override is the cause and is named, with the file that set the other value."""
+    monkeypatch.chdir(REPO)
+    assert main(["validate", "suites/smoke.yaml", "recipe.epochs=1", "--skip-data"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "override recipe.epochs=1: recipe.warmup_epochs: 1 is not below epochs=1 "
+        "(recipe.warmup_epochs set in suites/common/digits_recipe.yaml)"
+    ]
+
+
+def test_recipe_problems_name_the_file_that_set_the_value(write_suite, tmp_path):
+    base = write_suite("recipe: {warmup_epochs: 5, epochs: 8}\n", "base.yaml")
+    grid = "grid: {datasets: [digits], backbones: [digits_cnn], methods: [single], M: [1]}\n"
+    path = write_suite(f"include: base.yaml\nname: r\n{grid}recipe: {{epochs: 3}}\n")
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert info.value.problems == [f"{base}: recipe.warmup_epochs: 5 is not below epochs=3"]
+    # A method's recipe delta inherits the suite's warm-up: the file that set it is named...
+    short = grid.replace("[single]", "[{name: single, recipe: {epochs: 2}}]")
+    path.write_text(f"include: base.yaml\nname: r\n{short}")
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    assert info.value.problems == [
+        f"{base}: grid.methods[0].recipe.warmup_epochs: 5 is not below epochs=2"
+    ]
+    # ... and the override, when one set the epochs that make it wrong.
+    with pytest.raises(SuiteError) as info:
+        load_suite(path, ["grid.methods.single.recipe.epochs=4"])
+    assert info.value.problems == [
+        "override grid.methods.single.recipe.epochs=4: grid.methods[0].recipe.warmup_epochs: 5 "
+        f"is not below epochs=4 (recipe.warmup_epochs set in {base})"
+    ]

@@ -7,7 +7,8 @@ single-node cluster of slurm/local_cluster (start.sh; ``. $SLURM_LOCAL_DIR/env.s
 - the smoke grid as one job array gives the same cell results as an in-process run;
 - a cell that raises shows as failed, with its error, in ``harness status``;
 - a task killed by its time limit is requeued and resumes from its per-epoch checkpoint;
-- a cancelled suite, re-submitted, completes only what was missing.
+- a cancelled suite, re-submitted, completes only what was missing;
+- ``--force`` resubmits a done cell and trains it again.
 
 Skipped with a one-line reason when no cluster answers, except under HARNESS_REQUIRE_SLURM=1
 (CI), where they fail. About 4 minutes on 2 cores, most of it Slurm's time-limit and requeue
@@ -399,6 +400,34 @@ def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
     assert {new_jobs[c].split("_")[0] for c in slow} != {jobs[fast].split("_")[0]}
     states, out = status(results)
     assert states == dict.fromkeys([fast, *slow], "done"), out
+
+
+def test_force_resubmits_and_retrains_a_done_cell(results_root: Path, tmp_path: Path):
+    """``--force`` reaches the tasks: the done cell is submitted again and trained again (a
+    new job, a new record started after the first one finished), not handed its old record."""
+    suite = write_suite(
+        tmp_path,
+        "force",
+        f"grid: {ONE_CELL_GRID}, methods: [{{name: single, recipe: {{epochs: 2}}}}]}}\n"
+        "evaluation: {cost: false}\n",
+    )
+    argv = ("run", suite, "--executor", "slurm", "--profile", "local", "--results",
+            results_root, "--wait", "-q")  # fmt: skip
+    rc, out = cli(*argv, timeout=180)
+    assert rc == 0, out
+    results = results_root / "force"
+    ((cid, first),) = records(results).items()
+    first_job = jobs_of(results)[cid]
+    rc, out = cli(*argv, timeout=60)
+    assert rc == 0 and "nothing to submit: every cell is done" in out, out
+    rc, out = cli(*argv, "--force", timeout=180)
+    assert rc == 0, out
+    assert re.search(r"submitted job array \d+ with 1 tasks", out), out
+    second = records(results)[cid]
+    assert second["status"] == "done", second.get("error")
+    assert jobs_of(results)[cid] != first_job
+    assert second["started_at"] >= first["finished_at"]
+    assert "resuming" not in task_logs(results, jobs_of(results)[cid], "err").lower()
 
 
 def test_sacct_array_lines_expand_to_tasks():

@@ -28,9 +28,14 @@ class BackboneSpec:
         name: Registry name.
         build: ``build(in_shape, num_classes, **kwargs) -> nn.Module``; kwargs include
             ``dropout_rate`` (used by MC Dropout).
-        family: "cnn", "resnet", "wideresnet" or "vit"; methods built from torch-uncertainty's
-            dedicated models use it to pick the matching builder.
+        family: "cnn", "resnet", "wideresnet", "vit", "transformer", or a new one; a method
+            declares the families it can build on (``MethodSpec.families``; None: any), and
+            ``methods: [all]`` leaves out, with the reason ``harness validate`` prints, every
+            method that does not declare the family of a grid backbone.
         description: one line for ``harness ls``.
+        tu_arch: torch-uncertainty's ResNet depth for the "resnet" family (18, 50, ...).
+        tu_style: the ``style`` torch-uncertainty's ResNet builders get: "cifar" (3×3 stem, no
+            max-pool) or "imagenet".
     """
 
     name: str
@@ -38,6 +43,7 @@ class BackboneSpec:
     family: str
     description: str = ""
     tu_arch: int | None = None
+    tu_style: str = "cifar"
 
 
 def register_backbone(spec: BackboneSpec) -> BackboneSpec:

@@ -70,29 +70,35 @@ def gpu_ids(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(parts))
 
 
-# Executor → the run flags that only it reads (auto may resolve to either local executor).
-_ONLY_FOR = {
-    "workers": ("--workers", ("auto", "local")),
-    "gpus": ("--gpus", ("auto", "local")),
-    "cells_per_gpu": ("--cells-per-gpu", ("auto", "local")),
-    "profile": ("--profile", ("slurm",)),
-    "slurm": ("--slurm", ("slurm",)),
-    "wait": ("--wait", ("slurm",)),
+#: ExecutorOptions field → (its ``run`` flag, the argparse attribute that holds it).
+_FLAGS = {
+    "workers": ("--workers", "workers"),
+    "gpus": ("--gpus", "gpus"),
+    "cells_per_gpu": ("--cells-per-gpu", "cells_per_gpu"),
+    "profile": ("--profile", "profile"),
+    "slurm_overrides": ("--slurm", "slurm"),
+    "wait": ("--wait", "wait"),
 }
 
 
 def run_flag_problems(args: Any) -> list[str]:
-    """``harness run`` flags that the chosen ``--executor`` would silently ignore."""
+    """``harness run`` flags that the chosen ``--executor`` would silently ignore: each executor
+    declares the options it reads (``reads``), and a flag for any other is refused."""
+    from harness.executors import EXECUTORS, options_read
+
+    names = ["auto", *EXECUTORS]
     problems = []
-    for attr, (flag, executors) in _ONLY_FOR.items():
+    for field, (flag, attr) in _FLAGS.items():
         value = getattr(args, attr, None)
-        if attr == "workers" and value == 1 and args.executor == "inprocess":
+        if field == "workers" and value == 1 and args.executor == "inprocess":
             continue  # one worker is what inprocess is: consistent, not ignored
-        if value not in (None, False, [], ()) and args.executor not in executors:
-            problems.append(
-                f"{flag}: only for --executor {' or '.join(executors)}; "
-                f"--executor {args.executor} does not use it"
-            )
+        if value in (None, False, [], ()) or field in options_read(args.executor):
+            continue
+        readers = [n for n in names if field in options_read(n)]
+        problems.append(
+            f"{flag}: only for --executor {' or '.join(readers)}; "
+            f"--executor {args.executor} does not use it"
+        )
     return problems
 
 

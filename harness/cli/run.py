@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli.checks import run_flag_problems
 from harness.cli.validate import load_suite_arg, preflight
 from harness.config.includes import SuiteError
+
+if TYPE_CHECKING:
+    from harness.executors import ExecutorOptions
 
 
 def results_dir(args, suite) -> Path:
@@ -15,25 +19,40 @@ def results_dir(args, suite) -> Path:
     return Path(args.results or "results") / suite.name
 
 
+def executor_options(args) -> ExecutorOptions:
+    """The executor options the ``run`` flags set (each executor reads the fields it declares)."""
+    from harness.executors import ExecutorOptions
+
+    return ExecutorOptions(
+        workers=args.workers,
+        threads=args.threads,
+        profile=args.profile,
+        slurm_overrides=tuple(args.slurm),
+        wait=args.wait,
+        progress=not args.quiet,
+        gpus=args.gpus,
+        cells_per_gpu=args.cells_per_gpu or 1,
+    )
+
+
 def cmd_run(args) -> int:
+    """Check, write the manifest, hand the pending cells to the executor, print its outcome."""
     from harness.config.overrides import CellFilter
     from harness.data.base import default_data_root
-    from harness.executors import ExecutorOptions, make_executor, pending, write_manifest
-    from reports.terminal import print_summary
+    from harness.executors import make_executor, pending, runs_here, write_manifest
 
     if flag_problems := run_flag_problems(args):  # before the suite: nothing has run yet
         raise SuiteError([f"harness run: {p}" for p in flag_problems])
-    if args.executor == "slurm":  # the profile and --slurm overrides, before anything runs
-        from harness.executors.slurm.profile import load_profile
-
-        load_profile(args.profile, args.slurm)
-    suite = load_suite_arg(args.suite, args.overrides)
-    data_root = default_data_root(args.data_root)
+    options = executor_options(args)
+    if args.executor != "auto":  # its options (a Slurm profile), checked before anything runs
+        make_executor(args.executor, options)
+    # Data and weight files are checked where the cells run: a scheduler's tasks resolve their
+    # own data root (a Slurm profile's setup lines may set HARNESS_DATA_ROOT there).
+    here = runs_here(args.executor)
+    suite = load_suite_arg(args.suite, args.overrides, check_files=here)
     cells = CellFilter(args.only).select(suite.cells())
     results = results_dir(args, suite)
-    # Slurm tasks resolve their own data root (the profile's setup lines may set
-    # HARNESS_DATA_ROOT there): the data is not checked on the submitting node.
-    problems = preflight(suite, args, None if args.executor == "slurm" else data_root)
+    problems = preflight(suite, args, default_data_root(args.data_root) if here else None)
     if args.dry_run:
         return print_plan(suite.cells(), cells, results, args.force) or problems
     if problems:
@@ -49,30 +68,28 @@ def cmd_run(args) -> int:
         f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
         f"{len(todo)} to run → {results}"
     )
+    return _run_and_report(make_executor(args.executor, options, len(todo)), todo, results, args)
+
+
+def _run_and_report(executor, todo: list, results: Path, args) -> int:
+    """Run ``todo`` on ``executor``; print its messages, then the summary once cells are over."""
+    from reports.terminal import print_summary
+
+    print(executor.describe(len(todo)))
     t0 = time.perf_counter()
-    options = ExecutorOptions(
-        workers=args.workers,
-        threads=args.threads,
-        profile=args.profile,
-        slurm_overrides=tuple(args.slurm),
-        wait=args.wait,
-        progress=not args.quiet,
-        gpus=args.gpus,
-        cells_per_gpu=args.cells_per_gpu or 1,
-    )
-    executor = make_executor(args.executor, options, len(todo))
-    if executor.name == "local":
-        print(executor.describe(len(todo)))
-    if executor.name == "slurm":
-        task_root = Path(args.data_root).expanduser().resolve() if args.data_root else None
-        return print_summary(results) if executor.run(todo, results, task_root, False) else 0
-    executor.run(todo, results, data_root, args.force)
+    # None: each cell's process resolves $HARNESS_DATA_ROOT or the user cache itself.
+    root = Path(args.data_root).expanduser().resolve() if args.data_root else None
+    outcome = executor.run(todo, results, root, args.force)
+    for line in outcome.messages:
+        print(line)
+    if not outcome.finished:  # handed to a scheduler: `harness status` follows it
+        return 0
     print(f"finished in {time.perf_counter() - t0:.1f} s")
-    report_leased(executor.records)
+    report_leased(outcome.records)
     code = print_summary(results)
     # A cell that failed on its data or weights (missing, damaged) is the user's to fix: exit 2,
     # as for the same problem found before the run.
-    missing = any((r.get("error") or {}).get("data_missing") for r in executor.records)
+    missing = any((r.get("error") or {}).get("data_missing") for r in outcome.records)
     return 2 if missing else code
 
 

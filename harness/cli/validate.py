@@ -12,24 +12,29 @@ from pathlib import Path
 from harness.config.includes import SuiteError
 
 
-def load_suite_arg(path: str, overrides: list[str] | tuple[str, ...] = ()):
-    """The suite named on the command line, with its overrides (a folder is refused by name)."""
+def load_suite_arg(
+    path: str, overrides: list[str] | tuple[str, ...] = (), check_files: bool = False
+):
+    """The suite named on the command line, with its overrides, validated once (a folder is
+    refused by name); ``check_files``: its ``pretrained:`` files must be on this machine.
+
+    Raises:
+        SuiteError: every problem, each naming its file and key or the override.
+    """
     from harness.config.suite import load_suite
 
     if Path(path).is_dir():
         raise SuiteError(
             [f"{path}: is a directory; give a suite YAML file (e.g. suites/smoke.yaml)"]
         )
-    return load_suite(path, overrides)
+    return load_suite(path, overrides, check_files)
 
 
 def preflight(suite, args, data_root: Path | None) -> int:
-    """Print every problem knowable before training (suite, recipe, files, data); 2 if any."""
-    from harness.config.validator import suite_problems
-
-    # Without a data root (validate --skip-data) weight files are not checked either.
-    problems = suite_problems(suite, check_files=data_root is not None)
-    problems += tensorboard_problems_of(args)
+    """Print the problems a valid suite can still meet on this machine (``--tensorboard``
+    without the package, data that is not there); 2 if any. The suite itself was validated
+    when it was loaded."""
+    problems = tensorboard_problems_of(args)
     if data_root is not None:
         problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
     for p in problems:
@@ -70,7 +75,8 @@ def check_data(suite, data_root: Path) -> list[str]:
 def cmd_validate(args) -> int:
     from harness.config.overrides import CellFilter
 
-    suite = load_suite_arg(args.suite, args.overrides)
+    # Without data (--skip-data) weight files are not checked either: weights are data too.
+    suite = load_suite_arg(args.suite, args.overrides, check_files=not args.skip_data)
     data_root = None
     if not args.skip_data:  # the data layer imports torch: only when the data is checked
         from harness.data.base import default_data_root
@@ -85,6 +91,8 @@ def cmd_validate(args) -> int:
         f"{len(suite.grid.methods)} methods × M {list(suite.grid.M)} × "
         f"{len(suite.grid.seeds)} seeds)"
     )
+    for name, why in suite.left_out:  # a new backbone family must not drop methods silently
+        print(f"  methods: [all] leaves out {name}: {why}")
     if args.verbose:
         for c in cells:
             print(f"  {c.cell_id}  {c.label}")

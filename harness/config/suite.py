@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.includes import Origins, SuiteError, load_suite_yaml
-from harness.config.overrides import apply_overrides, override_of
-from harness.config.validator import backbone_option_problems
+from harness.config.overrides import apply_overrides
+from harness.config.validator import attribute, backbone_option_problems, suite_problems
 from harness.contract.build import build_dataclass, check_constraints, coerce, unknown_keys
 from harness.contract.config import (
     BackboneEntry,
@@ -49,6 +49,8 @@ class Suite:
     description: str = ""
     source: Path | None = None
     overrides: tuple[str, ...] = ()  # command-line KEY=VALUE overrides applied to the file
+    #: ``methods: [all]``: each registered method it left out, and why (``harness validate``).
+    left_out: tuple[tuple[str, str], ...] = ()
 
     def cells(self) -> list[Cell]:
         """Expand the grid: datasets × backbones × methods × hparam product × M × seeds.
@@ -145,29 +147,49 @@ def _lookup(registry, name: Any, where: str, errors: list[str]) -> Any:
 
 def expand_all(
     items: list[Any], backbones: list[BackboneEntry], grid_m: tuple[int, ...]
-) -> list[Any]:
+) -> tuple[list[Any], list[tuple[str, str]]]:
     """Replace ``all`` in a method list by every registered method, at its defaults, that runs on
     every backbone of the grid and accepts the grid's M (fixed-size methods always do); methods
-    also listed by name keep only their explicit entry."""
+    also listed by name keep only their explicit entry.
+
+    Returns:
+        The method list, and each registered method ``all`` left out with the reason (a backbone
+        family it declares no support for, or M outside its range).
+    """
     if "all" not in items:
-        return items
+        return items, []
     named = {i if isinstance(i, str) else i.get("name") for i in items if isinstance(i, str | dict)}
     ms = [m for m in grid_m if isinstance(m, int)]
-    eligible = []
+    eligible, left_out = [], []
     for name, spec in METHODS.items():
         if name in named:
             continue
-        if spec.backbones is not None and any(b.name not in spec.backbones for b in backbones):
-            continue
-        fits = spec.max_members == 1 or all(
-            spec.min_members <= m and (not spec.max_members or m <= spec.max_members) for m in ms
-        )
-        if fits:
+        if why := _not_for_all(spec, backbones, ms):
+            left_out.append((name, why))
+        else:
             eligible.append(name)
     out: list[Any] = []
     for item in items:
         out.extend(eligible if item == "all" else [item])
-    return out
+    return out, left_out
+
+
+def _not_for_all(spec: Any, backbones: list[BackboneEntry], ms: list[int]) -> str | None:
+    """Why ``methods: [all]`` leaves the method ``spec`` out of this grid (None: it does not)."""
+    for b in backbones:
+        if spec.families is not None and BACKBONES.get(b.name).family not in spec.families:
+            family = BACKBONES.get(b.name).family
+            return (
+                f"backbone {b.name!r} is of family {family!r}; the method builds on the "
+                f"families {', '.join(spec.families)} only"
+            )
+    if spec.max_members == 1:
+        return None
+    bad = [m for m in ms if m < spec.min_members or (spec.max_members and m > spec.max_members)]
+    if bad:
+        hi = spec.max_members or "any"
+        return f"grid.M has {bad}; the method allows M in [{spec.min_members}, {hi}]"
+    return None
 
 
 def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
@@ -239,11 +261,13 @@ def parse_suite(
     origins: Origins,
     source: Path,
     applied: dict[str, str] | None = None,
+    check_files: bool = False,
 ) -> Suite:
     """Validate a loaded mapping into a :class:`Suite` (raises SuiteError with every problem).
 
     ``applied`` (canonical key path → override text, from :func:`apply_overrides`) makes each
-    problem under an overridden key name the override instead of the file.
+    problem under an overridden key name the override instead of the file; ``check_files``
+    is passed to :func:`harness.config.validator.suite_problems`.
     """
     applied = applied or {}
     errors: list[str] = []
@@ -285,9 +309,8 @@ def parse_suite(
             if entry.kwargs and datasets:  # options the builder accepts, before any cell runs
                 errors += backbone_option_problems(entry, DATASETS.get(datasets[0]), i)
     grid_m = coerce(_as_list(grid_raw.get("M", [4])), tuple[int, ...], "grid.M", errors)
-    methods = _parse_methods(
-        expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m), errors
-    )
+    listed, left_out = expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m)
+    methods = _parse_methods(listed, errors)
     seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
 
     for me in methods:
@@ -335,33 +358,30 @@ def parse_suite(
         if recipe is not None and recipe.schedule == "multistep" and not recipe.milestones:
             errors.append("recipe.milestones: required when schedule is 'multistep'")
 
+    suite = None
+    if not errors:  # what only the whole suite shows, once its parts are sound
+        grid = Grid(tuple(datasets), tuple(backbones), tuple(methods), tuple(grid_m), tuple(seeds))
+        description = str(data.get("description", ""))
+        overrides = tuple(applied.values())
+        suite = Suite(
+            name, grid, recipe, evaluation, description, source, overrides, tuple(left_out)
+        )
+        errors += suite_problems(suite, check_files)
     if errors:
-        raise SuiteError([_with_file(e, origins, source, applied) for e in dict.fromkeys(errors)])
-    grid = Grid(tuple(datasets), tuple(backbones), tuple(methods), tuple(grid_m), tuple(seeds))
-    description = str(data.get("description", ""))
-    return Suite(name, grid, recipe, evaluation, description, source, tuple(applied.values()))
+        raise SuiteError([attribute(e, origins, source, applied) for e in dict.fromkeys(errors)])
+    return suite
 
 
-def _with_file(message: str, origins: Origins, source: Path, applied: dict[str, str]) -> str:
-    key, _, rest = (s.strip() for s in message.partition(":"))
-    found = override_of(key, applied) if key and " " not in key else None
-    if found:  # the problem is the override's: name it (its key only when the problem is deeper)
-        canonical, text = found
-        return f"override {text}: {rest}" if key == canonical else f"override {text}: {message}"
-    file = origins.file_of(key) if key and " " not in key else source
-    return f"{_rel(file)}: {message}"
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def load_suite(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Suite:
+def load_suite(
+    path: str | Path, overrides: tuple[str, ...] | list[str] = (), check_files: bool = False
+) -> Suite:
     """Load, compose and validate a suite file, with command-line ``KEY=VALUE`` overrides applied
-    to its mapping first (see :mod:`harness.config.overrides`)."""
+    to its mapping first (see :mod:`harness.config.overrides`); ``check_files``: also require
+    the ``pretrained:`` weight files on this machine.
+
+    Raises:
+        SuiteError: every problem, each naming the file and key or the override that set it.
+    """
     data, origins = load_suite_yaml(path)
     applied = apply_overrides(data, overrides)
-    return parse_suite(data, origins, Path(path).resolve(), applied)
+    return parse_suite(data, origins, Path(path).resolve(), applied, check_files)

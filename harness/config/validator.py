@@ -1,40 +1,114 @@
-"""Checks run by ``harness validate`` and ``harness run`` before the first cell starts, beyond
-what parsing a suite already rejects (unknown names of methods, backbones, datasets, OOD sets and
-corruptions): recipe sanity, a grid that expands to no cell, files the cells will read
-(``pretrained:`` weights), and results folders that the reading commands need.
+"""The checks of a parsed suite beyond its structure, and the attribution of every problem.
 
-Every message starts with the suite file and the key path, so a problem is found before hours of
-training rather than at evaluation.
+:func:`harness.config.suite.load_suite` is the one entry point: it parses the mapping (unknown
+keys, types, bounds, unknown names of methods, backbones, datasets, OOD sets and corruptions),
+then asks :func:`suite_problems` for what only the whole suite shows (recipe sanity, a grid that
+expands to no cell, ``pretrained:`` weights and, on request, their files), and names the origin
+of every problem once, with :func:`attribute`: the file and key that set the value, or the
+command-line override that did (also when the override set a *related* key: ``recipe.epochs=1``
+makes an included file's ``warmup_epochs: 2`` wrong, and the message names the override).
+
+Also :func:`require_results`, the results folder the reading commands need.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config.includes import Origins
+from harness.config.overrides import override_of
 from harness.contract.config import Recipe
 
 
-def recipe_problems(recipe: Recipe, where: str) -> list[str]:
-    """Problems of one recipe (``where``: its key path, e.g. ``grid.methods[2].recipe``)."""
+@dataclass(frozen=True)
+class Problem:
+    """One problem at a key path, in words.
+
+    Attributes:
+        key: the key path whose value is wrong (``recipe.warmup_epochs``).
+        text: what is wrong.
+        related: other key paths whose values make it wrong (``recipe.epochs``): an override of
+            one of them is named as the cause.
+        origin: the key path that set the value, when it is not ``key`` (a method's recipe
+            inherits the suite's ``recipe.warmup_epochs``): its file is the one named.
+    """
+
+    key: str
+    text: str
+    related: tuple[str, ...] = ()
+    origin: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.text}"
+
+
+def recipe_problems(
+    recipe: Recipe, where: str, origin_of: Callable[[str], str] | None = None
+) -> list[Problem]:
+    """Problems of one recipe at key path ``where`` (``recipe``, ``grid.methods[2].recipe``);
+    ``origin_of(field)`` is the key path that set a field (a method's recipe delta, or the
+    suite's recipe it inherits), by default ``where.field``."""
+    origin = origin_of or (lambda f: f"{where}.{f}")
+
+    def problem(field: str, text: str, *others: str) -> Problem:
+        return Problem(f"{where}.{field}", text, tuple(origin(o) for o in others), origin(field))
+
     out = []
     ms = list(recipe.milestones)
     if recipe.schedule == "multistep" and ms:
         outside = [m for m in ms if not 0 < m < recipe.epochs]
         if outside:
-            out.append(
-                f"{where}.milestones: {outside} not inside (0, epochs={recipe.epochs}); "
-                "a milestone at or after the last epoch never decays the learning rate"
+            text = (
+                f"{outside} not inside (0, epochs={recipe.epochs}); a milestone at or after the "
+                "last epoch never decays the learning rate"
             )
+            out.append(problem("milestones", text, "epochs"))
         if any(b <= a for a, b in itertools.pairwise(ms)):
-            out.append(f"{where}.milestones: {ms} must be strictly increasing")
+            out.append(problem("milestones", f"{ms} must be strictly increasing"))
     if recipe.warmup_epochs and recipe.warmup_epochs >= recipe.epochs:
-        out.append(
-            f"{where}.warmup_epochs: {recipe.warmup_epochs} is not below epochs={recipe.epochs}"
-        )
+        text = f"{recipe.warmup_epochs} is not below epochs={recipe.epochs}"
+        out.append(problem("warmup_epochs", text, "epochs"))
     return out
+
+
+def attribute(
+    problem: Problem | str, origins: Origins, source: Path, applied: dict[str, str]
+) -> str:
+    """``problem`` as the line a user reads: ``override K=V: ...`` when an override set its key
+    (or a related one), else ``<file that set the key>: <key>: ...``.
+
+    Args:
+        problem: a :class:`Problem`, or a message ``"<key path>: <text>"``.
+        origins: which file set each key (after ``include:`` composition).
+        source: the suite file (for problems of no key).
+        applied: canonical key path → override text (:func:`apply_overrides`).
+    """
+    message = str(problem)
+    key, _, rest = (s.strip() for s in message.partition(":"))
+    is_key = bool(key) and " " not in key
+    structured = isinstance(problem, Problem)
+    origin = (problem.origin if structured else None) or key
+    found = override_of(origin, applied) if is_key else None
+    if found:  # the problem is the override's: name it (its key only when the problem is deeper)
+        canonical, text = found
+        return f"override {text}: {rest}" if key == canonical else f"override {text}: {message}"
+    file = origins.file_of(origin) if is_key else source
+    for other in problem.related if structured else ():
+        if found := override_of(other, applied):  # the override made this file's value wrong
+            return f"override {found[1]}: {message} ({origin} set in {_rel(file)})"
+    return f"{_rel(file)}: {message}"
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
@@ -83,47 +157,60 @@ def _named_options(build: Any) -> list[str]:
     return [p.name for p in params if p.kind in kinds and p.name not in skip]
 
 
-def suite_problems(suite: Any, check_files: bool = True) -> list[str]:
-    """Everything knowable about a parsed suite before training, one message per problem.
+def suite_problems(suite: Any, check_files: bool = False) -> list[Problem | str]:
+    """What only the whole parsed suite shows, one problem per key (not yet attributed).
 
     Args:
         suite: a :class:`harness.config.suite.Suite`.
         check_files: also check that ``pretrained:`` weights are on disk (a path, or named weights
-            in the library's cache); ``harness validate --skip-data`` turns it off, since weights
-            are data like the datasets (the names are still checked).
-
-    Returns:
-        Messages ``<file>: <key path>: <problem>``; empty when the suite is sound.
+            in the library's cache); off for ``harness validate --skip-data`` and for cells that
+            run elsewhere, since weights are data like the datasets (the names are still checked).
     """
-    from harness.backbones.weights import WeightsError, is_named, named_problem, parse_pretrained
-    from harness.storage.safe_files import weights_file_problem
-
-    problems = recipe_problems(suite.recipe, "recipe")
+    problems: list[Problem | str] = list(recipe_problems(suite.recipe, "recipe"))
     for i, me in enumerate(suite.grid.methods):
         if me.recipe:
             merged = dataclasses.replace(suite.recipe, **dict(me.recipe))
-            problems += recipe_problems(merged, f"grid.methods[{i}].recipe")
-        pretrained = dict(me.hparams).get("pretrained")
-        for path in pretrained if isinstance(pretrained, list | tuple) else [pretrained]:
-            if is_named(path):  # timm:NAME / torchvision:NAME: known name, file in the cache
-                if not check_files:
-                    try:
-                        parse_pretrained(path)  # the name alone
-                    except WeightsError as err:
-                        problems.append(f"grid.methods[{i}].hparams.{err}")
-                elif problem := named_problem(path):
-                    problems.append(f"grid.methods[{i}].hparams.{problem}")
-            elif check_files and path and not Path(str(path)).expanduser().is_file():
-                problems.append(f"grid.methods[{i}].hparams.pretrained: no file {path}")
-            elif check_files and path and (problem := weights_file_problem(str(path))):
-                problems.append(f"grid.methods[{i}].hparams.pretrained: {path} {problem}")
+            where = f"grid.methods[{i}].recipe"
+            problems += recipe_problems(
+                merged,
+                where,
+                lambda f, where=where, own=me.recipe: f"{where}.{f}" if f in own else f"recipe.{f}",
+            )
+        problems += _pretrained_problems(dict(me.hparams).get("pretrained"), i, check_files)
     if not suite.cells():
-        problems.append(
-            "grid: expands to 0 cells (every method is excluded by its backbones or M, or a "
-            "list is empty)"
-        )
-    source = suite.source or "suite"
-    return [f"{source}: {p}" for p in dict.fromkeys(problems)]
+        problems.append(_empty_grid(suite.grid))
+    return problems
+
+
+def _pretrained_problems(pretrained: Any, i: int, check_files: bool) -> list[str]:
+    """``grid.methods[i].hparams.pretrained``: a known weights name, and its file when asked."""
+    from harness.backbones.weights import WeightsError, is_named, named_problem, parse_pretrained
+    from harness.storage.safe_files import weights_file_problem
+
+    problems = []
+    for path in pretrained if isinstance(pretrained, list | tuple) else [pretrained]:
+        if is_named(path):  # timm:NAME / torchvision:NAME: known name, file in the cache
+            if not check_files:
+                try:
+                    parse_pretrained(path)  # the name alone
+                except WeightsError as err:
+                    problems.append(f"grid.methods[{i}].hparams.{err}")
+            elif problem := named_problem(path):
+                problems.append(f"grid.methods[{i}].hparams.{problem}")
+        elif check_files and path and not Path(str(path)).expanduser().is_file():
+            problems.append(f"grid.methods[{i}].hparams.pretrained: no file {path}")
+        elif check_files and path and (problem := weights_file_problem(str(path))):
+            problems.append(f"grid.methods[{i}].hparams.pretrained: {path} {problem}")
+    return problems
+
+
+def _empty_grid(grid: Any) -> Problem:
+    """The grid expands to no cell: the empty list if there is one, else why every method is
+    left out."""
+    for name in ("datasets", "backbones", "methods", "M", "seeds"):
+        if not getattr(grid, name):
+            return Problem(f"grid.{name}", "is empty, so the grid expands to 0 cells")
+    return Problem("grid", "expands to 0 cells (every method is excluded by its backbones or M)")
 
 
 def require_results(results_dir: Path, records: bool = True) -> Path:

@@ -272,10 +272,10 @@ def slurm_parameters(params: dict[str, Any], processes: int) -> dict[str, Any]:
 
 
 def run_slurm_rank(
-    cell: Cell, results_dir: Path, data_root: Path | None, run: RunCell
+    cell: Cell, results_dir: Path, data_root: Path | None, run: RunCell, force: bool = False
 ) -> dict[str, Any]:
     """One task of a multi-task Slurm job: export the rendezvous (submitit), join the group,
-    run the cell as that rank."""
+    run the cell as that rank (``force``: redo it from scratch)."""
     import submitit
 
     submitit.helpers.TorchDistributedEnvironment().export(
@@ -284,4 +284,4 @@ def run_slurm_rank(
     )
     pretrain_first(cell, results_dir, data_root, run)  # one task trains it, the others wait
     with process_group(cell):
-        return run(cell, results_dir, data_root, False, False)
+        return run(cell, results_dir, data_root, force, False)

@@ -10,7 +10,7 @@ slurm      one Slurm job array through submitit, one task per cell
 The CLI picks one by name from :data:`EXECUTORS` (``auto``: in-process for a single cell or on a
 machine with one GPU, local workers on a CPU-only machine or across several GPUs). Adding an
 executor is one module with a class taking :class:`ExecutorOptions` and implementing
-``describe`` and ``run``, plus one line here.
+``describe`` and ``run`` (and declaring ``reads`` and ``runs_here``), plus one line here.
 No executor imports the CLI or the reporter.
 """
 
@@ -19,15 +19,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from harness.executors.base import Executor, ExecutorOptions, pending, write_manifest
+from harness.executors.base import Executor, ExecutorOptions, RunOutcome, pending, write_manifest
 
 __all__ = [
     "EXECUTORS",
     "Executor",
     "ExecutorOptions",
+    "RunOutcome",
+    "executor_class",
     "make_executor",
+    "options_read",
     "pending",
     "resolve_name",
+    "runs_here",
     "write_manifest",
 ]
 
@@ -63,7 +67,32 @@ def resolve_name(
     return name
 
 
+#: What ``auto`` may resolve to.
+AUTO = ("inprocess", "local")
+
+
+def executor_class(name: str) -> type[Executor]:
+    """The class of the executor called ``name`` (a name of :data:`EXECUTORS`).
+
+    Raises:
+        ValueError: an unknown executor name, listing the valid ones.
+    """
+    module, _, cls = EXECUTORS[resolve_name(name, 0) if name != "auto" else AUTO[0]].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def options_read(name: str) -> set[str]:
+    """The :class:`ExecutorOptions` fields ``name`` uses (``auto``: those of either executor
+    it may resolve to)."""
+    names = AUTO if name == "auto" else (name,)
+    return set().union(*(executor_class(n).reads for n in names))
+
+
+def runs_here(name: str) -> bool:
+    """Whether ``name``'s cells run on this machine (``auto`` always does)."""
+    return all(executor_class(n).runs_here for n in (AUTO if name == "auto" else (name,)))
+
+
 def make_executor(name: str, options: ExecutorOptions, n_cells: int = 0) -> Executor:
     """The executor called ``name`` (or ``auto``, resolved for ``n_cells`` cells)."""
-    module, _, cls = EXECUTORS[resolve_name(name, n_cells)].partition(":")
-    return getattr(importlib.import_module(module), cls)(options)
+    return executor_class(resolve_name(name, n_cells))(options)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 from harness.contract import SUITE_FILE, Cell, DamagedRecord, build_manifest, set_aside
 from harness.contract.done_index import DoneIndex
@@ -47,10 +47,41 @@ class ExecutorOptions:
     cells_per_gpu: int = 1
 
 
+@dataclass
+class RunOutcome:
+    """What a run leaves for the CLI to report: the executor never prints.
+
+    Attributes:
+        finished: every cell has its record now (done or failed); False when the cells were
+            handed to a scheduler and may still be running.
+        records: each cell's record as the run left it (or ``{"cell_id", "status": "leased",
+            "lease"}`` for a cell another live process holds), in the order of the cells; empty
+            when ``finished`` is False.
+        messages: lines for the CLI to print after the run (a job id, where to follow it).
+    """
+
+    finished: bool
+    records: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+
 class Executor(Protocol):
-    """Runs cells so that each leaves ``<results_dir>/<cell_id>/record.json``."""
+    """Runs cells so that each leaves ``<results_dir>/<cell_id>/record.json``.
+
+    Class attributes:
+        name: what ``--executor`` calls it.
+        reads: the :class:`ExecutorOptions` fields it uses; the CLI refuses a flag that sets
+            any other (it would be ignored without a word).
+        runs_here: cells run on this machine, so the CLI checks their data here first.
+    """
 
     name: str
+    reads: ClassVar[tuple[str, ...]]
+    runs_here: ClassVar[bool]
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        """Check ``options`` (raising with one line per problem) before any cell runs."""
+        ...
 
     def describe(self, n_cells: int) -> str:
         """One line saying how ``n_cells`` cells will run (printed by the CLI before running)."""
@@ -58,13 +89,10 @@ class Executor(Protocol):
 
     def run(
         self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
-    ) -> bool:
-        """Run or submit ``cells``.
-
-        Returns:
-            True when every cell finished here (its record is written, done or failed), False
-            when the cells were handed to a scheduler and may still be running.
-        """
+    ) -> RunOutcome:
+        """Run or submit ``cells``; ``force`` redoes finished ones from scratch (here or in
+        the scheduler's tasks). ``data_root`` None: each cell's process resolves its own
+        (``$HARNESS_DATA_ROOT``, else the user cache)."""
         ...
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.contract import Cell
 from harness.engine.environment import visible_gpus
-from harness.executors.base import ExecutorOptions
+from harness.executors.base import ExecutorOptions, RunOutcome
 from harness.executors.devices import (
     BrokenContextError,
     Discover,
@@ -198,10 +198,11 @@ class InProcessExecutor:
     """Every cell in this process, one after another (the default on a GPU machine)."""
 
     name = "inprocess"
+    reads = ("threads", "progress")
+    runs_here = True
 
     def __init__(self, options: ExecutorOptions) -> None:
         self.options = options
-        self.records: list[dict[str, Any]] = []
 
     def describe(self, n_cells: int) -> str:
         threads = f", {self.options.threads} torch thread(s)" if self.options.threads else ""
@@ -209,15 +210,15 @@ class InProcessExecutor:
 
     def run(
         self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
-    ) -> bool:
+    ) -> RunOutcome:
         if self.options.threads:
             import torch
 
             torch.set_num_threads(self.options.threads)
-        self.records = run_inprocess(
+        records = run_inprocess(
             cells, results_dir, data_root, force=force, progress=self.options.progress
         )
-        return True
+        return RunOutcome(finished=True, records=records)
 
 
 class LocalWorkersExecutor:
@@ -231,6 +232,8 @@ class LocalWorkersExecutor:
     """
 
     name = "local"
+    reads = ("workers", "threads", "gpus", "cells_per_gpu", "progress")
+    runs_here = True
 
     def __init__(
         self,
@@ -241,7 +244,6 @@ class LocalWorkersExecutor:
         self.options = options
         self.discover = discover
         self.task = task
-        self.records: list[dict[str, Any]] = []
         self._gpus: list[str] | None = None
 
     def gpus(self) -> list[str]:
@@ -272,9 +274,9 @@ class LocalWorkersExecutor:
 
     def run(
         self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
-    ) -> bool:
+    ) -> RunOutcome:
         workers, threads, devices = self._shape(len(cells))
-        self.records = run_local(
+        records = run_local(
             cells,
             results_dir,
             data_root,
@@ -286,4 +288,4 @@ class LocalWorkersExecutor:
             task=self.task,
             gpus=self.gpus(),
         )
-        return True
+        return RunOutcome(finished=True, records=records)

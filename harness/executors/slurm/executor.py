@@ -7,18 +7,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.contract import Cell
-from harness.executors.base import ExecutorOptions
+from harness.contract import Cell, usable_record
+from harness.executors.base import ExecutorOptions, RunOutcome
 
 
 class SlurmExecutor:
     """Submits the cells as a job array; with ``wait``, returns once every task has ended.
 
     Args:
-        options: ``profile``, ``slurm_overrides``, ``wait`` and ``progress`` are used.
+        options: ``profile``, ``slurm_overrides``, ``wait`` and ``progress`` are used; the
+            profile and its overrides are read here, so a bad one stops the run before anything
+            is submitted.
     """
 
     name = "slurm"
+    reads = ("profile", "slurm_overrides", "wait", "progress")
+    runs_here = False  # tasks resolve their own data root (a profile setup line may set it)
 
     def __init__(self, options: ExecutorOptions) -> None:
         from harness.executors.slurm.profile import load_profile
@@ -32,24 +36,23 @@ class SlurmExecutor:
 
     def run(
         self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
-    ) -> bool:
+    ) -> RunOutcome:
         from harness.executors.slurm.submit import submit_cells, wait_jobs
 
-        if force:
-            raise ValueError("--force is not supported with --executor slurm (redo cells locally)")
-        jobs = submit_cells(cells, results_dir, data_root, self.profile)
+        jobs = submit_cells(cells, results_dir, data_root, self.profile, force=force)
         if not jobs:
-            print("nothing to submit: every cell is done")
-            return True
+            return RunOutcome(finished=True, messages=["nothing to submit: every cell is done"])
         self.array_id = jobs[0].job_id.split("_")[0]
-        print(
+        message = (
             f"submitted job array {self.array_id} with {len(jobs)} tasks; follow it with "
             f"`harness status {results_dir}`, stop it with `harness cancel {results_dir}`"
         )
         if not self.options.wait:
-            return False
+            return RunOutcome(finished=False, messages=[message])
         wait_jobs(jobs, progress=self.options.progress)
-        return True
+        # The tasks wrote the records; a cell whose task died before writing one has none.
+        records = [usable_record(Path(results_dir) / c.cell_id) for c in cells]
+        return RunOutcome(finished=True, records=[r for r in records if r], messages=[message])
 
 
 def with_plugins(profile):

@@ -30,7 +30,16 @@ JOBS_FILE = "jobs.json"
 
 
 class CellTask(submitit.helpers.Checkpointable):
-    """One array task: train and evaluate one cell, resumable after a requeue."""
+    """One array task: train and evaluate one cell, resumable after a requeue.
+
+    Args:
+        force: redo a finished cell from scratch (``harness run --force``). Only the task's
+            first attempt does: a requeued attempt (Slurm's restart count > 0, or the
+            submission :meth:`checkpoint` makes) resumes what the first one started.
+    """
+
+    def __init__(self, force: bool = False) -> None:
+        self.force = force
 
     def __call__(
         self, cell_json: dict[str, Any], results_dir: str, data_root: str | None
@@ -55,20 +64,21 @@ class CellTask(submitit.helpers.Checkpointable):
             torch.get_num_threads(),
         )
         root = Path(data_root) if data_root else None
+        force = self.force and os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0")
         if (
             cell.recipe.processes > 1
         ):  # this task is one rank of the cell (harness.engine.distributed)
             from harness.engine.distributed_launch import run_slurm_rank
 
-            rec = run_slurm_rank(cell, Path(results_dir), root, run_cell)
+            rec = run_slurm_rank(cell, Path(results_dir), root, run_cell, force)
         else:
-            rec = run_cell(cell, Path(results_dir), root, progress=False)
+            rec = run_cell(cell, Path(results_dir), root, force=force, progress=False)
         return {"cell_id": rec["cell_id"], "status": rec["status"]}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         # Training state is already on disk (checkpoint.pt after every epoch): requeueing the
-        # same call resumes from it.
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+        # same call, without --force, resumes from it.
+        return submitit.helpers.DelayedSubmission(CellTask(force=False), *args, **kwargs)
 
 
 def _log_to_task_log() -> None:
@@ -103,11 +113,11 @@ def make_executor(results_dir: Path, profile, processes: int = 1) -> submitit.Au
 
 
 def submit_cells(
-    cells: list[Cell], results_dir: Path, data_root: Path | None, profile
+    cells: list[Cell], results_dir: Path, data_root: Path | None, profile, force: bool = False
 ) -> list[submitit.Job]:
     """Submit one job array with one array task per cell (one array per distinct recipe
     ``processes``: a cell of N processes is an array task of N Slurm tasks); returns submitit's
-    jobs in the order of ``cells``."""
+    jobs in the order of ``cells``. ``force``: each task redoes its cell from scratch."""
     if not cells:
         return []
     root = str(data_root) if data_root else None
@@ -116,7 +126,7 @@ def submit_cells(
         group = [c for c in cells if c.recipe.processes == processes]
         ex = make_executor(results_dir, profile, processes)
         submitted = ex.map_array(
-            CellTask(),
+            CellTask(force=force),
             [c.to_json() for c in group],
             [str(Path(results_dir).resolve())] * len(group),
             [root] * len(group),

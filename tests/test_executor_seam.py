@@ -1,0 +1,128 @@
+"""The executor seam: each executor declares the options it reads and whether its cells run
+here, returns its records and its messages in a :class:`RunOutcome`, and owns ``force``; the
+CLI picks one by name and prints. No cluster needed: the Slurm task's ``force`` is checked by
+calling it with the runner stubbed (tests/test_slurm_executor.py runs it on the local cluster).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+import harness.executors as executors
+from harness.cli import main
+from harness.cli.checks import run_flag_problems
+from harness.config.suite import load_suite
+from harness.executors import ExecutorOptions, RunOutcome, options_read, runs_here
+
+SUITE = """
+name: seam
+grid: {datasets: [digits], backbones: [digits_cnn], methods: [single], M: [1], seeds: [0, 1]}
+recipe: {epochs: 1, batch_size: 64, lr: 0.05}
+evaluation: {cost: false}
+"""
+
+
+class Scheduler:
+    """An executor of a fake scheduler: reads only ``wait``, hands the cells over."""
+
+    name = "scheduler"
+    reads = ("wait", "progress")
+    runs_here = False
+    seen: ClassVar[dict] = {}
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        self.options = options
+
+    def describe(self, n_cells: int) -> str:
+        return f"handing {n_cells} cells to the fake scheduler"
+
+    def run(self, cells, results_dir, data_root, force) -> RunOutcome:
+        Scheduler.seen = {"cells": len(cells), "force": force, "data_root": data_root}
+        return RunOutcome(finished=False, messages=["queued as job 42"])
+
+
+@pytest.fixture
+def scheduler(monkeypatch):
+    """``--executor scheduler``, registered the one way an executor is added: one table line."""
+    import sys
+    import types
+
+    module = types.ModuleType("fake_scheduler_executor")
+    module.Scheduler = Scheduler
+    monkeypatch.setitem(sys.modules, "fake_scheduler_executor", module)
+    monkeypatch.setitem(executors.EXECUTORS, "scheduler", "fake_scheduler_executor:Scheduler")
+    Scheduler.seen = {}
+    return Scheduler
+
+
+def test_each_executor_declares_the_options_it_reads():
+    assert options_read("inprocess") == {"threads", "progress"}
+    assert options_read("local") == {"workers", "threads", "gpus", "cells_per_gpu", "progress"}
+    assert options_read("slurm") == {"profile", "slurm_overrides", "wait", "progress"}
+    assert options_read("auto") == options_read("inprocess") | options_read("local")
+    assert runs_here("auto") and runs_here("local") and not runs_here("slurm")
+
+
+def test_flag_problems_follow_the_declarations(scheduler):
+    class Args:
+        executor = "scheduler"
+        workers = None
+        gpus = None
+        cells_per_gpu = None
+        profile = "p.yaml"
+        slurm = ()
+        wait = True
+
+    # --wait is the fake scheduler's (it declares it), --profile only the Slurm executor's.
+    assert run_flag_problems(Args()) == [
+        "--profile: only for --executor slurm; --executor scheduler does not use it"
+    ]
+    Args.executor, Args.profile = "local", None
+    assert run_flag_problems(Args()) == [
+        "--wait: only for --executor slurm or scheduler; --executor local does not use it"
+    ]
+
+
+def test_the_cli_prints_what_the_executor_returns_and_passes_force(
+    scheduler, write_suite, tmp_path, capsys
+):
+    path = write_suite(SUITE)
+    argv = ["run", str(path), "--executor", "scheduler", "--wait", "--results", str(tmp_path)]
+    assert main([*argv, "--force", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "handing 2 cells to the fake scheduler" in out
+    assert "queued as job 42" in out
+    assert "finished in" not in out  # handed over: no summary of cells still running
+    assert scheduler.seen == {"cells": 2, "force": True, "data_root": None}
+    assert main([*argv, "--data-root", str(tmp_path / "d"), "-q"]) == 0
+    assert scheduler.seen["force"] is False
+    assert scheduler.seen["data_root"] == (tmp_path / "d").resolve()
+
+
+def test_slurm_task_forces_its_first_attempt_only(monkeypatch, write_suite, tmp_path):
+    """``harness run --executor slurm --force``: each task redoes its cell, but an attempt after
+    a requeue (restart count > 0, or the submission ``checkpoint`` makes) resumes instead."""
+    import harness.engine.runner as runner
+    from harness.executors.slurm.submit import CellTask
+
+    forced: list[bool] = []
+
+    def fake_run_cell(cell, results_dir, data_root, force=False, progress=True):
+        forced.append(force)
+        return {"cell_id": cell.cell_id, "status": "done"}
+
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    cell = load_suite(write_suite(SUITE)).cells()[0]
+    args = (cell.to_json(), str(tmp_path), None)
+    task = CellTask(force=True)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    assert task(*args) == {"cell_id": cell.cell_id, "status": "done"}
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # Slurm requeued the same submission
+    task(*args)
+    monkeypatch.delenv("SLURM_RESTART_COUNT")
+    again = task.checkpoint(*args)  # submitit's requeue after a time limit or preemption
+    again.function(*again.args, **again.kwargs)
+    CellTask()(*args)
+    assert forced == [True, False, False, False]
