@@ -68,7 +68,7 @@ def digits_cnn(ctx: BuildContext, **kwargs: Any) -> nn.Module:
     suite's ``width``/``dropout_rate`` too (each class keeps its own default width)."""
     from harness.registry import BACKBONES
 
-    cls = getattr(BACKBONES.get(ctx.backbone), "layered", None) or DigitsCNN
+    cls = BACKBONES.get(ctx.backbone).layered or DigitsCNN
     own = {k: ctx.backbone_kwargs[k] for k in ("width", "dropout_rate") if k in ctx.backbone_kwargs}
     return cls(ctx.in_shape[0], ctx.num_classes, **own, **kwargs)
 

@@ -32,20 +32,11 @@ layers (:func:`methods.tu_common.digits_cnn` reads it; the digits CNN is the def
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor, nn
 
 from harness.backbones import BackboneSpec, register_backbone
-
-
-@dataclass(frozen=True)
-class LayeredBackboneSpec(BackboneSpec):
-    """A ``cnn``-family backbone whose methods build ``layered(in_channels, num_classes, width=,
-    dropout_rate=, conv=, linear=, channels=)`` with their own layers."""
-
-    layered: Callable[..., nn.Module] | None = None
 
 
 def _conv3x3(ci: int, co: int, first: bool) -> nn.Module:
@@ -123,7 +114,7 @@ def _fmnist_cnn(
 
 
 register_backbone(
-    LayeredBackboneSpec(
+    BackboneSpec(
         "fmnist_cnn",
         _fmnist_cnn,
         "cnn",
