@@ -146,6 +146,19 @@ def timed(args: list[str]) -> tuple[float, float, float]:
     return float(wall), float(peak), float(cpu)
 
 
+class _Rows(dict):
+    """The timings of one N, each printed as it is measured (a long run keeps what it has)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def __setitem__(self, key: str, value: tuple[float, float, float]) -> None:
+        super().__setitem__(key, value)
+        print(f"N={self.n}: {key}: {value[0]:.1f} s ({value[2]:.1f} s CPU), {value[1]:.0f} MiB",
+              flush=True)  # fmt: skip
+
+
 def bench(root: Path, n: int) -> dict[str, tuple[float, float, float]]:
     """Every timing of one N (see the module docstring)."""
     results = root / f"scale{n}" / f"scale{n}"
@@ -155,7 +168,7 @@ def bench(root: Path, n: int) -> dict[str, tuple[float, float, float]]:
     suite_file, changed = write_folder(results, n)
     print(f"N={n}: wrote {len(list(results.glob('*/record.json')))} records in "
           f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
-    out = {}
+    out = _Rows(n)
     report = ["report", str(results), "--output", str(root / f"scale{n}" / "page")]
     out["report cold, no figures"] = timed([*report, "--no-figures", "--no-index"])
     out["report cold"] = timed([*report, "--no-index"])
@@ -168,6 +181,8 @@ def bench(root: Path, n: int) -> dict[str, tuple[float, float, float]]:
     out["run plan (--dry-run)"] = timed(["run", str(suite_file), "--dry-run", "--results",
                                          str(results.parent)])  # fmt: skip
     out["status"] = timed(["status", str(results)])
+    page = root / f"scale{n}" / "page" / "leaderboard.html"
+    print(f"N={n}: leaderboard.html {page.stat().st_size / 2**20:.1f} MiB", flush=True)
     return out
 
 
