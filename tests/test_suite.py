@@ -153,8 +153,8 @@ def test_unsupported_method_backbone_pair(write_suite):
     text = BASE.replace("[digits_cnn]", "[vit_small_32]").replace("- single", "- batch_ensemble")
     p = problems(write_suite, text)
     assert any(
-        "grid.methods[0]: method 'batch_ensemble' does not support backbone "
-        "'vit_small_32'; supported backbones: digits_cnn, resnet18, resnet50" in x  # sorted names
+        "grid.methods[0]: method 'batch_ensemble' does not support backbone 'vit_small_32'; "
+        "supported backbones: digits_cnn, fmnist_cnn, resnet18, resnet50" in x  # sorted names
         for x in p
     ), p
 
