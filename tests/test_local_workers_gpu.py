@@ -19,7 +19,7 @@ import pytest
 from harness.config.suite import load_suite
 from harness.contract import Cell
 from harness.contract.record import read_record
-from harness.executors import ExecutorOptions
+from harness.executors.base import ExecutorOptions
 from harness.executors.devices import gpu_groups, is_sticky_cuda_error
 from harness.executors.local import LocalWorkersExecutor, _run_cell_json
 

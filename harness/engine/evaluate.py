@@ -18,7 +18,6 @@ from harness.contract import Evaluation, Recipe
 from harness.data.base import DatasetSpec, ImageSet, LoaderOptions, Split, adapt_images
 from harness.data.loader import make_loader
 from harness.engine.train import autocast
-from harness.metrics.collection import EnsembleMetrics, OODScores
 from methods.base import EnsembleModel
 
 
@@ -49,6 +48,10 @@ def evaluate_split(
     model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
 ) -> dict[str, Any]:
     """All clean-set metrics (ensemble, members, diversity) of one split."""
+    # torchmetrics costs seconds to import (it loads torchvision, transformers and scipy.signal):
+    # imported when a cell first evaluates, not before its first training step.
+    from harness.metrics.collection import EnsembleMetrics
+
     acc = EnsembleMetrics()
     for probs, y in member_probs(model, data, spec, recipe, device):
         acc.update(probs, y)
@@ -102,6 +105,7 @@ def evaluate_ood(
     data_root: Path,
 ) -> dict[str, Any] | None:
     """OOD detection metrics of every declared OOD set against the ID test set."""
+    from harness.metrics.collection import OODScores
     from harness.registry import DATASETS
 
     if not evaluation.ood:
