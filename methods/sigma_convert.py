@@ -61,6 +61,7 @@ def convert_to_ensemble(
     generator: torch.Generator | None = None,
     preserve_outputs: bool = False,
     inplace: bool = False,
+    gate_gain: float = 1.0,
 ) -> nn.Module:
     """Turn any backbone into a σN-Ens (or FiLM-Ensemble) by replacing its normalization layers.
 
@@ -100,6 +101,8 @@ def convert_to_ensemble(
         generator: Optional CPU ``torch.Generator`` for γ.
         preserve_outputs: Compensate sigmoid(γ_m) in the copied affine (pretrained conversion).
         inplace: Modify ``model`` instead of a deep copy.
+        gate_gain: Constant c multiplying every gate, c·sigmoid(γ) (see
+            :class:`methods.sigma_norm_base.SigmaNorm`; 1 = none).
 
     Returns:
         The converted module (``model`` itself if ``inplace``, unless ``model`` is a norm layer).
@@ -114,6 +117,7 @@ def convert_to_ensemble(
         "gamma_init_std": gamma_init_std,
         "generator": generator,
         "preserve_outputs": preserve_outputs,
+        "gate_gain": gate_gain,
     }
     if _is_plain_norm(model):
         return _convert_one(model, num_members, **kwargs)

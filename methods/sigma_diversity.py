@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from methods.sigma_norm import SigmaNorm, sigma_norm_layers
+from methods.sigma_norm_base import _grad_scaled
 
 
 def _gamma_layers(model: nn.Module, layer_pattern: str | None) -> list[tuple[str, SigmaNorm]]:
@@ -36,6 +37,11 @@ def diversity_loss(
     1/τ, hence τ sets the equilibrium (small τ: one member owns a feature, k_eff → 1; large τ:
     weak push, k_eff → M/2 under L_div alone) and λ only the strength.
 
+    λ keeps the paper's meaning (L_task + λ·L_div) whatever the layers' gradient scale: the
+    gradient of L_div on γ gets the same ``member_grad_scale`` as the task loss's (M under
+    ``member_grad: member``), so the objective γ follows is M·(L_task + λ·L_div), not
+    M·L_task + λ·L_div (which made λ act as λ/M). The value returned is unchanged.
+
     Args:
         model: A converted model (or any module containing σNorm layers).
         tau: Softmax temperature τ > 0.
@@ -49,7 +55,9 @@ def diversity_loss(
         raise ValueError(f"tau must be > 0, got {tau}")
     total = None
     for _, layer in _gamma_layers(model, layer_pattern):
-        g = layer.gamma.float().flatten(1)  # (M, F)
+        # The task loss reaches γ through effective_affine's gradient scale; L_div gets the
+        # same scale so that λ weighs L_div against L_task as written (not as λ/scale).
+        g = _grad_scaled(layer.gamma.float(), layer.member_grad_scale).flatten(1)  # (M, F)
         logp = torch.log_softmax(torch.sigmoid(g) / tau, dim=0)  # (M, F) over members
         term = logp.sum()
         total = term if total is None else total + term

@@ -20,6 +20,11 @@ Where the paper is silent, the harness chooses (each reachable the old way by a 
   spread breaks the symmetry (with equal γ, L_div has zero gradient and members get identical
   updates) while changing each feature's scale by only ~0.5% between members.
   ``gamma_init_mean: 0, gamma_init_std: 1`` gives the previous N(0, 1).
+- **Gate fold** (``gate_fold``, default "none"). ``constant`` multiplies every gate by the
+  constant c = 1/sigmoid(γ0), γ0 = ``gamma_init_mean``: with γ0 = 0 the gate starts where the
+  sigmoid is steep (sigmoid'(0) = 0.25) and c·sigmoid(γ0) = 1 keeps the backbone's scale and
+  the member affine's learning rate at init — what the pretrained conversion does with
+  1/sigmoid(γ_m) per member, here one fixed number (``methods/sigma_norm_base.py``).
 - **No weight decay on γ** (``gamma_weight_decay: 0``): γ is a gate, not a weight; like
   BatchEnsemble's fast weights it is exempt. Decay on γ (5e-4·|γ|) outweighed L_div's pull at
   λ = 1e-4 by orders of magnitude. ``gamma_weight_decay: null`` decays γ with the recipe's value.
@@ -74,6 +79,13 @@ class SigmaEnsHparams:
         default=GAMMA_INIT_MEAN, metadata={"help": "γ ~ N(mean, std²); 3: sigmoid(γ) ≈ 0.95"}
     )
     gamma_init_std: float = field(default=GAMMA_INIT_STD, metadata={"ge": 0})
+    gate_fold: Literal["none", "constant"] = field(
+        default="none",
+        metadata={
+            "help": "constant: multiply every gate by 1/sigmoid(gamma_init_mean), so a gate "
+            "started where the sigmoid is steep (γ ≈ 0) leaves the backbone's scale at init"
+        },
+    )
     gamma_weight_decay: float | None = field(
         default=0.0,
         metadata={"ge": 0, "help": "weight decay of γ (null: the recipe's; default none)"},
@@ -101,6 +113,19 @@ class SigmaEnsHparams:
     )
 
 
+def gate_gain(hp: SigmaEnsHparams) -> float:
+    """The constant c of c·sigmoid(γ): 1/sigmoid(γ0) under ``gate_fold: constant``, else 1.
+
+    With γ0 = ``gamma_init_mean`` the folded gate starts at c·sigmoid(γ0) = 1 (±
+    c·sigmoid'(γ0)·std per member), so the member affine w and its learning rate are the
+    backbone's at init, as after the pretrained conversion, while γ sits where the sigmoid is
+    steep (sigmoid'(0) = 0.25 against 0.045 at γ = 3) and the task loss and L_div move it.
+    """
+    if hp.gate_fold == "none":
+        return 1.0
+    return 1.0 / (1.0 / (1.0 + math.exp(-hp.gamma_init_mean)))
+
+
 class SigmaEnsemble(NormEnsemble):
     """σN-Ens on any backbone; forward (M, B, K)."""
 
@@ -112,7 +137,11 @@ class SigmaEnsemble(NormEnsemble):
         self._last_batch: tuple[Tensor, Tensor] | None = None
 
     def convert_kwargs(self, hp: SigmaEnsHparams) -> dict[str, Any]:
-        return {"gamma_init_mean": hp.gamma_init_mean, "gamma_init_std": hp.gamma_init_std}
+        return {
+            "gamma_init_mean": hp.gamma_init_mean,
+            "gamma_init_std": hp.gamma_init_std,
+            "gate_gain": gate_gain(hp),
+        }
 
     def member_groups(self, weight_decay: float) -> list[dict[str, Any]]:
         """The member affine (see the base), then γ with ``gamma_weight_decay`` (None: the

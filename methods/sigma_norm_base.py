@@ -43,9 +43,9 @@ class SigmaNorm(nn.Module):
         bias: (M, *F) member-specific affine shift of ``norm_m``.
         gamma: (M, *F) importance logits, only for ``variant="sigma"`` (None for "film").
 
-    Effective per-member affine: ``scale = weight · sigmoid(γ)``, ``shift = bias · sigmoid(γ)``
-    (σN-Ens, Suteu & Serban 2026), or ``weight``/``bias`` alone (FiLM-Ensemble, Turkoglu et al.
-    2022).
+    Effective per-member affine: ``scale = c · weight · sigmoid(γ)``,
+    ``shift = c · bias · sigmoid(γ)`` (σN-Ens, Suteu & Serban 2026; c = ``gate_gain``, 1 unless
+    the gate is folded), or ``weight``/``bias`` alone (FiLM-Ensemble, Turkoglu et al. 2022).
 
     Args:
         feature_shape: F.
@@ -55,6 +55,11 @@ class SigmaNorm(nn.Module):
             Members need distinct γ: with equal γ the diversity regularizer's gradient is zero
             and shared weights give members identical updates.
         generator: Optional CPU generator for the γ initialisation.
+        gate_gain: The constant c > 0 multiplying the gate (the harness's choice, σN-Ens's
+            ``gate_fold: constant``: c = 1/sigmoid(γ0) for γ started around γ0, so the gate can
+            start where the sigmoid is steep, γ0 = 0, without halving every feature). A fixed
+            number, not a parameter: the member affine and its learning rate are the backbone's
+            at init (``c·sigmoid(γ0) = 1``), and it is not saved (the hyper-parameters set it).
         device, dtype: Factory kwargs of the parameters.
     """
 
@@ -74,12 +79,16 @@ class SigmaNorm(nn.Module):
         gamma_init_mean: float = 0.0,
         gamma_init_std: float = 1.0,
         generator: torch.Generator | None = None,
+        gate_gain: float = 1.0,
         device: Any = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if not gate_gain > 0:
+            raise ValueError(f"gate_gain must be > 0, got {gate_gain}")
+        self.gate_gain = float(gate_gain) if variant == "sigma" else 1.0
         if num_members < 1:
             raise ValueError(f"num_members must be >= 1, got {num_members}")
         self.num_members = int(num_members)
@@ -106,7 +115,7 @@ class SigmaNorm(nn.Module):
         self.gamma.copy_(noise * std + mean)
 
     def importance(self) -> Tensor:
-        """sigmoid(γ), (M, *F); all ones for FiLM."""
+        """sigmoid(γ), (M, *F) (without ``gate_gain``); all ones for FiLM."""
         if self.gamma is None:
             return torch.ones_like(self.weight)
         return torch.sigmoid(self.gamma)
@@ -115,13 +124,15 @@ class SigmaNorm(nn.Module):
         """The affine actually applied after normalization (float32 for half/bf16 parameters).
 
         Returns:
-            scale, shift: (M, *F) = weight·sigmoid(γ), bias·sigmoid(γ) (or weight, bias).
+            scale, shift: (M, *F) = c·weight·sigmoid(γ), c·bias·sigmoid(γ) (or weight, bias).
         """
         k = self.member_grad_scale
         w, b = _grad_scaled(_acc(self.weight), k), _grad_scaled(_acc(self.bias), k)  # (M, *F)
         if self.gamma is None:
             return w, b
         s = torch.sigmoid(_grad_scaled(_acc(self.gamma), k))  # (M, *F)
+        if self.gate_gain != 1.0:
+            s = s * self.gate_gain
         return w * s, b * s
 
     @torch.no_grad()
@@ -130,8 +141,9 @@ class SigmaNorm(nn.Module):
     ) -> None:
         """Copy one trained affine (shape F, or None = identity) into all M members.
 
-        With ``preserve_outputs`` each member's copy is divided by its sigmoid(γ_m), so the
-        effective affine ``sigmoid(γ_m)·(w/sigmoid(γ_m))`` equals ``w`` (up to float rounding).
+        With ``preserve_outputs`` each member's copy is divided by its c·sigmoid(γ_m), so the
+        effective affine ``c·sigmoid(γ_m)·(w/(c·sigmoid(γ_m)))`` equals ``w`` (up to float
+        rounding).
         """
         w = torch.ones(self.feature_shape) if weight is None else weight.detach().float().cpu()
         b = torch.zeros(self.feature_shape) if bias is None else bias.detach().float().cpu()
@@ -140,7 +152,7 @@ class SigmaNorm(nn.Module):
         w_m = w.unsqueeze(0).expand_as(self.weight)  # (M, *F)
         b_m = b.unsqueeze(0).expand_as(self.bias)  # (M, *F)
         if preserve_outputs and self.gamma is not None:
-            s = torch.sigmoid(self.gamma.float())  # (M, *F)
+            s = torch.sigmoid(self.gamma.float()) * self.gate_gain  # (M, *F)
             w_m, b_m = w_m / s, b_m / s
         self.weight.copy_(w_m)
         self.bias.copy_(b_m)
@@ -155,4 +167,7 @@ class SigmaNorm(nn.Module):
         return n // self.num_members
 
     def extra_repr(self) -> str:
-        return f"{self.feature_shape}, num_members={self.num_members}, variant={self.variant!r}"
+        gain = f", gate_gain={self.gate_gain:.4g}" if self.gate_gain != 1.0 else ""
+        return (
+            f"{self.feature_shape}, num_members={self.num_members}, variant={self.variant!r}{gain}"
+        )

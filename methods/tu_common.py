@@ -62,16 +62,15 @@ def build_tu(
     )
 
 
-def digits_cnn(ctx: BuildContext, **kwargs: Any) -> DigitsCNN:
-    """The digits CNN with custom layers (kwargs go to :class:`DigitsCNN`)."""
-    width = ctx.backbone_kwargs.get("width", 32)
-    return DigitsCNN(
-        ctx.in_shape[0],
-        ctx.num_classes,
-        width=width,
-        dropout_rate=ctx.backbone_kwargs.get("dropout_rate", 0.0),
-        **kwargs,
-    )
+def digits_cnn(ctx: BuildContext, **kwargs: Any) -> nn.Module:
+    """The ``cnn``-family backbone with custom layers: the spec's ``layered`` class (the 28×28
+    CNN of :mod:`harness.backbones.grey28`), else :class:`DigitsCNN`; kwargs go to that class, the
+    suite's ``width``/``dropout_rate`` too (each class keeps its own default width)."""
+    from harness.registry import BACKBONES
+
+    cls = BACKBONES.get(ctx.backbone).layered or DigitsCNN
+    own = {k: ctx.backbone_kwargs[k] for k in ("width", "dropout_rate") if k in ctx.backbone_kwargs}
+    return cls(ctx.in_shape[0], ctx.num_classes, **own, **kwargs)
 
 
 class RepeatInEval(nn.Module):

@@ -8,24 +8,28 @@ level α (p > α, or the test cannot reach α at that n): the same rule as the �
 
 Pairing follows the paired table: two configurations on the same backbone and variant are compared
 seed by seed on their common seeds (sign-flip or paired t-test); two that cannot be paired
-(another backbone or recipe, or no common seed) are compared unpaired — the exact two-sample
-permutation test of the difference in means (``scipy.stats.permutation_test``, every relabelling
-when there are at most 9,999) for ``signflip``, Welch's t-test for ``t``. No Holm adjustment: an
-adjustment would only make more configurations bold.
+(another backbone or recipe, or no common seed) are compared unpaired — the two-sample
+permutation test of the difference in means (the p-value of ``scipy.stats.permutation_test``: every
+relabelling when there are at most 9,999, else 9,999 seeded random ones) for ``signflip``,
+Welch's t-test for ``t``. No Holm adjustment: an adjustment would only make more
+configurations bold.
+
+Every comparison of the table is collected first and tested in batches (:mod:`reports.batched`),
+so the cost grows with the number of comparisons, not with a Python call per comparison.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
+from reports.batched import paired as paired_tests
+from reports.batched import unpaired
 from reports.columns import Column, m_text
-from reports.significance import min_pvalue, pvalue
+from reports.significance import min_pvalue
 
 KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
 
@@ -35,59 +39,94 @@ def config_key(row: Any) -> tuple:
     return tuple(m_text(row["M"]) if k == "M" else str(row.get(k, "")) for k in KEYS)
 
 
+def config_keys(frame: pd.DataFrame) -> list[tuple]:
+    """:func:`config_key` of every row of ``frame``, column by column (one pass, no iterrows)."""
+    parts = []
+    for k in KEYS:
+        if k not in frame:
+            parts.append([""] * len(frame))
+        elif k == "M":
+            texts = {m: m_text(m) for m in pd.unique(frame[k])}
+            parts.append([texts[m] for m in frame[k]])
+        else:
+            parts.append(frame[k].astype(str).tolist())
+    return list(zip(*parts, strict=True))
+
+
 def per_seed(cells: pd.DataFrame, metrics: Iterable[str]) -> dict[tuple, pd.DataFrame]:
     """Configuration → its done cells' values, one row per seed (duplicates averaged)."""
+    arrays = _per_seed_arrays(cells, metrics)
+    return {k: pd.DataFrame(v, index=s, columns=cols) for k, (s, v, cols) in arrays.items()}
+
+
+def _per_seed_arrays(cells: pd.DataFrame, metrics: Iterable[str]) -> dict[tuple, tuple]:
+    """Configuration → (sorted seeds, values (seeds × metrics), metrics): one groupby in all."""
     done = cells[cells["status"] == "done"] if "status" in cells else cells
     metrics = [m for m in metrics if m in done]
     if done.empty or not metrics:
         return {}
     values = done[metrics].apply(pd.to_numeric, errors="coerce").astype(float)
     values = values.where(np.isfinite(values))
-    keys = [config_key(r) for _, r in done.iterrows()]
-    out: dict[tuple, pd.DataFrame] = {}
-    for key in dict.fromkeys(keys):
-        mask = np.array([k == key for k in keys])
-        part = values[mask]
-        out[key] = part.groupby(done.loc[mask, "seed"].to_numpy()).mean()
+    keys = config_keys(done)
+    codes, uniques = pd.factorize(pd.Series(keys, dtype=object), sort=False)
+    means = values.groupby([codes, done["seed"].to_numpy()]).mean()  # one pass over all cells
+    first = means.index.get_level_values(0).to_numpy()
+    seeds = means.index.get_level_values(1).to_numpy()
+    array = means.to_numpy(dtype=float)
+    bounds = np.searchsorted(first, np.arange(len(uniques) + 1))
+    return {
+        key: (seeds[bounds[i] : bounds[i + 1]], array[bounds[i] : bounds[i + 1]], metrics)
+        for i, key in enumerate(uniques)
+    }
+
+
+_EMPTY = (np.empty(0), np.empty(0))
+
+
+def _column(seeds: dict[tuple, tuple], column: str) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Configuration → (seeds, values) of one metric with its NaN seeds left out."""
+    out = {}
+    for key, (s, v, cols) in seeds.items():
+        col = v[:, cols.index(column)]
+        finite = ~np.isnan(col)
+        out[key] = (s[finite], col[finite])
     return out
 
 
-def indistinguishable(a: pd.Series, b: pd.Series, paired: bool, test: str, alpha: float) -> bool:
-    """True when ``test`` finds no difference between the per-seed values ``a`` and ``b``."""
-    a, b = a.dropna(), b.dropna()
-    if paired:
-        common = a.index.intersection(b.index)
-        if len(common):
-            d = (a.loc[common] - b.loc[common]).to_numpy()
-            if min_pvalue(test, len(d)) > alpha:
-                return True
-            return not float(pvalue(d, test)) <= alpha
-    # One value on a side: Welch's t has no variance for it, and the permutation test's smallest
-    # p-value is 2/(k+1) with k on the other side, out of reach of usual alphas.
-    if len(a) < 2 or len(b) < 2:
-        return True
-    if test == "t":
-        if a.std() == 0 and b.std() == 0:
-            return bool(a.iloc[0] == b.iloc[0])
-        p = scipy_stats.ttest_ind(a, b, equal_var=False).pvalue
-    else:
-        res = scipy_stats.permutation_test(
-            (a.to_numpy(), b.to_numpy()),
-            lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
-            permutation_type="independent",
-            n_resamples=9_999,  # exact (every relabelling) up to 9,999 of them
-            **_seeded(0),
-        )
-        p = res.pvalue
-    return not (math.isfinite(p) and p <= alpha)
+def distinguishable(
+    comparisons: list[tuple[tuple, tuple, bool]], test: str, alpha: float
+) -> np.ndarray:
+    """For each ((seeds, values) a, (seeds, values) b, paired): does ``test`` find a difference
+    at p ≤ ``alpha``?
 
-
-def _seeded(seed: int) -> dict[str, Any]:
-    # scipy renamed permutation_test's random_state to rng in 1.15; pyproject allows >= 1.11.
-    import inspect
-
-    params = inspect.signature(scipy_stats.permutation_test).parameters
-    return {"rng" if "rng" in params else "random_state": np.random.default_rng(seed)}
+    Paired (same backbone and variant) on the common seeds when there are any; otherwise
+    unpaired, where one value on a side never differs (Welch's t has no variance for it, and the
+    permutation test's smallest p-value, 2/(k+1), is out of reach of usual alphas).
+    """
+    out = np.zeros(len(comparisons), dtype=bool)
+    diffs, diff_at, pairs, pair_at = [], [], [], []
+    for i, ((sa, av), (sb, bv), is_paired) in enumerate(comparisons):
+        if is_paired:
+            common, ia, ib = np.intersect1d(sa, sb, assume_unique=True, return_indices=True)
+            if len(common):
+                if min_pvalue(test, len(common)) <= alpha:
+                    diffs.append(av[ia] - bv[ib])
+                    diff_at.append(i)
+                continue
+        if len(av) < 2 or len(bv) < 2:
+            continue
+        if test == "t" and av.min() == av.max() and bv.min() == bv.max():
+            out[i] = av[0] != bv[0]  # no spread at all: different iff the values differ
+            continue
+        pairs.append((av, bv))
+        pair_at.append(i)
+    if diffs:
+        p = paired_tests(diffs, test, 0.95)[3]
+        out[diff_at] = p <= alpha
+    if pairs:
+        p = unpaired(pairs, test)
+        out[pair_at] = np.isfinite(p) & (p <= alpha)
+    return out
 
 
 def bold_rows(
@@ -105,25 +144,33 @@ def bold_rows(
     for the best are all best. ``cells`` is the per-cell frame the summary was built from.
     """
     columns = [c for c in columns if c.better is not None]
-    seeds = per_seed(cells, [c.key for c in columns])
-    keys = {idx: config_key(r) for idx, r in summary.iterrows()}
+    seeds = _per_seed_arrays(cells, [c.key for c in columns])
+    keys = dict(zip(summary.index, config_keys(summary), strict=True))
+    groups = summary.groupby(within, dropna=False).groups.items() if len(summary) else []
+    groups = list(groups)
     out: dict[str, set[Any]] = {}
+    comparisons: list[tuple[tuple, tuple, bool]] = []
+    asked: list[tuple[str, Any]] = []
     for c in columns:
         values = summary[f"{c.key}_mean"].astype(float)
-        for _, idx in summary.groupby(within, dropna=False).groups.items():
+        by_config = _column(seeds, c.key) if seeds else {}
+        for _, idx in groups:
             v = values.loc[idx]
             v = v[np.isfinite(v)]
             if len(v) < 2:
                 continue
             best_value = v.max() if c.better == "higher" else v.min()
             best = list(v.index[v == best_value])
-            bold = set(best)
+            out.setdefault(c.key, set()).update(best)
             ref = keys[best[0]]
-            ref_values = seeds.get(ref, pd.DataFrame()).get(c.key, pd.Series(dtype=float))
+            ref_values = by_config.get(ref, _EMPTY)
             for other in v.index.difference(best):
-                mine = seeds.get(keys[other], pd.DataFrame()).get(c.key, pd.Series(dtype=float))
-                paired = (keys[other][1], keys[other][5]) == (ref[1], ref[5])
-                if indistinguishable(mine, ref_values, paired, test, alpha):
-                    bold.add(other)
-            out[c.key] = out.get(c.key, set()) | bold
+                mine = by_config.get(keys[other], _EMPTY)
+                is_paired = (keys[other][1], keys[other][5]) == (ref[1], ref[5])
+                comparisons.append((mine, ref_values, is_paired))
+                asked.append((c.key, other))
+    differs = distinguishable(comparisons, test, alpha)
+    for (key, other), different in zip(asked, differs, strict=True):
+        if not different:
+            out[key].add(other)
     return out

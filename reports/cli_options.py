@@ -13,7 +13,8 @@ FORMATS = ("html", "csv", "md", "latex")
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--reference --format --interval --test --holm --mce-baseline --published``."""
+    """Add ``--reference --format --interval --test --holm --mce-baseline --no-figures
+    --no-index --published``."""
     parser.add_argument(
         "--reference",
         help="reference for the paired differences: a method, or method:key=value,... "
@@ -38,7 +39,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("signflip", "t"),
         default="signflip",
         help="the paired test behind the ▲/▼ marks and the bold cells: the exact sign-flip "
-        "permutation test (no normality needed, marks from 6 seeds) or the paired t-test "
+        "permutation test (no normality needed, but symmetric per-seed differences; marks from "
+        "6 seeds) or the paired t-test "
         "(default: signflip)",
     )
     parser.add_argument(
@@ -50,6 +52,18 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         "--mce-baseline",
         default="single",
         help="method the mCE column is relative to (default: single); 'none' drops mCE",
+    )
+    parser.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="draw no figures (the tables, statistics and CSVs are written as always)",
+    )
+    parser.add_argument(
+        "--no-index",
+        action="store_true",
+        help="read every record, neither using nor writing the record index "
+        "(.report-index.npz beside the results, which keeps the flattened records so that the "
+        "next report reads only those that changed)",
     )
     parser.add_argument(
         "--published",
@@ -77,4 +91,6 @@ def report_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "options": options,
         "formats": ("csv", "md", *(args.formats or ())),
         "published": Path(args.published) if args.published else None,
+        "figures": not getattr(args, "no_figures", False),
+        "index": not getattr(args, "no_index", False),
     }

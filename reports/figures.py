@@ -106,7 +106,7 @@ def tau_frontier(cells: pd.DataFrame) -> Figure | None:
                     zorder=2,
                     label=f"Pareto front {_m_text(M)}",
                 )
-                for _, r in pm.iterrows():
+                for _, r in (pm if len(pm) <= 12 else front).iterrows():  # many τ: the front
                     ax.annotate(
                         f"τ={r['tau']:g}",
                         (100 * r["ece"], 100 * r["acc"]),
@@ -360,19 +360,22 @@ class RenderedFigure:
 
 
 def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
-    """Every figure of :data:`FIGURES`; a skipped or failed one carries the reason in ``note``."""
+    """Every figure of :data:`FIGURES` (skipped or failed: why in ``note``), from figure_cells."""
+    from reports.figure_selection import figure_cells
+
     out = []
     for spec in FIGURES:
         fig = None
+        data, restricted = figure_cells(cells, spec.id)
         try:
             with _style():
-                fig = spec.draw(cells) if len(cells) else None
+                fig = spec.draw(data) if len(data) else None
                 png = _png(fig) if fig is not None else None
             note = "" if png else f"skipped: needs {spec.needs}"
         except Exception as e:  # one broken plot must not cost the whole report; it is shown
             log.exception("figure %s failed", spec.id)
             fig, png, note = None, None, f"failed: {type(e).__name__}: {e}"
-        out.append(RenderedFigure(spec.id, spec.title, spec.caption, png, note, fig))
+        out.append(RenderedFigure(spec.id, spec.title, spec.caption + restricted, png, note, fig))
     return out
 
 

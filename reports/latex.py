@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.aggregate import Results
-from reports.bolding import bold_rows
-from reports.columns import Column, format_number, leaderboard_columns, m_text
+from reports.columns import Column, format_number, iter_rows, leaderboard_columns, m_text
 from reports.page import ReportOptions
-from reports.paired_view import PairedStats
+from reports.paired_view import PairedStats, bold_cells
+from reports.results import Results
 from reports.significance import TEST_NAMES
 
 _SPECIAL = {
@@ -114,7 +113,7 @@ def dataset_table(
     ]
     if not columns:
         return []
-    best = bold_rows(summary, results.cells, columns, test=paired.test, alpha=paired.alpha)
+    best = bold_cells(paired, results)  # over all datasets, once per report
     interval = options.latex_interval
     show_variant = summary["variant"].astype(bool).any()
     ident = ["backbone", "method", "M", "hparams", *(["variant"] if show_variant else []), "n"]
@@ -133,7 +132,7 @@ def dataset_table(
         " & ".join([*(escape(k) for k in ident), *(_header(c) for c in columns)]) + r" \\",
         r"\midrule",
     ]
-    for idx, r in summary.iterrows():
+    for idx, r in iter_rows(summary):
         cells = [
             m_text(r["M"]) if k == "M" else str(int(r["n"])) if k == "n" else escape(r[k])
             for k in ident

@@ -11,7 +11,11 @@ published values (:mod:`reports.published`), ``published.csv``.
 
 Stable hooks for tests and scripts: ``table#leaderboard`` with ``th.sortable[data-col]`` headers and
 ``tr.lb-row[data-dataset][data-backbone][data-m]`` rows whose ``td[data-col][data-value]`` hold the
-raw mean; ``select#filter-dataset``, ``#filter-backbone``, ``#filter-M``; ``#row-count``;
+raw mean (and ``data-config``: the configuration, also on its paired rows);
+``select#filter-dataset``, ``#filter-backbone``, ``#filter-M``; ``#row-count`` (rows matching the
+filters, of all); ``#pager`` with ``button#page-prev``, ``#page-next`` and ``#page-info`` (100
+rows a page, shown above 100 rows: the filters select among all rows, a page shows 100 of them and
+the paired table the rows of those configurations);
 ``td.best`` (the best and every configuration not significantly different from it,
 :mod:`reports.bolding`); ``details#column-picker`` with ``input.col-toggle[data-col]`` (columns
 hidden by default carry ``hidden`` on their ``th``/``td``); ``select#interval-view`` (``std`` or
@@ -37,11 +41,12 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from reports.aggregate import Results, load_results
+from reports.aggregate import load_results
 from reports.figures import RenderedFigure, render_figures, write_figure_files
 from reports.markdown import render_markdown as _markdown
 from reports.page import ReportOptions, context
 from reports.paired_view import PairedStats, paired_stats
+from reports.results import Results
 
 TEMPLATES = Path(__file__).parent / "templates"
 FORMATS = ("html", "csv", "md", "latex")
@@ -129,6 +134,7 @@ def write_report(
     options: ReportOptions | None = None,
     formats: Iterable[str] = ("html", "csv", "md"),
     published: Path | str | None = None,
+    index: bool = True,
 ) -> Path:
     """Write the report files (see the module docstring) to ``out_dir``; return leaderboard.html.
 
@@ -138,7 +144,9 @@ def write_report(
     seed (default ``deep_ensemble``, else ``single``, else no statistics; ``paired.csv`` then has
     only its header). ``published`` is a published-values CSV; None looks for
     ``<suite-stem>.published.csv`` next to the suite file the results name
-    (:func:`reports.published.find_published`). The HTML is always written.
+    (:func:`reports.published.find_published`). The HTML is always written. ``index`` keeps the
+    flattened records in ``.report-index.npz`` beside the results (:mod:`reports.record_index`),
+    so the next report reads only the records that changed; ``figures`` False draws none.
     """
     from reports.published import compare, find_published, read_published
 
@@ -148,7 +156,7 @@ def write_report(
         raise ValueError(f"unknown format(s) {', '.join(unknown)}; expected: {', '.join(FORMATS)}")
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
-    results = load_results(results_dir, expected=expected, ignore=[out])
+    results = load_results(results_dir, expected=expected, ignore=[out], index=index)
     # Everything that can fail on bad input before anything is written.
     results, paired, options = _prepare(results, reference, None, options)
     pub_path = Path(published) if published is not None else find_published(results_dir)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.aggregate import Results
-from reports.bolding import bold_rows
-from reports.columns import leaderboard_columns, m_text
+from reports.columns import iter_rows, leaderboard_columns, m_text
 from reports.page import (
     ReportOptions,
     _n_text,
@@ -17,11 +15,13 @@ from reports.page import (
 )
 from reports.paired_view import (
     PairedStats,
+    bold_cells,
     group_key,
     markdown_paired,
     md_escape,
     significance_marks,
 )
+from reports.results import Results
 from reports.selection import markdown_selection
 
 
@@ -34,7 +34,7 @@ def render_markdown_table(
     if not len(summary):
         return [*lines, "No done cells."]
     columns = leaderboard_columns(summary, hidden=False)
-    best = bold_rows(summary, results.cells, columns, test=paired.test, alpha=paired.alpha)
+    best = bold_cells(paired, results)
     significance = significance_marks(paired, columns)
     arrow = {"higher": " ↑", "lower": " ↓", None: ""}
     head = ["dataset", "backbone", "method", "M", "hparams", "n"]
@@ -42,7 +42,7 @@ def render_markdown_table(
         head.insert(5, "variant")
     lines.append("| " + " | ".join(head + [c.label + arrow[c.better] for c in columns]) + " |")
     lines.append("|" + "|".join(["---"] * len(head) + ["---:"] * len(columns)) + "|")
-    for idx, r in summary.iterrows():
+    for idx, r in iter_rows(summary):
         ident = [m_text(r[k]) if k == "M" else _n_text(r) if k == "n" else str(r[k]) for k in head]
         vals = []
         for c in columns:

@@ -13,8 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.aggregate import Results
-from reports.bolding import bold_rows, config_key
+from reports.bolding import config_key
 from reports.columns import (
     CORRUPTION,
     COST,
@@ -22,18 +21,27 @@ from reports.columns import (
     DIVERSITY,
     QUALITY,
     THROUGHPUT,
-    Column,
-    corruption_names,
-    format_number,
+    cell_text,
+    iter_rows,
     leaderboard_columns,
     m_text,
 )
+from reports.corruption_view import corruption_table
 from reports.ood_groups import CONVENTION as OOD_GROUP_CONVENTION
-from reports.paired_view import PairedStats, group_key, paired_context, significance_marks
+from reports.paired_view import (
+    PairedStats,
+    bold_cells,
+    group_key,
+    paired_context,
+    significance_marks,
+)
+from reports.results import Results
+from reports.row_html import leaderboard_cells
 from reports.selection import selection_context
 from reports.significance import TEST_NAMES, check_test
 
 INTERVALS = ("std", "ci")
+PAGE_SIZE = 100  # leaderboard rows per page (the filters still select among all rows)
 AGGREGATION = (
     "cells that differ only in seed are one configuration; each cell shows the mean ± sample "
     "standard deviation (ddof=1) or ± the 95% t-interval half-width over its seeds and, in "
@@ -78,18 +86,6 @@ class ReportOptions:
         check_test(self.test)
 
 
-def cell_text(mean: Any, spread: Any, n: Any, kind: str, *, show_n: bool = False) -> str:
-    """``mean ± spread`` in a column's format (± left out when the spread is NaN or 0)."""
-    text = format_number(mean, kind)
-    if text == "–":
-        return text
-    if spread is not None and not pd.isna(spread) and float(spread) != 0:
-        text += f" ± {format_number(spread, kind)}"
-    if show_n and n is not None and not pd.isna(n):
-        text += f" ({int(n)})"
-    return text
-
-
 def interval_words(interval: str) -> str:
     if interval == "ci":
         return "mean ± half-width of the 95% t-interval of the mean (t_{n−1,0.975}·s/√n)"
@@ -108,7 +104,7 @@ def _n_text(row: pd.Series) -> str:
 def _devices(summary: pd.DataFrame) -> str:
     """``cuda:0 NVIDIA H200, bf16`` or ``several: ...``: what the cost columns were measured on."""
     pairs = []
-    for _, r in summary.iterrows():
+    for _, r in iter_rows(summary):
         dev, prec = str(r.get("cost_device", "") or ""), str(r.get("cost_precision", "") or "")
         pairs.append(", ".join(x for x in (dev, prec) if x) or "device not recorded")
     uniq = list(dict.fromkeys(pairs))
@@ -196,10 +192,10 @@ def context(
     devices = _devices(summary) if len(summary) else ""
     groups = header_groups(header, devices)
     identity = [h for h in header if h["group"] == "Configuration"]
-    best = bold_rows(summary, results.cells, columns, test=paired.test, alpha=paired.alpha)
+    best = bold_cells(paired, results)
     significance = significance_marks(paired, columns)
     rows = []
-    for idx, r in summary.iterrows():
+    for idx, r in iter_rows(summary):
         key = group_key(r)
         cells = []
         for h in identity:
@@ -261,6 +257,7 @@ def context(
                 "m": m_text(r["M"]),
                 "config": " | ".join(config_key(r)),
                 "cells": cells,
+                "cells_html": leaderboard_cells(cells),
             }
         )
     m_values = sorted({float(m) for m in summary["M"] if pd.notna(m)}) if len(summary) else []
@@ -301,6 +298,7 @@ def context(
             for g in dict.fromkeys(h["group"] for h in header if h["group"] != "Configuration")
         ],
         "rows": rows,
+        "page_size": PAGE_SIZE,
         "dropped": dropped,
         "figures": figures,
         "problems": results.problems,
@@ -360,37 +358,3 @@ def report_conventions(
         "throughput": "greyed when measured while other cells shared the device "
         "(cost.shared_device): under contention the number is not the method's",
     }
-
-
-def corruption_table(results: Results, options: ReportOptions) -> dict[str, Any] | None:
-    """Per configuration × corruption: accuracy (mean over severities), for its own table."""
-    summary = results.summary
-    names = corruption_names(summary)
-    if not names:
-        return None
-    rows = []
-    for _, r in summary.iterrows():
-        cells = []
-        for name in names:
-            key = f"corr/{name}/acc"
-            spread = r.get(f"{key}_{options.interval}", math.nan)
-            cells.append(
-                {
-                    "key": name,
-                    "text": cell_text(r.get(f"{key}_mean"), spread, None, "pct"),
-                    "value": "" if pd.isna(r.get(f"{key}_mean")) else repr(float(r[f"{key}_mean"])),
-                }
-            )
-        rows.append(
-            {
-                "ident": [
-                    str(r["dataset"]),
-                    str(r["backbone"]),
-                    str(r["method"]),
-                    m_text(r["M"]),
-                    str(r["hparams"]),
-                ],
-                "cells": cells,
-            }
-        )
-    return {"names": names, "rows": rows, "column": Column("corr", "acc", "Corruption", "pct")}

@@ -6,13 +6,23 @@ leaderboard's columns and formats the Δ cells and significance marks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from reports.aggregate import Results
-from reports.columns import CORRUPTION, QUALITY, Column, format_number, leaderboard_columns, m_text
+from reports.bolding import config_key
+from reports.columns import (
+    CORRUPTION,
+    QUALITY,
+    Column,
+    format_number,
+    iter_rows,
+    leaderboard_columns,
+    m_text,
+)
+from reports.results import Results
+from reports.row_html import paired_cells
 from reports.stats import COLUMNS as PAIRED_COLUMNS
 from reports.stats import (
     TEST_NAMES,
@@ -21,6 +31,15 @@ from reports.stats import (
     min_pairs,
     paired_differences,
     reference_mask,
+)
+
+#: Where the marks' level holds, measured by benchmarks/signflip_level.py (100,000 null
+#: experiments each, docs/benchmarks.md): shown wherever the marks are explained.
+LEVEL_CAVEAT = (
+    "Both tests hold their level only for per-seed differences symmetric about their mean: with "
+    "skewed ones of mean zero (exponential − 1) the sign-flip test marks 6.7% of comparisons "
+    "with no true difference at 6 seeds and 9.6% at 10, the t-test 11.5% and 10.2% (normal "
+    "noise: 3.2%/4.8% and 5.0%/4.9%)."
 )
 
 
@@ -33,6 +52,8 @@ class PairedStats:
     level: float = 0.95
     test: str = "signflip"
     holm: bool = False
+    # Computed once per report for every output (page, Markdown, LaTeX): see bold_cells().
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def alpha(self) -> float:
@@ -53,7 +74,7 @@ class PairedStats:
         text += f"; it cannot reach p ≤ {self.alpha:g} with fewer than {need} paired seeds"
         if need > 2:
             text += ", so such comparisons never carry a mark (“no mark possible” in their title)"
-        return text + "."
+        return text + ". " + LEVEL_CAVEAT
 
 
 def paired_stats(
@@ -139,10 +160,14 @@ def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, A
     rows = []
     keys = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
     kinds = {c.key: c.kind for c in columns}
-    for _, part in frame.groupby(keys, sort=False, dropna=False):
-        first = part.iloc[0]
-        by_metric = {r["metric"]: r for _, r in part.iterrows()}
-        n = int(part["n_pairs"].max())
+    groups: dict[tuple, list[dict[str, Any]]] = {}  # first-appearance order, as groupby's
+    for _, r in iter_rows(frame):
+        key = tuple(m_text(r[k]) if k == "M" else r[k] for k in keys)  # NaN M groups as one
+        groups.setdefault(key, []).append(r)
+    for part in groups.values():
+        first = part[0]
+        by_metric = {r["metric"]: r for r in part}
+        n = max(int(r["n_pairs"]) for r in part)
         cells = []
         for c in columns:
             r = by_metric.get(c.key)
@@ -186,18 +211,42 @@ def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, A
                 "hparams": first["hparams"],
                 "variant": first["variant"],
                 "reference": first["reference"],
+                "config": " | ".join(config_key(first)),  # the leaderboard row's data-config
                 "n": n,
                 "cells": cells,
+                "cells_html": paired_cells(cells),
             }
         )
     return rows
 
 
+def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
+    """:func:`reports.bolding.bold_rows` of every leaderboard column of ``results``, computed
+    once per report (the page, Markdown and LaTeX each show a subset of the columns; a column's
+    bold cells do not depend on which other columns are shown)."""
+    from reports.bolding import bold_rows
+
+    key = ("bold", id(results.summary))
+    if key not in paired.memo:
+        columns = leaderboard_columns(results.summary)
+        paired.memo[key] = bold_rows(
+            results.summary, results.cells, columns, test=paired.test, alpha=paired.alpha
+        )
+    return paired.memo[key]
+
+
 def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     """(configuration key, metric) → [(class, symbol, title)] of its significant differences."""
+    key = ("marks", tuple((c.key, c.kind) for c in columns))
+    if key not in paired.memo:
+        paired.memo[key] = _significance_marks(paired, columns)
+    return paired.memo[key]
+
+
+def _significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     out: dict[tuple, list] = {}
     kinds = {c.key: c.kind for c in columns}
-    for _, r in paired.frame.iterrows():
+    for _, r in iter_rows(paired.frame):
         sig = _sig(r)
         if sig is None or r["metric"] not in kinds:
             continue
@@ -210,8 +259,16 @@ def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple
 
 
 def paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any] | None:
+    """The paired table as the page and Markdown show it (computed once per report)."""
     if paired.reference is None:
         return None
+    key = ("context", id(summary))
+    if key not in paired.memo:
+        paired.memo[key] = _paired_context(paired, summary)
+    return paired.memo[key]
+
+
+def _paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any]:
     columns = _paired_columns(paired, summary)
     return {
         "title": paired.title,

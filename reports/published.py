@@ -23,10 +23,10 @@ from typing import Any
 
 import pandas as pd
 
-from reports.aggregate import Results
-from reports.columns import CORRUPTION, COST, QUALITY, Column, format_number, m_text
+from reports.columns import CORRUPTION, COST, QUALITY, Column, format_number, iter_rows, m_text
 from reports.page import ReportOptions, cell_text, interval_words
 from reports.paired_view import format_delta, md_escape
+from reports.results import Results
 
 HEADER = ("dataset", "backbone", "method", "M", "hparams", "metric", "value", "source")
 COLUMNS = (
@@ -110,9 +110,10 @@ def compare(results: Results, published: pd.DataFrame, options: ReportOptions) -
     """
     summary = results.summary
     rows = []
+    summary_rows = [r for _, r in iter_rows(summary)]
     for _, pub in published.iterrows():
         metric = pub["metric"]
-        hits = [r for _, r in summary.iterrows() if _matches(r, pub)] if len(summary) else []
+        hits = [r for r in summary_rows if _matches(r, pub)]
         for r in hits or [None]:
             mean = r.get(f"{metric}_mean", math.nan) if r is not None else math.nan
             rows.append(

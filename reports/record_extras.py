@@ -1,6 +1,6 @@
 """Columns a record yields beyond the basic flattening: per corruption, near/far OOD, conditions.
 
-:func:`extra_columns` is called by :func:`reports.aggregate.flatten_record` for every record, so
+:func:`extra_columns` is called by :func:`reports.flatten.flatten_record` for every record, so
 every row of the cell frame carries (NaN/empty when the record has no such data):
 
 - ``corr/<corruption>/acc|nll|ece``: the mean over the severities evaluated of that corruption;

@@ -70,9 +70,12 @@ def signflip_pvalue(diffs: np.ndarray | Sequence[float], seed: int = 0) -> np.nd
     """Two-sided exact sign-flip permutation p-values along the last axis.
 
     p = the fraction of the 2ⁿ sign patterns s for which |Σ sᵢdᵢ| ≥ |Σ dᵢ| (the observed pattern
-    counts, so p ≥ 2/2ⁿ). Enumerated exactly up to n = 16; above, ``100,000`` random patterns
-    (``numpy.random.default_rng(seed)``) with the (1 + hits)/(1 + draws) estimate, which keeps
-    the level. n = 0 gives NaN.
+    counts, so p ≥ 2/2ⁿ). Exact (level ≤ α) when each difference is as likely positive as
+    negative, i.e. for differences symmetric about zero; skewed differences of mean zero are
+    marked more often (9.6% at n = 10, α = 0.05, for exponential − 1:
+    ``benchmarks/signflip_level.py``). Enumerated exactly up to n = 16; above, ``100,000``
+    random patterns (``numpy.random.default_rng(seed)``) with the (1 + hits)/(1 + draws)
+    estimate. n = 0 gives NaN.
     """
     # Hand-written: scipy.stats.permutation_test(permutation_type="samples") computes the same
     # exact p-value for one comparison, but it loops in Python per call and has no batch axis;

@@ -18,8 +18,14 @@ Why these methods (the suites ship 2, 3, 5 and 10 seeds):
 - **Marks (default): the exact sign-flip permutation test** (Fisher 1935, ch. 21; Good 2005,
   §3.1). Under "no difference" with the two methods exchangeable on a seed, each paired difference
   is as likely positive as negative; the p-value is the fraction of the 2ⁿ sign patterns whose
-  |mean| is at least the observed one, enumerated exactly. It needs no normality, so its
-  false-positive rate is at most α whatever the noise. Its price: the smallest possible
+  |mean| is at least the observed one, enumerated exactly. It needs no normality, but it does
+  need that premise: its false-positive rate is at most α when the per-seed differences are
+  symmetric about zero (normal, Laplace, Student-t noise: 3.2% at n = 6, 4.8% at n = 10 for
+  α = 0.05), not for skewed ones — with differences of mean zero drawn from exponential − 1 it
+  marks 6.7% at n = 6 and 9.6% at n = 10, from a centred lognormal (σ = 1) 11.0% and 15.4%
+  (``benchmarks/signflip_level.py``, 100,000 null experiments each; the t-test does no better
+  there: 11.5% and 10.2%). A mark on a handful of seeds is evidence, not proof, whichever
+  test is used. Its price: the smallest possible
   two-sided p-value is 2/2ⁿ — 0.5 at n = 2, 0.25 at 3, 0.0625 at 5, 0.031 at 6 — so at α = 0.05
   it can flag nothing below 6 seeds, and the report says so rather than mark noise.
 - **Marks (``test="t"``): the paired t-test**, the one consistent with the interval (a mark iff the
@@ -143,9 +149,32 @@ def reference_label(reference: str, m, hparams: str) -> str:
     return f"{reference} M={m_text(m, '?')}" + (f" ({hparams})" if hparams else "")
 
 
-def _per_seed(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """One row per seed (duplicates averaged over their finite values)."""
-    return frame[metrics].groupby(frame["seed"].to_numpy()).mean()
+def _per_seed_blocks(
+    done: pd.DataFrame, codes: np.ndarray, n_groups: int, metrics: list[str]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per group code: (its sorted seeds, their values (seeds × metrics)), duplicate seeds
+    averaged over their finite values; one groupby over every cell."""
+    means = done[metrics].groupby([codes, done["seed"].to_numpy()]).mean()
+    first = means.index.get_level_values(0).to_numpy()
+    seeds = means.index.get_level_values(1)
+    values = means.to_numpy(dtype=float).reshape(len(means), len(metrics))
+    bounds = np.searchsorted(first, np.arange(n_groups + 1))
+    return [(seeds[bounds[g] : bounds[g + 1]], values[bounds[g] : bounds[g + 1]]) for g in
+            range(n_groups)]  # fmt: skip
+
+
+def _pair(mine: tuple, theirs: tuple) -> tuple[np.ndarray, np.ndarray] | None:
+    """(common seeds, per-seed differences (seeds × metrics)) of two per-seed blocks."""
+    common, ia, ib = np.intersect1d(mine[0], theirs[0], return_indices=True)
+    if not len(common):
+        return None
+    a, b = mine[1][ia], theirs[1][ib]
+    diff = a - b
+    # Differences at rounding level (0.8 + 0.02 vs 0.7 + 0.12) are 0, not a tiny effect that
+    # every seed shares and the t-test would call significant.
+    with np.errstate(invalid="ignore"):
+        diff[np.abs(diff) <= _ROUNDING * np.maximum(np.abs(a), np.abs(b))] = 0.0
+    return mine[0][ia], diff
 
 
 def paired_differences(
@@ -173,7 +202,7 @@ def paired_differences(
     ``1 - level``); ``better`` (the mean difference is an improvement in the metric's direction,
     :data:`reports.columns.DIRECTIONS`; NA for a metric without one). No reference cells, or no
     seeds in common, give no rows. Rows follow the configuration keys, then reference M, then
-    ``metrics`` order.
+    ``metrics`` order. Every test of the table runs in batches (:func:`reports.batched.paired`).
     """
     check_test(test)
     alpha = 1 - level if alpha is None else alpha
@@ -196,67 +225,72 @@ def paired_differences(
     if metrics:
         values = done[metrics].apply(pd.to_numeric, errors="coerce").astype(float)
         done[metrics] = values.where(np.isfinite(values))  # NaN/inf: no value for that seed
-    rows: list[dict] = []
     key_cols = ["dataset", "backbone", "method", "_m", "hparams", "variant"]
-    groups = {k: g for k, g in done.groupby(key_cols, sort=True, dropna=False)}
-    refs = [k for k, g in groups.items() if g["_ref"].all()]
-    ref_seeds: dict[tuple, pd.DataFrame] = {}
-    for key, group in groups.items():
-        dataset, backbone, method, m, hparams, variant = key
-        if key in refs:
+    codes = done.groupby(key_cols, sort=True, dropna=False).ngroup().to_numpy()
+    _, first_pos = np.unique(codes, return_index=True)  # each group's first cell
+    keys = list(done[key_cols].iloc[first_pos].itertuples(index=False, name=None))
+    m_of = done["M"].to_numpy(dtype=object)[first_pos]
+    is_ref = done["_ref"].groupby(codes).all().to_numpy()
+    blocks = _per_seed_blocks(done, codes, len(keys), metrics)
+    refs: dict[tuple, list[int]] = {}  # (dataset, backbone, variant) → reference groups
+    for g in np.flatnonzero(is_ref):
+        refs.setdefault(keys[g][:2] + keys[g][5:], []).append(int(g))
+    meta, diffs = [], []
+    for g, key in enumerate(keys):
+        if is_ref[g]:
             continue
-        candidates = [r for r in refs if (r[0], r[1], r[5]) == (dataset, backbone, variant)]
-        same_m = [r for r in candidates if r[3] == m]
-        mine = _per_seed(group, metrics)
-        for ref_key in sorted(same_m or candidates, key=lambda r: (r[3], r[4])):
-            if ref_key not in ref_seeds:
-                ref_seeds[ref_key] = _per_seed(groups[ref_key], metrics)
-            theirs = ref_seeds[ref_key]
-            common = mine.index.intersection(theirs.index).sort_values()
-            if not len(common):
+        candidates = refs.get(key[:2] + key[5:], [])
+        same_m = [r for r in candidates if keys[r][3] == key[3]]
+        for r in sorted(same_m or candidates, key=lambda r: (keys[r][3], keys[r][4])):
+            pair = _pair(blocks[g], blocks[r])
+            if pair is None:
                 continue
-            a, b = mine.loc[common], theirs.loc[common]
-            diff = a - b
-            # Differences at rounding level (0.8 + 0.02 vs 0.7 + 0.12) are 0, not a tiny effect
-            # that every seed shares and the t-test would call significant.
-            diff = diff.mask(diff.abs() <= _ROUNDING * np.maximum(a.abs(), b.abs()), 0.0)
-            label = reference_label(ref_method, groups[ref_key]["M"].iloc[0], ref_key[4])
-            for metric in metrics:
-                d = diff[metric]
-                d = d[np.isfinite(d)]
-                if not len(d):
-                    continue
-                mean, lo, hi = (float(v) for v in t_interval(d.to_numpy(), level))
-                p = float(pvalue(d.to_numpy(), test))
-                better_dir = direction(metric)
-                better = (
-                    pd.NA
-                    if better_dir is None
-                    else bool(mean > 0 if better_dir == "higher" else mean < 0)
-                )
-                rows.append(
-                    {
-                        "dataset": dataset,
-                        "backbone": backbone,
-                        "method": method,
-                        "M": group["M"].iloc[0],
-                        "hparams": hparams,
-                        "variant": variant,
-                        "reference": label,
-                        "reference_M": groups[ref_key]["M"].iloc[0],
-                        "reference_hparams": ref_key[4],
-                        "metric": metric,
-                        "n_pairs": len(d),
-                        "seeds": ", ".join(str(s) for s in d.index),
-                        "mean_diff": mean,
-                        "ci_lo": lo,
-                        "ci_hi": hi,
-                        "test": test,
-                        "p_value": p,
-                        "reachable": min_pvalue(test, len(d)) <= alpha,
-                        "better": better,
-                    }
-                )
+            seeds, diff = pair
+            for j, metric in enumerate(metrics):
+                finite = np.isfinite(diff[:, j])
+                if finite.any():
+                    meta.append((g, r, metric, seeds[finite]))
+                    diffs.append(diff[finite, j])
+    return _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust)
+
+
+def _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust) -> pd.DataFrame:
+    """The paired table from the collected differences: every test in one batch per length."""
+    from reports.batched import paired
+
+    mean, lo, hi, p = paired(diffs, test, level)
+    rows = []
+    for i, (g, r, metric, seeds) in enumerate(meta):
+        dataset, backbone, method, _m, hparams, variant = keys[g]
+        better_dir = direction(metric)
+        better = (
+            pd.NA
+            if better_dir is None
+            else bool(mean[i] > 0 if better_dir == "higher" else mean[i] < 0)
+        )
+        rows.append(
+            {
+                "dataset": dataset,
+                "backbone": backbone,
+                "method": method,
+                "M": m_of[g],
+                "hparams": hparams,
+                "variant": variant,
+                "reference": reference_label(ref_method, m_of[r], keys[r][4]),
+                "reference_M": m_of[r],
+                "reference_hparams": keys[r][4],
+                "metric": metric,
+                "n_pairs": len(seeds),
+                "seeds": ", ".join(str(s) for s in seeds),
+                "mean_diff": float(mean[i]),
+                "ci_lo": float(lo[i]),
+                "ci_hi": float(hi[i]),
+                "test": test,
+                "p_value": float(p[i]),
+                "reachable": min_pvalue(test, len(seeds)) <= alpha,
+                "better": better,
+            }
+        )
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     p_values = out["p_value"].to_numpy(dtype=float)
     out["p_adjusted"] = holm(p_values) if holm_adjust else p_values

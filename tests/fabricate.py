@@ -286,3 +286,37 @@ def write_places365(root: Path, n: int = 5, size: int = 64, seed: int = 7):
         lines.append(f"{name} {i % 3}")
     (folder / "places365_val.txt").write_text("\n".join(lines) + "\n")
     return np.stack(images), np.array(labels, dtype=np.int64)
+
+
+def write_fashion_mnist(
+    folder: Path, n_train: int = 20, n_test: int = 10, gz: bool = False, seed: int = 8
+) -> dict[str, tuple[np.ndarray, np.ndarray, dict[str, str]]]:
+    """The four Fashion-MNIST IDX files in ``folder`` (``<root>/FashionMNIST/raw`` or Debian's
+    flat folder), plain or gzipped (``….gz``, as published and as Debian ships them).
+
+    Labels cycle through 0..9 so that every class is present.
+
+    Returns:
+        {"train"/"test": (images uint8 (N, 1, 28, 28), labels int64 (N,), {file: content md5})}.
+    """
+    import gzip
+    import hashlib
+
+    rng = _rng(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for split, prefix, n in (("train", "train", n_train), ("test", "t10k", n_test)):
+        x = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        y = (np.arange(n) % 10).astype(np.uint8)
+        md5s = {}
+        for name, array in ((f"{prefix}-images-idx3-ubyte", x), (f"{prefix}-labels-idx1-ubyte", y)):
+            plain = folder / name
+            _idx(plain, array)
+            md5s[name] = hashlib.md5(plain.read_bytes()).hexdigest()
+            if gz:
+                with gzip.open(folder / f"{name}.gz", "wb") as f:
+                    f.write(plain.read_bytes())
+                plain.unlink()
+        out[split] = (x[:, None], y.astype(np.int64), md5s)
+    return out

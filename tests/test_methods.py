@@ -11,7 +11,11 @@ from harness.registry import METHODS
 from methods.base import BuildContext, repeat_members, to_members
 
 # CIFAR-style nets take any input size; 16×16 keeps the CPU time low.
-BACKBONE_INPUTS = {"digits_cnn": ((1, 8, 8), 8), "resnet18": ((3, 16, 16), 10)}
+BACKBONE_INPUTS = {
+    "digits_cnn": ((1, 8, 8), 8),
+    "fmnist_cnn": ((1, 28, 28), 10),
+    "resnet18": ((3, 16, 16), 10),
+}
 
 
 def allowed(spec, m: int) -> bool:

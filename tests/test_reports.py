@@ -12,18 +12,13 @@ import pytest
 from record_factory import DELETE, make_record, write_records
 
 from harness.contract.record import validate_record
-from reports.aggregate import (
-    format_hparams,
-    from_records,
-    load_frame,
-    load_results,
-    missing_cells,
-    records_to_frame,
-)
+from reports.aggregate import from_records, load_frame, load_results, records_to_frame
 from reports.columns import DIRECTIONS, direction, format_cell
 from reports.figures import FIGURES, pareto_front, render_figures
+from reports.flatten import format_hparams
 from reports.leaderboard import render_html, render_markdown, write_report
 from reports.paired_view import paired_stats
+from reports.results import missing_cells
 from reports.summary import aggregate
 from reports.terminal import format_results, format_table
 

@@ -177,12 +177,16 @@ def test_converter_copies_and_shares_norms():
 # --------------------------------------------------------------------------------------------
 
 
-def test_preserve_outputs_small_cnn_eval_and_train():
+@pytest.mark.parametrize("gate_gain", [1.0, 2.0])
+def test_preserve_outputs_small_cnn_eval_and_train(gate_gain):
+    """Exact conversion, also with a folded gate (c·sigmoid(γ_m) is compensated as a whole)."""
     original = _train_briefly(_small_cnn(), (3, 6, 6))
     m_count = 4
-    ens = SigmaEnsembleNet(
-        convert_to_ensemble(original, m_count, generator=_gen(), preserve_outputs=True), m_count
+    converted = convert_to_ensemble(
+        original, m_count, generator=_gen(), preserve_outputs=True, gate_gain=gate_gain
     )
+    assert all(mod.gate_gain == gate_gain for _, mod in sigma_norm_layers(converted))
+    ens = SigmaEnsembleNet(converted, m_count)
     x = torch.randn(5, 3, 6, 6, generator=_gen(8))
     original.eval(), ens.eval()
     with torch.no_grad():

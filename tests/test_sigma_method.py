@@ -12,6 +12,7 @@ from harness.registry import METHODS
 from methods.base import BuildContext
 from methods.film_ensemble import FiLMEnsemble
 from methods.norm_ensemble import NormEnsemble
+from methods.sigma_diversity import gradient_ratio
 from methods.sigma_ens import SigmaEnsemble
 from tests.sigma_helpers import _single_thread  # noqa: F401  (autouse fixture)
 
@@ -45,6 +46,60 @@ def test_default_gamma_is_near_identity_and_seeded_by_the_cell():
     assert not torch.equal(_gammas(_build("sigma_ens", seed=4)), _gammas(model))
     old = _gammas(_build("sigma_ens", gamma_init_mean=0.0, gamma_init_std=1.0))
     assert abs(old.mean().item()) < 0.2 and old.std().item() == pytest.approx(1.0, abs=0.15)
+
+
+def test_folded_gate_starts_where_the_sigmoid_is_steep_at_the_backbones_scale():
+    """gate_fold: constant with γ ~ N(0, 0.1²): sigmoid'(γ) ≈ 0.25 (0.045 at γ = 3) and the gate
+    times c = 1/sigmoid(0) = 2 is 1 ± 5%, so the member affine starts as the backbone's."""
+    model = _build("sigma_ens", seed=5, gate_fold="constant", gamma_init_mean=0.0)
+    g = _gammas(model)
+    assert abs(g.mean().item()) < 0.03 and g.std().item() == pytest.approx(0.1, abs=0.02)
+    layers = [layer for _, layer in model.norm_layers()]
+    assert all(layer.gate_gain == pytest.approx(2.0) for layer in layers)
+    gate = torch.cat([(layer.gate_gain * layer.importance()).flatten() for layer in layers])
+    assert gate.mean().item() == pytest.approx(1.0, abs=0.01) and gate.std().item() < 0.07
+    slope = torch.sigmoid(g) * (1 - torch.sigmoid(g))
+    assert slope.min().item() > 0.24  # the steep part of the sigmoid
+    unfolded = _build("sigma_ens", seed=5, gamma_init_mean=0.0)
+    assert all(layer.gate_gain == 1.0 for _, layer in unfolded.norm_layers())
+    # the fold's constant follows γ0: c·sigmoid(γ0) = 1 wherever the gate starts
+    at3 = _build("sigma_ens", gate_fold="constant", gamma_init_mean=3.0).norm_layers()[0][1]
+    assert at3.gate_gain * torch.sigmoid(torch.tensor(3.0)).item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("std", [0.0, 0.1])
+def test_folded_gate_keeps_the_backbones_logits_at_init(std):
+    """Same weights: every member's logits equal the plain backbone's when all γ = γ0, and stay
+    within a few percent of their scale under the default 0.1 spread (the unfolded gate at
+    γ0 = 0 halves every norm's output: 1/8 through digits_cnn's three). Eval mode with the
+    fresh running statistics, and the head's bias zeroed so that the logits show the features'
+    scale."""
+    x = torch.randn(32, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    ctx = BuildContext("digits_cnn", (1, 8, 8), 8, 4, {"width": 8}, None, seed=0)
+    torch.manual_seed(1)
+    plain = _no_head_bias(ctx.build_backbone().eval())
+    torch.manual_seed(1)  # the same backbone weights inside the ensemble
+    hp = {"gate_fold": "constant", "gamma_init_mean": 0.0, "gamma_init_std": std}
+    model = _no_head_bias(_build("sigma_ens", **hp).eval())
+    with torch.no_grad():
+        ref, out = plain(x), model(x)  # (B, K), (M, B, K)
+    if std == 0.0:
+        torch.testing.assert_close(out, ref.expand_as(out), rtol=1e-5, atol=1e-5)
+    else:
+        ratio = out.norm(dim=(1, 2)) / ref.norm()  # (M,) logit scale of each member
+        assert ((ratio - 1).abs() < 0.1).all(), ratio
+    torch.manual_seed(1)
+    halved = _no_head_bias(_build("sigma_ens", gamma_init_mean=0.0, gamma_init_std=0.0).eval())
+    with torch.no_grad():
+        ratio = halved(x).norm(dim=(1, 2)) / ref.norm()
+    torch.testing.assert_close(ratio, torch.full((4,), 0.125), rtol=1e-4, atol=0)
+
+
+def _no_head_bias(model: torch.nn.Module) -> torch.nn.Module:
+    head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        head.bias.zero_()
+    return model
 
 
 def test_film_affine_draw_is_seeded_by_the_cell():
@@ -94,6 +149,27 @@ def test_member_parameters_get_their_members_full_gradient(method):
         )
         expected = g * 4 if per_member else g
         torch.testing.assert_close(grads["member"][name], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_gamma_gradient_ratio_does_not_depend_on_member_grad():
+    """λ has the paper's meaning (L_task + λ·L_div) under either gradient scale: the ratio
+    ‖∇γ L_div‖ / ‖∇γ L_task‖ is the same for ``member`` and ``mean`` at equal λ, and so is the
+    direction of the total γ gradient (``member`` only multiplies it by M)."""
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 1, 8, 8), torch.randint(0, 8, (16,))
+    ratios, grads = {}, {}
+    for mode in ("member", "mean"):
+        torch.manual_seed(1)
+        model = _build("sigma_ens", member_grad=mode, tau=0.5, lam=0.1)
+        model.train()
+        task = F.cross_entropy(model(x).flatten(0, 1), y.repeat(4))
+        ratios[mode] = gradient_ratio(model.net, task, 0.5, 0.1)["grad_ratio"]
+        task = F.cross_entropy(model(x).flatten(0, 1), y.repeat(4))  # a fresh graph
+        (task + model.regularizer()).backward()
+        grads[mode] = torch.cat([layer.gamma.grad.flatten() for _, layer in model.norm_layers()])
+    assert ratios["mean"] > 0.05  # L_div exerts a real force here, so the check has teeth
+    assert ratios["member"] == pytest.approx(ratios["mean"], rel=1e-5)
+    torch.testing.assert_close(grads["member"], 4 * grads["mean"], rtol=1e-5, atol=1e-8)
 
 
 def test_diagnostics_report_gradient_ratio_and_effective_scale_without_side_effects():

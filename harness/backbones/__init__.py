@@ -36,6 +36,9 @@ class BackboneSpec:
         tu_arch: torch-uncertainty's ResNet depth for the "resnet" family (18, 50, ...).
         tu_style: the ``style`` torch-uncertainty's ResNet builders get: "cifar" (3×3 stem, no
             max-pool) or "imagenet".
+        layered: for a "cnn"-family CNN that the torch-uncertainty methods rebuild with their own
+            layers: the class, called as ``layered(in_channels, num_classes, width=,
+            dropout_rate=, conv=, linear=, channels=)``; None: the digits CNN.
     """
 
     name: str
@@ -44,6 +47,7 @@ class BackboneSpec:
     description: str = ""
     tu_arch: int | None = None
     tu_style: str = "cifar"
+    layered: Callable[..., nn.Module] | None = None
 
 
 def register_backbone(spec: BackboneSpec) -> BackboneSpec:

@@ -96,15 +96,18 @@ def _run_and_report(executor, todo: list, results: Path, args) -> int:
 
 def print_plan(all_cells: list, selected: list, results: Path, force: bool) -> int:
     """``--dry-run``: one line per cell of the suite, ``run`` or ``skip``, and why."""
-    from harness.contract import DamagedRecord, read_record
+    from harness.contract import DamagedRecord
+    from harness.contract.done_index import DoneIndex
     from harness.storage.lease import describe, live_leases
 
     chosen = {c.cell_id for c in selected}
     leases = live_leases(results) if results.is_dir() else {}
+    index = DoneIndex(results) if results.is_dir() else None  # done: one stat per cell
     n_run = 0
     for c in all_cells:
         try:
-            rec = read_record(results / c.cell_id) if results.is_dir() else None
+            done = index is not None and index.is_done(c.cell_id)
+            rec = {"status": "done"} if done else index and index.record(c.cell_id)
         except DamagedRecord as exc:
             rec = {"status": "damaged", "reason": exc.reason}
         status = (rec or {}).get("status")
@@ -126,6 +129,8 @@ def print_plan(all_cells: list, selected: list, results: Path, force: bool) -> i
             verdict, why = "run", "pending"
         n_run += verdict == "run"
         print(f"{verdict:4s}  {c.cell_id}  {c.label}  ({why})")
+    if index is not None:
+        index.save()
     print(f"dry run: {n_run} of {len(all_cells)} cells would run → {results}")
     return 0
 

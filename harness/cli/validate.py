@@ -74,11 +74,15 @@ def check_data(suite, data_root: Path) -> list[str]:
 
 def cmd_validate(args) -> int:
     from harness.config.overrides import CellFilter
-    from harness.data.base import default_data_root
 
     # Without data (--skip-data) weight files are not checked either: weights are data too.
     suite = load_suite_arg(args.suite, args.overrides, check_files=not args.skip_data)
-    if preflight(suite, args, None if args.skip_data else default_data_root(args.data_root)):
+    data_root = None
+    if not args.skip_data:  # the data layer imports torch: only when the data is checked
+        from harness.data.base import default_data_root
+
+        data_root = default_data_root(args.data_root)
+    if preflight(suite, args, data_root):
         return 2
     cells = CellFilter(args.only).select(suite.cells())
     print(

@@ -54,7 +54,11 @@ class Suite:
     left_out: tuple[tuple[str, str], ...] = ()
 
     def cells(self) -> list[Cell]:
-        """Expand the grid: datasets × backbones × methods × hparam product × M × seeds."""
+        """Expand the grid: datasets × backbones × methods × hparam product × M × seeds.
+
+        Expanded once per suite object (a command asks several times; the cells are frozen)."""
+        if (cached := self.__dict__.get("_cells")) is not None:
+            return list(cached)
         out: list[Cell] = []
         for ds, me in itertools.product(self.grid.datasets, self.grid.methods):
             for bb in method_backbones(me, self.grid.backbones):
@@ -62,6 +66,7 @@ class Suite:
         seen: dict[str, Cell] = {}
         for c in out:  # the same config listed twice is one cell
             seen.setdefault(c.cell_id, c)
+        object.__setattr__(self, "_cells", tuple(seen.values()))  # frozen: set past __setattr__
         return list(seen.values())
 
     def _method_cells(self, ds: str, bb: BackboneEntry, me: MethodEntry) -> list[Cell]:
@@ -69,6 +74,7 @@ class Suite:
         out: list[Cell] = []
         spec = METHODS.get(me.name)
         defaults = hparam_defaults(spec.hparams)
+        recipe = dataclasses.replace(self.recipe, **me.recipe)  # one per entry, not per cell
         for hp in expand_values(defaults, me.hparams):
             for m in members_for(spec, me, self.grid.M):
                 for seed in self.grid.seeds:
@@ -82,7 +88,7 @@ class Suite:
                             m,
                             hp,
                             seed,
-                            dataclasses.replace(self.recipe, **me.recipe),
+                            recipe,
                             self.evaluation,
                             defaults,
                         )

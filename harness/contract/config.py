@@ -9,6 +9,7 @@ consume them. Standard library only: reading a cell back from JSON never imports
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -198,6 +199,20 @@ def shown_hparams(hparams: Mapping[str, Any], defaults: Mapping[str, Any]) -> di
     }
 
 
+@functools.lru_cache(maxsize=256)
+def _plain_json(obj: Any) -> str:
+    return json.dumps(jsonable(dataclasses.asdict(obj)))
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """``jsonable(asdict(obj))``, a fresh copy, computed once per distinct (hashable) value:
+    the cells of a suite share a few recipes."""
+    try:
+        return json.loads(_plain_json(obj))
+    except TypeError:  # unhashable or not JSON: no cache
+        return jsonable(dataclasses.asdict(obj))
+
+
 @dataclass(frozen=True)
 class Cell:
     """One resolved configuration: the unit of training, scheduling and result records.
@@ -220,7 +235,7 @@ class Cell:
 
     def config(self) -> dict[str, Any]:
         """The training-relevant configuration; its hash is the cell id."""
-        recipe = jsonable(dataclasses.asdict(self.recipe))
+        recipe = _plain(self.recipe)
         if recipe["processes"] == 1:
             # One process is how every cell ran before the field existed: leaving it out keeps
             # their ids, and their records and new ones group together in reports. More
@@ -243,7 +258,7 @@ class Cell:
         config["recipe"] = {k: v for k, v in config["recipe"].items() if k not in SPEED_ONLY_RECIPE}
         return config
 
-    @property
+    @functools.cached_property  # a 10,000-cell plan asks for each id several times
     def cell_id(self) -> str:
         """16 hex digits of the SHA-256 of the canonical JSON of :meth:`identity_config`."""
         blob = json.dumps(self.identity_config(), sort_keys=True, separators=(",", ":"))
@@ -253,7 +268,7 @@ class Cell:
         """The hyper-parameters that differ from the method's defaults."""
         return shown_hparams(self.hparams, self.defaults)
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         """Short human-readable name: hyper-parameters at their defaults are left out."""
         return cell_label(self.config(), self.shown_hparams())

@@ -317,9 +317,11 @@ def corrupted_split(
     """
     from harness.registry import DATASETS
 
-    source = DATASETS.get(dataset_name).corruption_source
-    if source is None:
-        return generated_corruption(dataset_name, root, test, corruption, severity)
+    spec = DATASETS.get(dataset_name)
+    source = spec.corruption_source
+    if source is None:  # datasets sharing one test set share its copies (``corruption_key``)
+        key = getattr(spec, "corruption_key", None) or dataset_name
+        return generated_corruption(key, root, test, corruption, severity)
     if source == "imagenet-c":  # JPEG folders, read lazily like the test split itself
         from harness.data.imagenet import read_imagenet_c
 

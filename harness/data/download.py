@@ -174,6 +174,10 @@ def _torchvision(name: str, root: Path) -> None:
         datasets.SVHN(root / "svhn", split="test", download=True)
     elif name == "mnist":
         datasets.MNIST(root, train=False, download=True)
+    elif name in ("fashion_mnist", "kmnist"):  # <root>/FashionMNIST/raw, <root>/KMNIST/raw
+        cls = datasets.FashionMNIST if name == "fashion_mnist" else datasets.KMNIST
+        for train in (True, False):
+            cls(root, train=train, download=True)
     elif name == "textures":
         datasets.DTD(root, split="test", download=True)
     elif name == "places365":
@@ -196,6 +200,8 @@ SOURCES: dict[str, tuple[str, Callable[[Path], None]]] = {
     "cifar100": ("torchvision CIFAR100", lambda root: _torchvision("cifar100", root)),
     "svhn": ("torchvision SVHN (test split)", lambda root: _torchvision("svhn", root)),
     "mnist": ("torchvision MNIST", lambda root: _torchvision("mnist", root)),
+    "fashion_mnist": ("torchvision FashionMNIST", lambda root: _torchvision("fashion_mnist", root)),
+    "kmnist": ("torchvision KMNIST", lambda root: _torchvision("kmnist", root)),
     "textures": ("torchvision DTD", lambda root: _torchvision("textures", root)),
     "places365": (
         "torchvision Places365 (val, small)",

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from harness.contract import SUITE_FILE, Cell, DamagedRecord, build_manifest, read_record, set_aside
+from harness.contract import SUITE_FILE, Cell, DamagedRecord, build_manifest, set_aside
+from harness.contract.done_index import DoneIndex
 from harness.contract.manifest import read_manifest_file
 from harness.storage.records import atomic_write_text
 
@@ -117,12 +118,14 @@ def pending(cells: list[Cell], results_dir: Path, force: bool = False) -> list[C
     if force:
         return list(cells)
     out = []
+    index = DoneIndex(Path(results_dir))  # one stat per cell whose done record is known
     for c in cells:
         try:
-            rec = read_record(Path(results_dir) / c.cell_id)
+            done = index.is_done(c.cell_id)
         except DamagedRecord as exc:
             print(f"warning: {exc}; the cell is redone (the file is kept aside)", file=sys.stderr)
-            rec = None
-        if not rec or rec["status"] != "done":
+            done = False
+        if not done:
             out.append(c)
+    index.save()
     return out

@@ -1,0 +1,171 @@
+"""The record index: the flattened rows of a results folder, kept beside it, re-read per change.
+
+``load_rows(results_dir, cell_dirs, index=True)`` stats every ``<cell>/record.json``; a record
+whose relative path, size and modification time (ns) match an entry of ``.report-index.npz`` is
+taken from there, every other one is read and checked (:func:`harness.contract.read_record`) and
+flattened (:func:`reports.rows.record_row`), and the index is rewritten when anything changed. So
+a report of 10,000 records of which 10 changed parses 10 JSON files.
+
+The index is a cache, never a source: it is a NumPy ``.npz`` archive read with
+``allow_pickle=False`` (no code in it can run), whose header names this format, its version and
+a hash of the code that flattens records; an archive that cannot be read, names another format
+or code, or whose columns disagree in length is ignored and rebuilt. Records modified within two
+seconds of the index write are stored but re-read next time (a rewrite within the file system's
+timestamp granularity, with the same size, would otherwise go unseen). Invalid records are never
+stored: they are read, and named, on every report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.contract import RECORD_FILE, RecordError, read_record
+from reports.results import Problem
+from reports.rows import record_row, rows_frame
+
+INDEX_FILE = ".report-index.npz"
+FORMAT = "harness-report-index"
+VERSION = 1
+_RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
+_KEY = ("_path", "_size", "_mtime")
+_CODE = ("flatten.py", "rows.py", "record_extras.py", "ood_groups.py", "record_index.py")
+
+
+def code_stamp() -> str:
+    """Hash of the modules that decide what a row holds: another version rebuilds the index."""
+    from harness.contract import record as contract_record
+
+    h = hashlib.sha1()
+    here = Path(__file__).parent
+    for path in [*(here / name for name in _CODE), Path(contract_record.__file__)]:
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _encode(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Columns → arrays: numbers and booleans as they are, anything else as a JSON list."""
+    arrays: dict[str, np.ndarray] = {}
+    columns = []
+    for i, name in enumerate(frame.columns):
+        col = frame[name]
+        dtype = str(col.dtype)
+        if dtype in ("float64", "int64", "bool"):
+            arrays[f"c{i}"] = col.to_numpy()
+        else:
+            values = [None if v is pd.NA else v for v in col.tolist()]
+            text = json.dumps(values, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+            arrays[f"c{i}"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        columns.append([str(name), dtype])
+    header = {"format": FORMAT, "version": VERSION, "code": code_stamp(), "columns": columns,
+              "rows": len(frame), "written_ns": time.time_ns()}  # fmt: skip
+    arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
+    return arrays
+
+
+def _decode(path: Path) -> pd.DataFrame | None:
+    """The stored rows, or None for anything that is not an index this code wrote."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            header = json.loads(bytes(data["header"]).decode("utf-8"))
+            if (header.get("format"), header.get("version")) != (FORMAT, VERSION):
+                return None
+            if header.get("code") != code_stamp():
+                return None
+            n = int(header["rows"])
+            racy = int(header["written_ns"]) - _RACY_NS
+            columns = {}
+            for i, (name, dtype) in enumerate(header["columns"]):
+                raw = data[f"c{i}"]
+                if dtype in ("float64", "int64", "bool"):
+                    values = pd.Series(raw, dtype=dtype)
+                else:
+                    values = pd.Series(json.loads(bytes(raw).decode("utf-8")), dtype=dtype)
+                if len(values) != n:
+                    return None
+                columns[name] = values
+    except Exception:
+        return None
+    frame = pd.DataFrame(columns)
+    if not set(_KEY) <= set(frame.columns) or frame["_path"].duplicated().any():
+        return None
+    return frame[frame["_mtime"].astype("int64") < racy]
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _read(cell_dir: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    """The record of a cell folder (read and checked, :func:`harness.contract.read_record`), or
+    None with its problem (missing, invalid) noted."""
+    try:
+        rec = read_record(cell_dir)
+        if rec is None:
+            reason = "no record.json in its folder: pending, running, or killed before writing"
+            problems.append(Problem(cell_dir.name, "missing", reason))
+            return None
+    except (OSError, ValueError, RecordError) as e:  # a DamagedRecord is a RecordError
+        problems.append(Problem(cell_dir.name, "invalid", f"{type(e).__name__}: {e}"))
+        return None
+    return rec
+
+
+def load_rows(
+    results_dir: Path, cell_dirs: list[Path], *, index: bool = True
+) -> tuple[pd.DataFrame, list[Problem]]:
+    """The rows of every usable record of ``cell_dirs`` in their order, and the problems."""
+    path = results_dir / INDEX_FILE
+    cached = _decode(path) if index and path.is_file() else None
+    known = {} if cached is None else dict(zip(cached["_path"], range(len(cached)), strict=True))
+    problems: list[Problem] = []
+    keep, fresh, order = [], [], []  # positions into cached, new rows, (source, position)
+    for cell_dir in cell_dirs:
+        rel = str(cell_dir.relative_to(results_dir) / RECORD_FILE)
+        st = _stat(cell_dir / RECORD_FILE)
+        at = known.get(rel)
+        if (
+            at is not None
+            and st is not None
+            and st == (int(cached["_size"].iat[at]), int(cached["_mtime"].iat[at]))
+        ):
+            order.append((0, len(keep)))
+            keep.append(at)
+            continue
+        rec = _read(cell_dir, problems)
+        if rec is None:
+            continue
+        row = record_row(rec)
+        row["_path"], row["_size"], row["_mtime"] = rel, *(st or (-1, -1))
+        order.append((1, len(fresh)))
+        fresh.append(row)
+    parts = [] if cached is None else [cached.iloc[keep]]
+    if fresh or not parts:
+        parts.append(rows_frame(fresh))
+    rows = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    rows = rows.iloc[[p if s == 0 else len(keep) + p for s, p in order]].reset_index(drop=True)
+    if index and (fresh or cached is None or len(keep) != len(cached)):
+        _write(path, rows)
+    return rows, problems
+
+
+def _write(path: Path, rows: pd.DataFrame) -> None:
+    """Write the index atomically; a folder that cannot take it just goes without one."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **_encode(rows))
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        tmp.unlink(missing_ok=True)
