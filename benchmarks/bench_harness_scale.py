@@ -87,7 +87,7 @@ def write_folder(results: Path, n: int) -> tuple[Path, list[str]]:
     from harness.suite import load_suite
 
     from harness.contract import new_record
-    from harness.executors import write_manifest
+    from harness.executors.base import write_manifest
 
     results.mkdir(parents=True, exist_ok=True)
     suite_file = results.parent / f"scale{n}.yaml"

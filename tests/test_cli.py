@@ -110,7 +110,8 @@ evaluation: {cost_steps: 1}
 
 
 def test_executor_registry_resolves_auto_and_rejects_unknown_names():
-    from harness.executors import EXECUTORS, ExecutorOptions, make_executor, resolve_name
+    from harness.executors import EXECUTORS, make_executor, resolve_name
+    from harness.executors.base import ExecutorOptions
 
     assert set(EXECUTORS) == {"inprocess", "local", "slurm"}
     assert resolve_name("auto", 1, gpu_count=lambda: 0) == "inprocess"

@@ -8,7 +8,7 @@ import textwrap
 import torch
 
 from harness.config.suite import load_suite
-from harness.engine.runner import build_model
+from harness.engine.build import build_model
 from harness.registry import DATASETS
 
 SUITE = """

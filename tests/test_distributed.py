@@ -205,8 +205,8 @@ def sigma_step_rank(rank: int, world: int, port: int, out: str) -> None:
     """One rank of one σN-Ens DDP training step on its block of a fixed batch (spawned)."""
     import torch.distributed as dist
 
+    from harness.engine.build import build_model
     from harness.engine.distributed import DistributedTraining
-    from harness.engine.runner import build_model
     from harness.engine.train import ensemble_loss
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
@@ -230,7 +230,7 @@ def sigma_step_rank(rank: int, world: int, port: int, out: str) -> None:
 
 def one_process_grads(blocks: list[slice]) -> dict[str, torch.Tensor]:
     """Mean over ``blocks`` of the one-process gradient of each block trained on alone."""
-    from harness.engine.runner import build_model
+    from harness.engine.build import build_model
     from harness.engine.train import ensemble_loss
     from harness.registry import DATASETS
 
@@ -292,9 +292,9 @@ def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
     from harness.data.base import default_data_root
+    from harness.engine.build import build_model, load_data
     from harness.engine.cell_setup import train_loader
     from harness.engine.distributed import DistributedTraining
-    from harness.engine.runner import build_model, load_data
     from harness.engine.train import ensemble_loss, make_optimizer
     from harness.registry import DATASETS, METHODS
 

@@ -14,7 +14,8 @@ import harness.executors as executors
 from harness.cli import main
 from harness.cli.checks import run_flag_problems
 from harness.config.suite import load_suite
-from harness.executors import ExecutorOptions, RunOutcome, options_read, runs_here
+from harness.executors import options_read, runs_here
+from harness.executors.base import ExecutorOptions, RunOutcome
 
 SUITE = """
 name: seam

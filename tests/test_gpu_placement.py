@@ -15,7 +15,8 @@ import pytest
 
 from harness.cli import main
 from harness.config.suite import load_suite
-from harness.executors import ExecutorOptions, resolve_name
+from harness.executors import resolve_name
+from harness.executors.base import ExecutorOptions
 from harness.executors.devices import ExecutorError, choose_gpus, parse_gpus, worker_slots
 from harness.executors.local import LocalWorkersExecutor, _run_cell_json
 

@@ -19,7 +19,7 @@ import pytest
 from harness.config.suite import load_suite
 from harness.contract import Cell
 from harness.contract.record import read_record
-from harness.executors import ExecutorOptions
+from harness.executors.base import ExecutorOptions
 from harness.executors.devices import gpu_groups, is_sticky_cuda_error
 from harness.executors.local import LocalWorkersExecutor, _run_cell_json
 
@@ -119,7 +119,7 @@ def test_inprocess_stops_after_a_sticky_cuda_error(write_suite, tmp_path, monkey
             raise RuntimeError(ILLEGAL_ADDRESS)
         return real(model, *args, **kwargs)
 
-    real_build = runner.build_model
+    real_build = runner.build_model  # the runner calls the name it imported: patched there
 
     def build(cell, *args, **kwargs):
         broken_for_seed_1.seed = cell.seed

@@ -15,6 +15,7 @@ from harness.config.includes import SuiteError
 from harness.config.overrides import CellFilter, parse_assignment, split_conditions
 from harness.config.suite import load_suite
 from harness.contract import SPEED_ONLY_RECIPE, Cell, Evaluation, Recipe, read_manifest
+from harness.executors.base import RunOutcome
 from tests.conftest import REPO
 from tests.record_factory import make_record, write_records
 
@@ -234,7 +235,7 @@ def test_run_records_overrides_in_the_manifest(write_suite, tmp_path, monkeypatc
 
         def run(self, cells, results_dir, data_root, force):
             Nothing.ran = tuple(c.cell_id for c in cells)
-            return executors.RunOutcome(finished=True)
+            return RunOutcome(finished=True)
 
     monkeypatch.setattr(executors, "make_executor", lambda *a, **k: Nothing(None))
     path = str(write_suite(SUITE))
@@ -265,7 +266,7 @@ def test_report_overrides_set_the_expected_cells(write_suite, tmp_path, monkeypa
             return ""
 
         def run(self, cells, results_dir, data_root, force):
-            return executors.RunOutcome(finished=True)
+            return RunOutcome(finished=True)
 
     monkeypatch.setattr(executors, "make_executor", lambda *a, **k: Nothing())
     path = str(write_suite(SUITE))

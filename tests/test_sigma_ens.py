@@ -11,7 +11,8 @@ import torch
 
 from harness.config.suite import expand_hparams, load_suite
 from harness.contract.record import read_record
-from harness.engine.runner import build_model, load_backbone_state, load_data, run_cell
+from harness.engine.build import build_model, load_backbone_state, load_data
+from harness.engine.runner import run_cell
 from harness.registry import METHODS
 from methods.base import BuildContext
 

@@ -12,7 +12,7 @@ A method's ``pretrained`` hparam takes one of
 - ``torchvision:<Enum>.<VALUE>`` (e.g. ``torchvision:ResNet18_Weights.IMAGENET1K_V1``):
   ``torchvision.models.get_weight`` and ``weights.get_state_dict`` read
   ``$TORCH_HOME/hub/checkpoints/<file>`` (``~/.cache/torch/hub/checkpoints``);
-- anything else: a path to a weights file (:func:`harness.engine.runner.load_backbone_state`).
+- anything else: a path to a weights file (:func:`harness.engine.build.load_backbone_state`).
 
 Runs never download (a Slurm node is often offline, and a run must not depend on the network):
 a missing file is a one-line :class:`WeightsError` naming where it was looked for and the

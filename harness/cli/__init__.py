@@ -12,7 +12,6 @@ import sys
 
 from harness.cli.checks import debug_wanted, unexpected_error, weights_errors
 from harness.cli.parser import build_parser
-from harness.config.includes import SuiteError
 
 
 def run_command(args) -> int:
@@ -22,12 +21,13 @@ def run_command(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)  # --help and bad flags exit here, importing little
+    from harness.config.includes import SuiteError
     from harness.contract.errors import DamagedFile
     from harness.executors.devices import ExecutorError
     from harness.registry.core import RegistryError, load_plugins
 
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
     # KEY=VALUE after an option (`run s.yaml --force recipe.epochs=1`) lands in `extra`:
     # overrides wherever they stand on the line.
     if hasattr(args, "overrides"):

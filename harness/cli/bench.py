@@ -29,9 +29,9 @@ import torch
 from harness.config.suite import expand_hparams
 from harness.contract import Recipe
 from harness.contract.build import parse_name_values
+from harness.engine.build import pick_device
 from harness.engine.cost import real_loop_throughput, throughput
 from harness.engine.environment import environment
-from harness.engine.runner import pick_device
 from harness.engine.train import SYNC_EVERY
 from harness.registry import METHODS
 from harness.storage.safe_files import atomic_write
@@ -126,6 +126,8 @@ def run_bench(
         on_row: called with the result so far (``complete`` False) after every measured row,
             so that a run killed at its time limit keeps what it measured.
     """
+    # Length: a flat sequence of table rows (the plain backbone at B and M·B, then one row per
+    # method), a few lines each; a helper per row would only move the list elsewhere.
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
     in_ch = 1 if backbone == "digits_cnn" else 3

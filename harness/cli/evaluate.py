@@ -1,8 +1,9 @@
 """``harness evaluate``: re-evaluate finished cells from their saved final weights.
 
 When a suite gains an OOD set or a corruption, its cells keep their ids (the evaluation block is
-not part of the id), so their records can be brought up to date without retraining: the model is
-rebuilt, ``final.pt`` loaded, the new evaluation run, and the record rewritten atomically.
+not part of the id), so their records can be brought up to date without retraining. This module
+picks the cells and the evaluation block; each cell is re-evaluated by
+:func:`harness.engine.reevaluate.reevaluate_cell`, which loads weights as the runner does.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ from pathlib import Path
 from harness.contract import Cell, DamagedRecord, is_cell_dir, read_manifest, read_record
 from harness.contract.errors import DamagedFile
 from harness.data.base import default_data_root
-from harness.engine.evaluate import evaluate_all
-from harness.engine.runner import build_model, load_data, now, pick_device
-from harness.storage.checkpoint import load_weights
-from harness.storage.records import atomic_write_text, write_record
+from harness.engine.reevaluate import reevaluate_cell
+from harness.storage.records import atomic_write_text
 
 
 def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
@@ -72,21 +71,13 @@ def reevaluate(
             cell = dataclasses.replace(cell, evaluation=evaluation)
             text = json.dumps(cell.to_json(), indent=1) + "\n"
             atomic_write_text(cell_dir / "cell.json", text)
-        device = pick_device(cell.recipe.device)
-        spec, splits = load_data(cell, root)
-        model, _ = build_model(cell, spec)
         try:
-            model.load_state_dict(load_weights(cell_dir / "final.pt", map_location="cpu"))
+            if reevaluate_cell(cell, cell_dir, rec, root) is None:
+                print(f"{cell_dir.name}: leased by another process, skipped", file=sys.stderr)
+                continue
         except DamagedFile as exc:  # the record stays as it is; only this cell is skipped
             print(f"warning: {exc}; skipped", file=sys.stderr)
             continue
-        model.to(device)
-        rec["metrics"] = evaluate_all(
-            model, splits, spec, cell.evaluation, cell.recipe, device, root
-        )
-        rec["evaluation"] = cell.to_json()["evaluation"]
-        rec["finished_at"] = now()
-        write_record(cell_dir, rec)
         done += 1
     print(f"re-evaluated {done} cells in {results_dir}")
     return 0

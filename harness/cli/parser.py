@@ -44,8 +44,7 @@ def _add_plugin_argument(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness.executors import EXECUTORS  # the names to pick from: one registry
-    from reports.cli_options import add_report_arguments  # argparse only, nothing heavy
+    """The ``harness`` parser: global flags, then one sub-command per module of harness.cli."""
 
     p = Parser(prog="harness", description=DESCRIPTION)
     p.add_argument("-v", "--verbose", action="store_true")
@@ -55,11 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the Python traceback of an unexpected error (also: HARNESS_DEBUG=1)",
     )
     sub = p.add_subparsers(dest="command", required=True)
+    _add_ls(sub)
+    _add_validate(sub)
+    _add_run(sub)
+    _add_status(sub)
+    _add_cancel(sub)
+    _add_evaluate(sub)
+    _add_report(sub)
+    _add_bench(sub)
+    _add_data(sub)
+    return p
 
+
+def _add_ls(sub) -> None:
+    """``harness ls``."""
     ls = sub.add_parser("ls", help="list methods, backbones and datasets")
     _add_plugin_argument(ls)
     ls.set_defaults(fn="harness.cli.ls:cmd_ls")
 
+
+def _add_validate(sub) -> None:
+    """``harness validate``."""
     v = sub.add_parser("validate", help="check a suite without training")
     v.add_argument("suite")
     _add_override_arguments(v)
@@ -69,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("-v", "--verbose", action="store_true", help="list the cells")
     v.add_argument("--tensorboard", action="store_true", help="check run --tensorboard can work")
     v.set_defaults(fn="harness.cli.validate:cmd_validate")
+
+
+def _add_run(sub) -> None:
+    """``harness run``."""
+    from harness.executors import EXECUTORS  # the names to pick from: one table
 
     r = sub.add_parser("run", help="run a suite's pending cells")
     r.add_argument("suite")
@@ -130,14 +150,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(fn="harness.cli.run:cmd_run")
 
+
+def _add_status(sub) -> None:
+    """``harness status``."""
     s = sub.add_parser("status", help="show each cell: pending/running/done/failed")
     s.add_argument("results_dir")
     s.set_defaults(fn="harness.cli.status:cmd_status")
 
+
+def _add_cancel(sub) -> None:
+    """``harness cancel``."""
     c = sub.add_parser("cancel", help="cancel a suite's running Slurm jobs")
     c.add_argument("results_dir")
     c.set_defaults(fn="harness.cli.status:cmd_cancel")
 
+
+def _add_evaluate(sub) -> None:
+    """``harness evaluate``."""
     e = sub.add_parser("evaluate", help="re-evaluate finished cells from their saved weights")
     e.add_argument("results_dir")
     _add_plugin_argument(e)
@@ -147,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--data-root")
     e.set_defaults(fn="harness.cli.evaluate:cmd_evaluate")
+
+
+def _add_report(sub) -> None:
+    """``harness report``."""
+    from reports.cli_options import add_report_arguments  # argparse only
 
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
     rep.add_argument("results_dir")
@@ -161,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_arguments(rep)  # reports/cli_options.py: --reference --format --interval ...
     rep.set_defaults(fn="harness.cli.report:cmd_report")
 
+
+def _add_bench(sub) -> None:
+    """``harness bench``."""
     b = sub.add_parser("bench", help="throughput and memory side by side with the bound")
     b.add_argument("--backbone", default="resnet18")
     b.add_argument("--M", type=positive_int, default=4)
@@ -181,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", default="bench.json")
     b.set_defaults(fn="harness.cli.bench:main")
 
+
+def _add_data(sub) -> None:
+    """``harness data``."""
     d = sub.add_parser("data", help="fetch datasets (needs internet)")
     dsub = d.add_subparsers(dest="data_command", required=True)
     dl = dsub.add_parser("download")
@@ -192,4 +232,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dl.add_argument("--data-root")
     dl.set_defaults(fn="harness.cli.data:cmd_data")
-    return p

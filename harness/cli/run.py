@@ -11,7 +11,7 @@ from harness.cli.validate import load_suite_arg, preflight
 from harness.config.includes import SuiteError
 
 if TYPE_CHECKING:
-    from harness.executors import ExecutorOptions
+    from harness.executors.base import ExecutorOptions
 
 
 def results_dir(args, suite) -> Path:
@@ -21,7 +21,7 @@ def results_dir(args, suite) -> Path:
 
 def executor_options(args) -> ExecutorOptions:
     """The executor options the ``run`` flags set (each executor reads the fields it declares)."""
-    from harness.executors import ExecutorOptions
+    from harness.executors.base import ExecutorOptions
 
     return ExecutorOptions(
         workers=args.workers,
@@ -39,7 +39,8 @@ def cmd_run(args) -> int:
     """Check, write the manifest, hand the pending cells to the executor, print its outcome."""
     from harness.config.overrides import CellFilter
     from harness.data.base import default_data_root
-    from harness.executors import make_executor, pending, runs_here, write_manifest
+    from harness.executors import make_executor, runs_here
+    from harness.executors.base import pending, write_manifest
 
     if flag_problems := run_flag_problems(args):  # before the suite: nothing has run yet
         raise SuiteError([f"harness run: {p}" for p in flag_problems])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config.expand import expand_all
 from harness.config.includes import Origins, SuiteError, load_suite_yaml
 from harness.config.overrides import apply_overrides
 from harness.config.validator import attribute, backbone_option_problems, suite_problems
@@ -145,53 +146,6 @@ def _lookup(registry, name: Any, where: str, errors: list[str]) -> Any:
         return None
 
 
-def expand_all(
-    items: list[Any], backbones: list[BackboneEntry], grid_m: tuple[int, ...]
-) -> tuple[list[Any], list[tuple[str, str]]]:
-    """Replace ``all`` in a method list by every registered method, at its defaults, that runs on
-    every backbone of the grid and accepts the grid's M (fixed-size methods always do); methods
-    also listed by name keep only their explicit entry.
-
-    Returns:
-        The method list, and each registered method ``all`` left out with the reason (a backbone
-        family it declares no support for, or M outside its range).
-    """
-    if "all" not in items:
-        return items, []
-    named = {i if isinstance(i, str) else i.get("name") for i in items if isinstance(i, str | dict)}
-    ms = [m for m in grid_m if isinstance(m, int)]
-    eligible, left_out = [], []
-    for name, spec in METHODS.items():
-        if name in named:
-            continue
-        if why := _not_for_all(spec, backbones, ms):
-            left_out.append((name, why))
-        else:
-            eligible.append(name)
-    out: list[Any] = []
-    for item in items:
-        out.extend(eligible if item == "all" else [item])
-    return out, left_out
-
-
-def _not_for_all(spec: Any, backbones: list[BackboneEntry], ms: list[int]) -> str | None:
-    """Why ``methods: [all]`` leaves the method ``spec`` out of this grid (None: it does not)."""
-    for b in backbones:
-        if spec.families is not None and BACKBONES.get(b.name).family not in spec.families:
-            family = BACKBONES.get(b.name).family
-            return (
-                f"backbone {b.name!r} is of family {family!r}; the method builds on the "
-                f"families {', '.join(spec.families)} only"
-            )
-    if spec.max_members == 1:
-        return None
-    bad = [m for m in ms if m < spec.min_members or (spec.max_members and m > spec.max_members)]
-    if bad:
-        hi = spec.max_members or "any"
-        return f"grid.M has {bad}; the method allows M in [{spec.min_members}, {hi}]"
-    return None
-
-
 def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
     entries = []
     for i, item in enumerate(_as_list(raw)):
@@ -256,6 +210,66 @@ def _check_hparams(spec, hp: dict[str, Any], where: str, errors: list[str]) -> d
     return out
 
 
+def _check_entries(
+    methods: list[MethodEntry],
+    backbones: list[BackboneEntry],
+    grid_m: tuple[int, ...],
+    errors: list[str],
+) -> None:
+    """Each method entry's M against the method's range and checks, and its backbones against
+    the ones it supports."""
+    for me in methods:
+        if me.name not in METHODS:
+            continue
+        spec = METHODS.get(me.name)
+        where = f"grid.methods[{methods.index(me)}]"
+        for m in members_for(spec, me, grid_m) if all(isinstance(x, int) for x in grid_m) else ():
+            if not isinstance(m, int):
+                continue
+            if m < 1:
+                errors.append(f"{where}.M: M must be >= 1, got {m}")
+            elif m < spec.min_members or (spec.max_members and m > spec.max_members):
+                hi = spec.max_members or "any"
+                errors.append(
+                    f"{where}.M: method {me.name!r} allows M in [{spec.min_members}, {hi}], got {m}"
+                )
+            elif spec.check:
+                for hp in expand_hparams(spec, me.hparams):
+                    errors.extend(
+                        f"{where}: {p}"
+                        for p in spec.check(
+                            spec.hparams(**hparams_values(hp)),
+                            m,
+                        )
+                    )
+        for bb in method_backbones(me, backbones):
+            if spec.backbones is not None and bb.name not in spec.backbones:
+                errors.append(
+                    f"{where}: method {me.name!r} does not support backbone "
+                    f"{bb.name!r}; supported backbones: {', '.join(spec.backbones)}"
+                )
+
+
+def _parse_evaluation(
+    raw: Any, datasets: list[str], recipe: Recipe | None, errors: list[str]
+) -> Evaluation | None:
+    """The evaluation block: its OOD sets and corruptions exist for the grid's datasets."""
+    evaluation = build_dataclass(Evaluation, raw, "evaluation", errors)
+    if evaluation is not None:
+        for i, o in enumerate(evaluation.ood):
+            _lookup(DATASETS, o, f"evaluation.ood[{i}]", errors)
+        from harness.data.corruption_sets import check_corruptions  # names, generators here
+
+        for d in datasets:
+            errors.extend(
+                f"evaluation.corruptions: {p}" for p in check_corruptions(d, evaluation.corruptions)
+            )
+        if recipe is not None and recipe.schedule == "multistep" and not recipe.milestones:
+            errors.append("recipe.milestones: required when schedule is 'multistep'")
+
+    return evaluation
+
+
 def parse_suite(
     data: dict[str, Any],
     origins: Origins,
@@ -313,50 +327,10 @@ def parse_suite(
     methods = _parse_methods(listed, errors)
     seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
 
-    for me in methods:
-        if me.name not in METHODS:
-            continue
-        spec = METHODS.get(me.name)
-        where = f"grid.methods[{methods.index(me)}]"
-        for m in members_for(spec, me, grid_m) if all(isinstance(x, int) for x in grid_m) else ():
-            if not isinstance(m, int):
-                continue
-            if m < 1:
-                errors.append(f"{where}.M: M must be >= 1, got {m}")
-            elif m < spec.min_members or (spec.max_members and m > spec.max_members):
-                hi = spec.max_members or "any"
-                errors.append(
-                    f"{where}.M: method {me.name!r} allows M in [{spec.min_members}, {hi}], got {m}"
-                )
-            elif spec.check:
-                for hp in expand_hparams(spec, me.hparams):
-                    errors.extend(
-                        f"{where}: {p}"
-                        for p in spec.check(
-                            spec.hparams(**hparams_values(hp)),
-                            m,
-                        )
-                    )
-        for bb in method_backbones(me, backbones):
-            if spec.backbones is not None and bb.name not in spec.backbones:
-                errors.append(
-                    f"{where}: method {me.name!r} does not support backbone "
-                    f"{bb.name!r}; supported backbones: {', '.join(spec.backbones)}"
-                )
+    _check_entries(methods, backbones, grid_m, errors)
 
     recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
-    evaluation = build_dataclass(Evaluation, data.get("evaluation"), "evaluation", errors)
-    if evaluation is not None:
-        for i, o in enumerate(evaluation.ood):
-            _lookup(DATASETS, o, f"evaluation.ood[{i}]", errors)
-        from harness.data.corruption_sets import check_corruptions  # names, generators here
-
-        for d in datasets:
-            errors.extend(
-                f"evaluation.corruptions: {p}" for p in check_corruptions(d, evaluation.corruptions)
-            )
-        if recipe is not None and recipe.schedule == "multistep" and not recipe.milestones:
-            errors.append("recipe.milestones: required when schedule is 'multistep'")
+    evaluation = _parse_evaluation(data.get("evaluation"), datasets, recipe, errors)
 
     suite = None
     if not errors:  # what only the whole suite shows, once its parts are sound

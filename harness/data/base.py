@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Protocol, Union, runtime_checkable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from harness.registry import DATASETS
@@ -286,29 +285,6 @@ def default_data_root(explicit: str | os.PathLike | None = None) -> Path:
         return Path(os.environ[DATA_ROOT_ENV]).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "implicit-ensemble-harness" / "data"
-
-
-def adapt_images(images: Tensor, in_shape: tuple[int, int, int]) -> Tensor:
-    """Make an OOD set look like the in-distribution inputs (channels and size).
-
-    Args:
-        images: uint8 (N, C', H', W').
-        in_shape: target (C, H, W).
-
-    Returns:
-        uint8 (N, C, H, W): RGB↔grey by luminance/repetition, bilinear (antialiased) resize.
-    """
-    c, h, w = in_shape
-    x = images.float()
-    if x.shape[1] != c:
-        if c == 1:  # ITU-R 601 luma, as PIL's convert("L")
-            wts = torch.tensor([0.299, 0.587, 0.114])[: x.shape[1]].view(1, -1, 1, 1)
-            x = (x * wts).sum(1, keepdim=True)
-        else:
-            x = x.mean(1, keepdim=True).expand(-1, c, -1, -1)
-    if x.shape[-2:] != (h, w):
-        x = F.interpolate(x, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
-    return x.round().clamp(0, 255).to(torch.uint8)
 
 
 def stratified_split(labels: Tensor, fractions: tuple[float, ...], seed: int) -> list[Tensor]:

@@ -6,7 +6,7 @@ nothing downloads (``harness data download NAME`` fetches them on a machine with
 Memory: these sets have large or variable-size images (DTD: up to 640×640; Places365: 256×256,
 36,500 validation images = 7 GB as uint8), so they are centre-cropped to a square and resized once
 at load time to ``OOD_IMAGE_SIZE``; the harness then adapts every OOD set to the in-distribution
-shape with :func:`harness.data.base.adapt_images`. Places365 is capped to its first
+shape with :func:`harness.engine.evaluate.adapt_images`. Places365 is capped to its first
 ``PLACES365_CAP`` validation images (file-list order, deterministic).
 """
 

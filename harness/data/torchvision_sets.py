@@ -17,7 +17,7 @@ torchvision's own (and the tests can run it on fabricated files in the same form
 Memory: OOD-only sets with large or variable-size images (DTD: up to 640×640; Places365: 256×256,
 36,500 validation images = 7 GB as uint8) are centre-cropped to a square and resized once at load
 time to ``OOD_IMAGE_SIZE``; the harness then adapts every OOD set to the in-distribution shape with
-:func:`harness.data.base.adapt_images`. Places365 is capped to its first ``PLACES365_CAP``
+:func:`harness.engine.evaluate.adapt_images`. Places365 is capped to its first ``PLACES365_CAP``
 validation images (file-list order, deterministic).
 """
 

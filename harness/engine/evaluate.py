@@ -12,17 +12,40 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from harness.contract import Evaluation, Recipe
-from harness.data.base import DatasetSpec, ImageSet, LoaderOptions, Split, adapt_images
+from harness.data.base import DatasetSpec, ImageSet, LoaderOptions, Split
 from harness.data.loader import make_loader
 from harness.engine.train import autocast
-from harness.metrics.collection import EnsembleMetrics, OODScores
 from methods.base import EnsembleModel
 
 
 @torch.no_grad()
+def adapt_images(images: Tensor, in_shape: tuple[int, int, int]) -> Tensor:
+    """Make an OOD set look like the in-distribution inputs (channels and size).
+
+    Args:
+        images: uint8 (N, C', H', W').
+        in_shape: target (C, H, W).
+
+    Returns:
+        uint8 (N, C, H, W): RGB↔grey by luminance/repetition, bilinear (antialiased) resize.
+    """
+    c, h, w = in_shape
+    x = images.float()
+    if x.shape[1] != c:
+        if c == 1:  # ITU-R 601 luma, as PIL's convert("L")
+            wts = torch.tensor([0.299, 0.587, 0.114])[: x.shape[1]].view(1, -1, 1, 1)
+            x = (x * wts).sum(1, keepdim=True)
+        else:
+            x = x.mean(1, keepdim=True).expand(-1, c, -1, -1)
+    if x.shape[-2:] != (h, w):
+        x = F.interpolate(x, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+    return x.round().clamp(0, 255).to(torch.uint8)
+
+
 def member_probs(
     model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
 ) -> Iterator[tuple[Tensor, Tensor]]:
@@ -49,6 +72,10 @@ def evaluate_split(
     model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
 ) -> dict[str, Any]:
     """All clean-set metrics (ensemble, members, diversity) of one split."""
+    # torchmetrics costs seconds to import (it loads torchvision, transformers and scipy.signal):
+    # imported when a cell first evaluates, not before its first training step.
+    from harness.metrics.collection import EnsembleMetrics
+
     acc = EnsembleMetrics()
     for probs, y in member_probs(model, data, spec, recipe, device):
         acc.update(probs, y)
@@ -102,6 +129,7 @@ def evaluate_ood(
     data_root: Path,
 ) -> dict[str, Any] | None:
     """OOD detection metrics of every declared OOD set against the ID test set."""
+    from harness.metrics.collection import OODScores
     from harness.registry import DATASETS
 
     if not evaluation.ood:

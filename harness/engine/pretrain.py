@@ -92,3 +92,45 @@ def train_once(
             owner = read_owner(cell_dir)
             if owner is None or is_stale(owner):
                 break  # no live trainer: try to take the lease ourselves
+
+
+def pretrained_state(
+    cell: Cell, results_dir: Path, spec: Any, train: Callable[[Cell], dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Weights to convert for methods that start from a trained single model: the one place
+    that decides which (a ``pretrained:`` file or name, or the suite's own `single` cell).
+
+    ``pretrained: PATH`` (or ``timm:NAME`` / ``torchvision:NAME``) loads them.
+    ``pretrain_epochs: N`` converts the suite's own `single` cell of the same dataset, backbone
+    and seed trained for N epochs with the suite's base recipe (the method's fine-tuning recipe
+    delta does not apply to it): the manifest (``suite.json``) of ``results_dir`` names that
+    cell, which ``train`` runs if it is not done yet (under its lease: trained once, on any
+    executor; a cell leased by another process is waited for) and whose ``final.pt`` is loaded.
+    So the pre-trained model of a seed is that suite's `single` model of the seed, and the
+    conversion comparison is paired.
+
+    Only methods whose spec declares ``pretrained_conversion`` get here; the hyper-parameter
+    names alone never trigger a conversion.
+    """
+    from harness.engine.build import load_backbone_state
+    from harness.registry import METHODS
+
+    if not METHODS.get(cell.method).pretrained_conversion:
+        return None
+    if cell.hparams.get("pretrained"):
+        from harness.backbones.weights import backbone_state, is_named
+
+        if is_named(cell.hparams["pretrained"]):
+            return backbone_state(cell.hparams["pretrained"], cell, spec)
+        return load_backbone_state(cell.hparams["pretrained"])
+    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
+    if not epochs:
+        return None
+    single = pretraining_cell(cell, results_dir, epochs)
+    rec = train_once(single, results_dir, train)
+    if rec["status"] != "done":
+        raise RuntimeError(
+            f"the single cell to convert ({single.label}) failed: "
+            f"{(rec.get('error') or {}).get('message', rec['status'])}"
+        )
+    return load_backbone_state(results_dir / single.cell_id / "final.pt")

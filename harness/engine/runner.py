@@ -19,32 +19,28 @@ during training resumes from the last epoch checkpoint, unless the cause was div
 would diverge again); ``force`` redoes everything. Every file is written atomically with the
 mode a plain ``open()`` gives; weights are loaded without running code (harness.storage.checkpoint).
 
-The module is a little over 400 lines because it is one responsibility, the control flow of one
-cell (lease → train or resume → evaluate → record, with the failure classification that ties
-those phases together); the loader and cost measurement live in harness.engine.cell_setup,
-checkpoints
-in harness.storage.checkpoint, the pre-trained model's resolution in harness.engine.pretrain.
+This module holds the control flow of one cell (lease → train or resume → evaluate → record,
+with the failure classification that ties those phases together); building the model and data
+and loading trained weights live in harness.engine.build, the loader and cost measurement in
+harness.engine.cell_setup, checkpoints in harness.storage.checkpoint, the choice of the
+pre-trained model in harness.engine.pretrain.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import logging
-import random
 import shutil
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from harness.contract import (
     Cell,
-    hparams_values,
     new_record,
     set_aside,
     usable_record,
@@ -55,9 +51,16 @@ from harness.data.base import (
     DatasetSpec,
     Split,
     default_data_root,
-    training_splits,
 )
 from harness.engine import distributed
+from harness.engine.build import (
+    build_model,
+    load_data,
+    load_trained,
+    now,
+    pick_device,
+    seed_everything,
+)
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
 from harness.engine.environment import environment
 from harness.engine.evaluate import evaluate_all, evaluate_split
@@ -65,13 +68,11 @@ from harness.engine.train import (
     DivergenceError,
     make_optimizer,
     make_scheduler,
-    set_determinism,
     train_epoch,
 )
-from harness.registry import DATASETS, METHODS, method_defaults
+from harness.registry import METHODS, method_defaults
 from harness.storage.checkpoint import (
     load_checkpoint,
-    load_weights,
     log_event,
     rng_state,
     save_atomic,
@@ -80,83 +81,15 @@ from harness.storage.checkpoint import (
 from harness.storage.lease import LeaseHeld
 from harness.storage.progress import ProgressLog, epoch_images
 from harness.storage.records import atomic_write_text, record_or_set_aside, write_record
-from methods.base import BuildContext, EnsembleModel
+from methods.base import EnsembleModel
 
 log = logging.getLogger("harness")
 
 TRAINED_FILE = "trained.json"  # written after final.pt: training is over, evaluation may retry
 
 
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def pick_device(preference: str) -> torch.device:
-    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    return torch.device("cuda")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def build_model(
-    cell: Cell,
-    spec: DatasetSpec,
-    pretrained: dict[str, torch.Tensor] | None = None,
-    device: torch.device | None = None,
-) -> tuple[EnsembleModel, BuildContext]:
-    """Build the cell's method on its backbone (seeded: same seed → same initial weights); with
-    ``device``, also place it there as the recipe asks (channels_last on CUDA, compile).
-    Kernels are made deterministic or not as the recipe says, before any is chosen."""
-    set_determinism(cell.recipe.deterministic)
-    seed_everything(cell.seed)
-    mspec = METHODS.get(cell.method)
-    ctx = BuildContext(
-        cell.backbone,
-        spec.in_shape,
-        spec.num_classes,
-        cell.M,
-        dict(cell.backbone_kwargs),
-        pretrained,
-        seed=cell.seed,
-    )
-    model = mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams)))
-    if device is not None:
-        model.to(device)
-        if cell.recipe.channels_last and device.type == "cuda":
-            model.to(memory_format=torch.channels_last)
-        if cell.recipe.compile:
-            model.compile()  # in place: state_dict keys and the method's hooks stay as they are
-    return model, ctx
-
-
 def _save_atomic(obj: Any, path: Path) -> None:
     save_atomic(obj, path)  # unique temp name, fsync, umask-honouring mode
-
-
-def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split]]:
-    spec = DATASETS.get(cell.dataset)
-    spec.require(data_root)
-    # The loader's training pool, minus `validation` held-out images when the recipe asks.
-    return spec, training_splits(spec.load(data_root), cell.recipe.validation)
-
-
-def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
-    """A plain backbone's state dict from a harness ``final.pt``/``checkpoint.pt`` of a `single`
-    cell (keys prefixed ``net.``) or from any state dict the backbone accepts. Loaded without
-    running code from the file: one that needs full unpickling raises ``UnsafeWeightsError``."""
-    state = load_weights(path, map_location="cpu")
-    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
-        state = state["model"]
-    if isinstance(state, dict) and "state_dict" in state:
-        state = state["state_dict"]
-    if state and all(k.startswith("net.") for k in state):
-        state = {k[len("net.") :]: v for k, v in state.items()}
-    return state
 
 
 def pretrained_state(
@@ -168,47 +101,14 @@ def pretrained_state(
     progress: bool,
     data_root: Path | None = None,
 ) -> dict[str, torch.Tensor] | None:
-    """Weights to convert for methods that start from a trained single model.
-
-    ``pretrained: PATH`` loads them. ``pretrain_epochs: N`` converts the suite's own `single`
-    cell of the same dataset, backbone and seed trained for N epochs with the suite's base
-    recipe (the method's fine-tuning recipe delta does not apply to it): the manifest
-    (``suite.json``) of the results folder names that cell, which is run through
-    :func:`run_cell` if it is not done yet (under its lease: trained once, on any executor;
-    a cell leased by another process is waited for) and whose ``final.pt`` is loaded. So the
-    pre-trained model of a seed is that suite's `single` model of the seed, and the conversion
-    comparison is paired.
-
-    Only methods whose spec declares ``pretrained_conversion`` get here; the hyper-parameter
-    names alone never trigger a conversion.
-    """
-    if not METHODS.get(cell.method).pretrained_conversion:
-        return None
-    if cell.hparams.get("pretrained"):
-        from harness.backbones.weights import (  # timm:NAME / torchvision:NAME
-            backbone_state,
-            is_named,
-        )
-
-        if is_named(cell.hparams["pretrained"]):
-            return backbone_state(cell.hparams["pretrained"], cell, spec)
-        return load_backbone_state(cell.hparams["pretrained"])
-    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
-    if not epochs:
-        return None
-    from harness.engine.pretrain import pretraining_cell, train_once
+    """:func:`harness.engine.pretrain.pretrained_state`, training the suite's `single` cell to
+    convert with :func:`run_cell` in this cell's results folder when it is not done yet."""
+    from harness.engine.pretrain import pretrained_state as state
 
     results_dir = cell_dir.parent
-    single = pretraining_cell(cell, results_dir, epochs)
-    rec = train_once(
-        single, results_dir, lambda c: run_cell(c, results_dir, data_root, False, progress)
+    return state(
+        cell, results_dir, spec, lambda c: run_cell(c, results_dir, data_root, False, progress)
     )
-    if rec["status"] != "done":
-        raise RuntimeError(
-            f"the single cell to convert ({single.label}) failed: "
-            f"{(rec.get('error') or {}).get('message', rec['status'])}"
-        )
-    return load_backbone_state(results_dir / single.cell_id / "final.pt")
 
 
 def train_cell(
@@ -221,6 +121,8 @@ def train_cell(
     progress: bool,
 ) -> tuple[list[dict], list[dict], float]:
     """Train with a checkpoint after every epoch; resume from it if present."""
+    # Length: resume, the epoch loop, the per-epoch checkpoint and the progress row share the
+    # optimizer, scheduler, loader, history and timers; split, each part would take them all.
     from tqdm.auto import tqdm
 
     recipe = cell.recipe
@@ -471,9 +373,7 @@ def trained_model(
     if trained_path.exists() and (cell_dir / "final.pt").exists():
         try:
             done = json.loads(trained_path.read_text())
-            model.load_state_dict(load_weights(cell_dir / "final.pt", map_location=device))
-            # Schedules that depend on training progress (σN-Ens τ, λ) stand where training ended.
-            model.set_progress(cell.recipe.epochs - 1, cell.recipe.epochs)
+            load_trained(cell, cell_dir, model, device)
             log_event(cell_dir, "evaluate_only")
             return done["history"], done["diagnostics"], done["train_s"]
         except (DamagedFile, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError

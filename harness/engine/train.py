@@ -212,6 +212,9 @@ def train_epoch(
         sync_every: steps between two host reads (>= 1); see :data:`SYNC_EVERY`.
         compile_backend: with ``recipe.compile``, the backend of :func:`step_loss`.
     """
+    # Length: a third of it is the docstring; the loop keeps the device-side statistics, the
+    # host read every sync_every steps and the divergence check together, since split they
+    # would pass the same buffers and counters back and forth every step.
     if sync_every < 1:
         raise ValueError(f"sync_every must be >= 1, got {sync_every}")
     model.train()

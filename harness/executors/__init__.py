@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from harness.executors.base import Executor, ExecutorOptions, RunOutcome, pending, write_manifest
+# The protocol and options live in harness.executors.base; this module stays light (the CLI's
+# parser reads EXECUTORS for --help) and imports them only for types.
+if TYPE_CHECKING:
+    from harness.executors.base import Executor, ExecutorOptions
 
 __all__ = [
     "EXECUTORS",
-    "Executor",
-    "ExecutorOptions",
-    "RunOutcome",
     "executor_class",
     "make_executor",
     "options_read",
-    "pending",
     "resolve_name",
     "runs_here",
-    "write_manifest",
 ]
 
 #: Executor name → "module:class" (imported on use: the Slurm one needs submitit).

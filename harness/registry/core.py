@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import pkgutil
 from collections.abc import Callable, Iterable, Iterator
@@ -68,6 +69,19 @@ def load_plugins(modules: Iterable[str]) -> None:
     names = list(dict.fromkeys([*plugin_modules(), *modules]))
     if names:
         os.environ[PLUGINS_ENV] = ",".join(names)
+
+
+def module_file_state(module: str) -> tuple[str, int, int]:
+    """(file, mtime_ns, size) of a module found without importing it (its parents are), or
+    ``(module, -1, -1)`` when it cannot be found."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return (module, -1, -1)
+    st = os.stat(spec.origin)
+    return (spec.origin, st.st_mtime_ns, st.st_size)
 
 
 def plugin_error(module: str, exc: BaseException) -> RegistryError:
@@ -150,6 +164,29 @@ class Registry(Generic[T]):
         extra = os.environ.get(self.env, "") if self.env else ""
         names = [p.strip() for p in extra.split(",") if p.strip()]
         return list(dict.fromkeys([*self._packages, *names]))
+
+    def sources(self) -> list[tuple[str, int, int]]:
+        """What the first lookup would import, found without importing it: (file, mtime_ns,
+        size) of every module of every scanned package, then each entry point by name. Equal
+        sources register equal entries, so a listing computed from them can be reused."""
+        out = []
+        for package in self.packages():
+            try:
+                spec = importlib.util.find_spec(package)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                out.append((package, -1, -1))
+                continue
+            for folder in spec.submodule_search_locations or []:
+                for info in sorted(pkgutil.iter_modules([folder]), key=lambda i: i.name):
+                    if not info.name.startswith("_") and info.name.startswith(self.prefix):
+                        out.append(module_file_state(f"{package}.{info.name}"))
+            out.append(module_file_state(package))
+        if self.group:
+            eps = importlib.metadata.entry_points(group=self.group)
+            out += [(f"entry point {ep.name} = {ep.value}", 0, 0) for ep in eps]
+        return out
 
     def _load(self) -> None:
         for package in self.packages():

@@ -1,0 +1,107 @@
+"""Building a cell's model and data, and loading its trained weights: what every path that
+runs or re-evaluates a cell shares (the cell runner, ``harness evaluate``, ``harness bench``).
+
+:func:`load_trained` is the one way a cell's saved ``final.pt`` becomes a model ready to
+evaluate: loaded without running code from the file, and with the method's progress-dependent
+schedules (σN-Ens's τ and λ) set to where training ended.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.contract import Cell, hparams_values
+from harness.data.base import DatasetSpec, Split, training_splits
+from harness.engine.train import set_determinism
+from harness.registry import DATASETS, METHODS
+from harness.storage.checkpoint import load_weights
+from methods.base import BuildContext, EnsembleModel
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second (record timestamps)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def pick_device(preference: str) -> torch.device:
+    """``recipe.device``: "cpu", "cuda", or "auto" (CUDA when available)."""
+    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators (same seed → same initial weights)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_model(
+    cell: Cell,
+    spec: DatasetSpec,
+    pretrained: dict[str, torch.Tensor] | None = None,
+    device: torch.device | None = None,
+) -> tuple[EnsembleModel, BuildContext]:
+    """Build the cell's method on its backbone (seeded: same seed → same initial weights); with
+    ``device``, also place it there as the recipe asks (channels_last on CUDA, compile).
+    Kernels are made deterministic or not as the recipe says, before any is chosen."""
+    set_determinism(cell.recipe.deterministic)
+    seed_everything(cell.seed)
+    mspec = METHODS.get(cell.method)
+    ctx = BuildContext(
+        cell.backbone,
+        spec.in_shape,
+        spec.num_classes,
+        cell.M,
+        dict(cell.backbone_kwargs),
+        pretrained,
+        seed=cell.seed,
+    )
+    model = mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams)))
+    if device is not None:
+        model.to(device)
+        if cell.recipe.channels_last and device.type == "cuda":
+            model.to(memory_format=torch.channels_last)
+        if cell.recipe.compile:
+            model.compile()  # in place: state_dict keys and the method's hooks stay as they are
+    return model, ctx
+
+
+def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split]]:
+    """The cell's dataset spec and splits (raises ``DataMissingError`` naming the fetch)."""
+    spec = DATASETS.get(cell.dataset)
+    spec.require(data_root)
+    # The loader's training pool, minus `validation` held-out images when the recipe asks.
+    return spec, training_splits(spec.load(data_root), cell.recipe.validation)
+
+
+def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """A plain backbone's state dict from a harness ``final.pt``/``checkpoint.pt`` of a `single`
+    cell (keys prefixed ``net.``) or from any state dict the backbone accepts. Loaded without
+    running code from the file: one that needs full unpickling raises ``UnsafeWeightsError``."""
+    state = load_weights(path, map_location="cpu")
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if state and all(k.startswith("net.") for k in state):
+        state = {k[len("net.") :]: v for k, v in state.items()}
+    return state
+
+
+def load_trained(cell: Cell, cell_dir: Path, model: EnsembleModel, device: torch.device) -> None:
+    """Load the cell's ``final.pt`` into ``model`` and set the method's progress-dependent
+    schedules to the end of training, so that it evaluates as it did right after training.
+
+    Raises:
+        DamagedFile: ``final.pt`` is missing, truncated or not a weights file.
+        UnsafeWeightsError: it needs full unpickling (code could run).
+    """
+    model.load_state_dict(load_weights(cell_dir / "final.pt", map_location=device))
+    model.set_progress(cell.recipe.epochs - 1, cell.recipe.epochs)

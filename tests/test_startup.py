@@ -1,0 +1,84 @@
+"""Start-up cost: what the quick commands import, and the ``harness ls`` listing cache.
+
+Times are measured in docs/benchmarks.md, not asserted (a loaded machine would fail them); the
+tests check what makes them small: ``--help`` imports neither torch nor any engine module, a
+worker's runner imports no torchmetrics before it evaluates, and ``ls`` is read from its cache
+until a file it was computed from changes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.cli import main
+from harness.cli.ls import listing_key
+from harness.registry import METHODS
+from harness.registry.core import Registry
+from tests.conftest import REPO
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+@pytest.mark.slow  # starts interpreters
+def test_help_and_the_runner_import_only_what_they_need():
+    helped = _modules_after(
+        "from harness.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    )
+    assert not {m for m in helped if m.split(".")[0] in ("torch", "yaml", "numpy", "pandas")}
+    assert not {m for m in helped if m.startswith(("harness.engine", "harness.config"))}
+    runner = _modules_after("import harness.engine.runner")
+    assert "torch" in runner
+    assert not {m for m in runner if m.split(".")[0] in ("torchmetrics", "transformers", "scipy")}
+
+
+def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["ls"]) == 0
+    first = capsys.readouterr().out
+    assert "methods:" in first and "sigma_ens" in first
+    (cached,) = (tmp_path / "cache").glob("*.txt")
+    assert cached.read_text() == first
+
+    def no_import():
+        raise AssertionError("the registries were scanned")
+
+    monkeypatch.setattr(METHODS, "_load", no_import)
+    assert main(["ls"]) == 0
+    assert capsys.readouterr().out == first
+    # A plugin module is one more source: a new key, so the cache is not used.
+    (tmp_path / "ls_plugin.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    key = listing_key()
+    monkeypatch.setenv("HARNESS_PLUGINS", "ls_plugin")
+    assert listing_key() != key
+
+
+def test_a_registry_s_sources_change_when_a_module_of_its_package_does(tmp_path, monkeypatch):
+    pkg = tmp_path / "src_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "one.py").write_text("X = 1\n")
+    (pkg / "_private.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry: Registry[object] = Registry("thing", packages=("src_pkg",))
+    before = registry.sources()
+    assert [p.rsplit("/", 1)[-1] for p, _, _ in before] == ["one.py", "__init__.py"]
+    (pkg / "one.py").write_text("X = 22\n")  # a different size, whatever the clock's resolution
+    (pkg / "two.py").write_text("")
+    after = registry.sources()
+    assert [p.rsplit("/", 1)[-1] for p, _, _ in after] == ["one.py", "two.py", "__init__.py"]
+    assert after[0] != before[0]
+    assert "src_pkg" not in sys.modules or not hasattr(sys.modules["src_pkg"], "one")
