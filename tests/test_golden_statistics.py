@@ -35,6 +35,7 @@ def _same(old: dict, new: dict) -> list[str]:
     return out
 
 
+@pytest.mark.slow  # 1,300 records, three tests each: about 30 s of CPU
 def test_synthetic_200_configurations_keep_every_mark_interval_and_bold_cell():
     old = load_golden("synthetic200")
     new = snapshot(from_records(golden_records()))
