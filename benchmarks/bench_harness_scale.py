@@ -12,6 +12,8 @@ metrics, then times, each in a fresh process (peak RSS from ``getrusage``):
 - ``report warm``: again after 10 records changed (the index re-reads those 10);
 - ``validate``, ``run plan`` (``harness run --dry-run``, which decides every cell) and ``status``.
 
+Each row: wall seconds, CPU seconds of the process, and its peak resident memory (VmHWM).
+
 The table it prints is the one in ``docs/benchmarks.md``.
 """
 
@@ -118,30 +120,47 @@ def change(results: Path, cell_ids: list[str]) -> None:
         path.write_text(json.dumps(rec), encoding="utf-8")
 
 
+# Peak memory from /proc/self/status VmHWM (the high-water mark of this process's own memory:
+# getrusage's ru_maxrss carries the parent's peak across exec). CPU seconds beside wall seconds:
+# on a machine shared with other jobs the wall time is mostly waiting for a core.
 _CHILD = """
-import resource, sys, time
-t = time.perf_counter()
+import os, sys, time
+t, c = time.perf_counter(), time.process_time()
 from harness.cli import main
+sys.stdout = open(os.devnull, "w")
 code = main(sys.argv[1:])
-wall = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"@@ {wall:.3f} {peak:.0f} {code}", file=sys.stderr)
+wall, cpu = time.perf_counter() - t, time.process_time() - c
+peak = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM")) / 1024
+print(f"@@ {wall:.3f} {peak:.0f} {code} {cpu:.3f}", file=sys.stderr)
 """
 
 
-def timed(args: list[str]) -> tuple[float, float]:
-    """(seconds, peak MiB) of ``harness <args>`` in a fresh process (imports included)."""
+def timed(args: list[str]) -> tuple[float, float, float]:
+    """(wall s, peak MiB, CPU s) of ``harness <args>`` in a fresh process (imports included)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", _CHILD, *args], capture_output=True, text=True,
                           env=env, cwd=ROOT)  # fmt: skip
     line = [x for x in proc.stderr.splitlines() if x.startswith("@@ ")]
-    if proc.returncode or not line or line[-1].split()[3] not in ("0",):
+    if proc.returncode or not line or line[-1].split()[3] != "0":
         raise RuntimeError(f"harness {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
-    _, wall, peak, _ = line[-1].split()
-    return float(wall), float(peak)
+    _, wall, peak, _, cpu = line[-1].split()
+    return float(wall), float(peak), float(cpu)
 
 
-def bench(root: Path, n: int) -> dict[str, tuple[float, float]]:
+class _Rows(dict):
+    """The timings of one N, each printed as it is measured (a long run keeps what it has)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def __setitem__(self, key: str, value: tuple[float, float, float]) -> None:
+        super().__setitem__(key, value)
+        print(f"N={self.n}: {key}: {value[0]:.1f} s ({value[2]:.1f} s CPU), {value[1]:.0f} MiB",
+              flush=True)  # fmt: skip
+
+
+def bench(root: Path, n: int) -> dict[str, tuple[float, float, float]]:
     """Every timing of one N (see the module docstring)."""
     results = root / f"scale{n}" / f"scale{n}"
     if results.parent.exists():
@@ -150,7 +169,7 @@ def bench(root: Path, n: int) -> dict[str, tuple[float, float]]:
     suite_file, changed = write_folder(results, n)
     print(f"N={n}: wrote {len(list(results.glob('*/record.json')))} records in "
           f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
-    out = {}
+    out = _Rows(n)
     report = ["report", str(results), "--output", str(root / f"scale{n}" / "page")]
     out["report cold, no figures"] = timed([*report, "--no-figures", "--no-index"])
     out["report cold"] = timed([*report, "--no-index"])
@@ -163,6 +182,8 @@ def bench(root: Path, n: int) -> dict[str, tuple[float, float]]:
     out["run plan (--dry-run)"] = timed(["run", str(suite_file), "--dry-run", "--results",
                                          str(results.parent)])  # fmt: skip
     out["status"] = timed(["status", str(results)])
+    page = root / f"scale{n}" / "page" / "leaderboard.html"
+    print(f"N={n}: leaderboard.html {page.stat().st_size / 2**20:.1f} MiB", flush=True)
     return out
 
 
@@ -173,12 +194,21 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated folders")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    table = {n: bench(args.root, n) for n in args.n}
+    table = {}
+    for n in args.n:
+        before = os.getloadavg()[0]
+        table[n] = bench(args.root, n)
+        print(
+            f"N={n}: load average {before:.1f} before, {os.getloadavg()[0]:.1f} after", flush=True
+        )
     rows = list(next(iter(table.values())))
     print("\n| | " + " | ".join(f"N = {n:,}" for n in table) + " |")
     print("|---|" + "---:|" * len(table))
     for row in rows:
-        cells = [f"{table[n][row][0]:.1f} s, {table[n][row][1]:.0f} MiB" for n in table]
+        cells = [
+            f"{table[n][row][0]:.1f} s ({table[n][row][2]:.1f} s CPU), {table[n][row][1]:.0f} MiB"
+            for n in table
+        ]
         print(f"| {row} | " + " | ".join(cells) + " |")
     if not args.keep:
         shutil.rmtree(args.root, ignore_errors=True)

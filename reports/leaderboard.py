@@ -34,6 +34,7 @@ title: the difference and interval).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from harness.contract import RECORD_FILE
 from reports.aggregate import load_results
 from reports.figures import RenderedFigure, render_figures, write_figure_files
 from reports.markdown import render_markdown as _markdown
@@ -157,6 +159,12 @@ def write_report(
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
     results = load_results(results_dir, expected=expected, ignore=[out], index=index)
+    for p in results.problems:  # damaged records: named on the terminal too, not only the page
+        if p.status == "invalid":
+            why = p.reason.removeprefix("DamagedRecord: ")  # it names the file already
+            if RECORD_FILE not in why:
+                why = f"{results_dir / p.cell_id / RECORD_FILE}: {why}"
+            print(f"warning: {why}; left out of the report", file=sys.stderr)
     # Everything that can fail on bad input before anything is written.
     results, paired, options = _prepare(results, reference, None, options)
     pub_path = Path(published) if published is not None else find_published(results_dir)

@@ -124,6 +124,13 @@ def test_status_and_dry_run_name_a_damaged_record_and_go_on(results, capsys, kin
     assert f"skip  {good.name}" in out
     assert hashes(folder) == before  # reading changed nothing
 
+    out_dir = folder.parent / "page"  # the report names it in one line and reports the rest
+    assert main(["report", str(folder), "--no-figures", "-o", str(out_dir)]) == 0
+    out, err = no_traceback(capsys)
+    assert f"warning: {bad / 'record.json'}: damaged record: {reason}" in err
+    assert err.count("\n") == 1 and "left out of the report" in err
+    assert hashes(folder) == before
+
 
 @pytest.mark.parametrize("kind", ["truncated", "newer schema", "string metric"])
 def test_run_sets_a_damaged_record_aside_and_redoes_only_that_cell(results, capsys, caplog, kind):
