@@ -45,6 +45,11 @@ def test_help_and_the_runner_import_only_what_they_need():
 
 
 def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatch, capsys):
+    """As in a fresh process: registries not loaded yet (then restored as they were)."""
+    from harness.registry import BACKBONES, DATASETS
+
+    for registry in (METHODS, BACKBONES, DATASETS):
+        monkeypatch.setattr(registry, "loaded", lambda: False)
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["ls"]) == 0
     first = capsys.readouterr().out
@@ -58,6 +63,15 @@ def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatc
     monkeypatch.setattr(METHODS, "_load", no_import)
     assert main(["ls"]) == 0
     assert capsys.readouterr().out == first
+    # Once this process holds registrations of its own, they are listed, not the cache.
+    monkeypatch.undo()
+    METHODS.names()
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        METHODS, "_items", {**METHODS._items, "in_process_only": METHODS.get("single")}
+    )
+    assert main(["ls"]) == 0
+    assert "in_process_only" in capsys.readouterr().out
     # A plugin module is one more source: a new key, so the cache is not used.
     (tmp_path / "ls_plugin.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -83,6 +83,14 @@ def _add_validate(sub) -> None:
     v.add_argument("--skip-data", action="store_true", help="do not check that data exists")
     v.add_argument("-v", "--verbose", action="store_true", help="list the cells")
     v.add_argument("--tensorboard", action="store_true", help="check run --tensorboard can work")
+
+    v.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="check that run --logger NAME can work (tensorboard, wandb, mlflow)",
+    )
     v.set_defaults(fn="harness.cli.validate:cmd_validate")
 
 
@@ -147,6 +155,15 @@ def _add_run(sub) -> None:
         action="store_true",
         help="also write TensorBoard events per epoch to <cell>/tensorboard/ (progress.csv is "
         "always written); needs the [tensorboard] extra",
+    )
+
+    r.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also log every epoch to NAME: tensorboard, wandb (offline, <cell>/wandb/) or "
+        "mlflow (file store <results>/mlruns); repeatable; needs the package's extra",
     )
     r.set_defaults(fn="harness.cli.run:cmd_run")
 

@@ -45,11 +45,16 @@ def preflight(suite, args, data_root: Path | None) -> int:
 def tensorboard_problems_of(args) -> list[str]:
     """``--tensorboard`` asks every cell for TensorBoard events through the environment, which
     local worker processes and Slurm tasks inherit; the package must be installed."""
+    from harness.storage.loggers import LOGGERS_ENV, logger_problems, requested
     from harness.storage.progress import TENSORBOARD_ENV, tensorboard_problems
 
     if getattr(args, "tensorboard", False):
         os.environ[TENSORBOARD_ENV] = "1"
-    return tensorboard_problems()
+    # --logger NAME: the same way, through $HARNESS_LOGGERS (workers and Slurm tasks inherit it).
+    names = requested(tuple(getattr(args, "logger", None) or ()))
+    if names:
+        os.environ[LOGGERS_ENV] = ",".join(names)
+    return tensorboard_problems() + logger_problems([n for n in names if n != "tensorboard"])
 
 
 def check_data(suite, data_root: Path) -> list[str]:

@@ -165,6 +165,10 @@ class Registry(Generic[T]):
         names = [p.strip() for p in extra.split(",") if p.strip()]
         return list(dict.fromkeys([*self._packages, *names]))
 
+    def loaded(self) -> bool:
+        """Whether this process scanned a package or registered an entry already."""
+        return bool(self._scanned or self._items)
+
     def sources(self) -> list[tuple[str, int, int]]:
         """What the first lookup would import, found without importing it: (file, mtime_ns,
         size) of every module of every scanned package, then each entry point by name. Equal

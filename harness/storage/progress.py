@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import math
 import multiprocessing
 import os
 import time
@@ -35,7 +34,6 @@ from harness.storage.records import atomic_write_text
 
 PROGRESS_CSV = "progress.csv"
 PROGRESS_JSON = "progress.json"
-TENSORBOARD_DIR = "tensorboard"
 TENSORBOARD_ENV = "HARNESS_TENSORBOARD"
 
 # Fixed columns, in this order; validation columns stay empty when the recipe holds out nothing.
@@ -174,7 +172,8 @@ def eta_s(rows: list[Mapping[str, Any]], epochs: int, since_last_s: float = 0.0)
 
 
 class ProgressLog:
-    """Appends one row per finished epoch to ``progress.csv`` (and TensorBoard when asked).
+    """Appends one row per finished epoch to ``progress.csv`` and hands it to the loggers asked
+    for (:mod:`harness.storage.loggers`: TensorBoard, Weights & Biases offline, MLflow).
 
     Args:
         cell_dir: the cell's folder.
@@ -182,6 +181,7 @@ class ProgressLog:
         epochs: the recipe's epochs (for ``progress.json``).
         device: the device the cell trains on, e.g. ``cpu`` or ``cuda:1``.
         tensorboard: write TensorBoard events too; default: :func:`tensorboard_requested`.
+        loggers: logger names; default: ``$HARNESS_LOGGERS``.
     """
 
     def __init__(
@@ -191,7 +191,10 @@ class ProgressLog:
         epochs: int,
         device: str,
         tensorboard: bool | None = None,
+        loggers: list[str] | None = None,
     ) -> None:
+        from harness.storage.loggers import make_loggers, requested
+
         self.path = Path(cell_dir) / PROGRESS_CSV
         self.fields: list[str] | None = None
         kept = self._truncate(resume_epoch)
@@ -208,15 +211,11 @@ class ProgressLog:
         if self.fields is not None:
             self._writer = csv.DictWriter(self._file, self.fields, extrasaction="ignore")
         self.rows_kept = kept
-        self.tb = None
-        if tensorboard_requested() if tensorboard is None else tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # needs the optional package
-
-            # purge_step: a resumed run hides the events a killed run wrote after its checkpoint.
-            self.tb = SummaryWriter(
-                log_dir=str(Path(cell_dir) / TENSORBOARD_DIR),
-                purge_step=resume_epoch + 1 if resume_epoch else None,
-            )
+        wants_tb = tensorboard_requested() if tensorboard is None else tensorboard
+        names = requested(("tensorboard",) if wants_tb else ()) if loggers is None else loggers
+        if tensorboard is False:
+            names = [n for n in names if n != "tensorboard"]
+        self.loggers = make_loggers(Path(cell_dir), resume_epoch, names)
 
     def _truncate(self, resume_epoch: int) -> int:
         """Keep the rows of epochs <= ``resume_epoch`` (atomically); returns how many."""
@@ -258,18 +257,18 @@ class ProgressLog:
             self._writer.writeheader()
         self._writer.writerow(out)
         self._file.flush()  # visible to readers now, not when the buffer fills
-        if self.tb is not None:
-            step = int(out["epoch"])
-            for key, value in out.items():
-                if key != "epoch" and isinstance(value, int | float) and math.isfinite(value):
-                    self.tb.add_scalar(key, value, step)
-            self.tb.flush()
+        if self.loggers:
+            from harness.storage.loggers import finite_scalars
+
+            scalars = finite_scalars(out)
+            for logger in self.loggers:
+                logger.log(int(out["epoch"]), scalars)
         return out
 
     def close(self) -> None:
         self._file.close()
-        if self.tb is not None:
-            self.tb.close()
+        for logger in self.loggers:
+            logger.close()
 
 
 class _Lines:
