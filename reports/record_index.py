@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness.contract import RECORD_FILE, RecordError, read_record
+from harness.contract.done_index import file_key
 from reports.results import Problem
 from reports.rows import record_row, rows_frame
 
@@ -99,14 +100,6 @@ def _decode(path: Path) -> pd.DataFrame | None:
     return frame[frame["_mtime"].astype("int64") < racy]
 
 
-def _stat(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
-
-
 def _read(cell_dir: Path, problems: list[Problem]) -> dict[str, Any] | None:
     """The record of a cell folder (read and checked, :func:`harness.contract.read_record`), or
     None with its problem (missing, invalid) noted."""
@@ -133,7 +126,7 @@ def load_rows(
     keep, fresh, order = [], [], []  # positions into cached, new rows, (source, position)
     for cell_dir in cell_dirs:
         rel = str(cell_dir.relative_to(results_dir) / RECORD_FILE)
-        st = _stat(cell_dir / RECORD_FILE)
+        st = file_key(cell_dir / RECORD_FILE)
         at = known.get(rel)
         if (
             at is not None

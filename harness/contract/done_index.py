@@ -28,7 +28,9 @@ FORMAT = "harness-done-index/1"
 _RACY_NS = 2_000_000_000
 
 
-def _stat(path: Path) -> tuple[int, int] | None:
+def file_key(path: Path) -> tuple[int, int] | None:
+    """(size, mtime in ns) of ``path`` itself (a symlink is not followed), or None if absent:
+    what says a file changed, for this index and the report's record index."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
@@ -60,7 +62,7 @@ class DoneIndex:
     def record(self, cell_id: str) -> dict[str, Any] | None:
         """The cell's record, read and checked in full (None if there is none); a done one is
         remembered. Raises :class:`DamagedRecord` as :func:`read_record` does."""
-        st = _stat(self.results_dir / cell_id / RECORD_FILE)
+        st = file_key(self.results_dir / cell_id / RECORD_FILE)
         rec = read_record(self.results_dir / cell_id)
         if rec is not None and rec.get("status") == "done" and st is not None:
             self.entries[cell_id] = list(st)
@@ -74,7 +76,7 @@ class DoneIndex:
         known = self.entries.get(cell_id)
         if (
             known is not None
-            and list(_stat(self.results_dir / cell_id / RECORD_FILE) or ()) == known
+            and list(file_key(self.results_dir / cell_id / RECORD_FILE) or ()) == known
         ):
             return True
         rec = self.record(cell_id)
