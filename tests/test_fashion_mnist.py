@@ -143,8 +143,9 @@ def test_validate_exits_2_naming_both_ways(tmp_path, no_debian, write_suite, cap
 
 
 def test_download_uses_torchvision_into_the_read_layout(tmp_path, monkeypatch, no_debian):
-    """``harness data download fashion_mnist`` → torchvision's FashionMNIST(download=True) for
-    both splits under the data root, which is the folder the loader reads first."""
+    """``harness data download fashion_mnist`` → torchvision's FashionMNIST with its download
+    flag on (stubbed here: no network), for both splits under the data root, which is the
+    folder the loader reads first."""
     from torchvision import datasets
 
     calls = []
