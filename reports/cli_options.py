@@ -61,9 +61,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-index",
         action="store_true",
-        help="read every record, neither using nor writing the record index "
-        "(.report-index.npz beside the results, which keeps the flattened records so that the "
-        "next report reads only those that changed)",
+        help="read every record and draw every figure, neither using nor writing the record "
+        "index (.report-index.npz beside the results, which keeps the flattened records so that "
+        "the next report reads only those that changed) or the figure cache "
+        "(.report-figures.json beside the page: only figures whose data changed are redrawn)",
     )
     parser.add_argument(
         "--published",

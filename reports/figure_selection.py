@@ -10,7 +10,13 @@ configuration.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 import pandas as pd
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MAX_CONFIGS = 24
 SWEEPS = ("fig-tau-frontier", "fig-keff")  # drawn along τ: one point per setting, no legend
@@ -40,3 +46,16 @@ def figure_cells(cells: pd.DataFrame, figure: str = "") -> tuple[pd.DataFrame, s
         f"method, M and variant ({len(chosen)} of them); every configuration is in the tables."
     )
     return kept, note
+
+
+@dataclass(frozen=True)
+class RenderedFigure:
+    """One figure for the page (here, not in :mod:`reports.figures`, so that a report whose
+    figures all come from :mod:`reports.figure_cache` imports no matplotlib)."""
+
+    id: str
+    title: str
+    caption: str
+    png: str | None  # base64 PNG, or None when skipped
+    note: str = ""  # why it was skipped
+    figure: Figure | None = field(default=None, repr=False, compare=False)  # for the files

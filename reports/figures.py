@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,7 @@ from reports.figure_base import (
     _tau,
     pareto_front,
 )
+from reports.figure_selection import RenderedFigure
 
 log = logging.getLogger(__name__)
 
@@ -349,34 +350,27 @@ FIGURES: tuple[FigureSpec, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class RenderedFigure:
-    id: str
-    title: str
-    caption: str
-    png: str | None  # base64 PNG, or None when skipped
-    note: str = ""  # why it was skipped
-    figure: Figure | None = field(default=None, repr=False, compare=False)  # for the files
+def render_one(spec: FigureSpec, cells: pd.DataFrame) -> RenderedFigure:
+    """One figure of :data:`FIGURES` (skipped or failed: why in ``note``), from figure_cells."""
+    from reports.figure_selection import figure_cells
+
+    fig = None
+    data, restricted = figure_cells(cells, spec.id)
+    try:
+        with _style():
+            fig = spec.draw(data) if len(data) else None
+            png = _png(fig) if fig is not None else None
+        note = "" if png else f"skipped: needs {spec.needs}"
+    except Exception as e:  # one broken plot must not cost the whole report; it is shown
+        log.exception("figure %s failed", spec.id)
+        fig, png, note = None, None, f"failed: {type(e).__name__}: {e}"
+    return RenderedFigure(spec.id, spec.title, spec.caption + restricted, png, note, fig)
 
 
 def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
-    """Every figure of :data:`FIGURES` (skipped or failed: why in ``note``), from figure_cells."""
-    from reports.figure_selection import figure_cells
-
-    out = []
-    for spec in FIGURES:
-        fig = None
-        data, restricted = figure_cells(cells, spec.id)
-        try:
-            with _style():
-                fig = spec.draw(data) if len(data) else None
-                png = _png(fig) if fig is not None else None
-            note = "" if png else f"skipped: needs {spec.needs}"
-        except Exception as e:  # one broken plot must not cost the whole report; it is shown
-            log.exception("figure %s failed", spec.id)
-            fig, png, note = None, None, f"failed: {type(e).__name__}: {e}"
-        out.append(RenderedFigure(spec.id, spec.title, spec.caption + restricted, png, note, fig))
-    return out
+    """Every figure of :data:`FIGURES`, drawn (:func:`reports.figure_cache.report_figures`
+    draws only those whose data changed since the last report)."""
+    return [render_one(spec, cells) for spec in FIGURES]
 
 
 def write_figure_files(figures: Sequence[RenderedFigure], out_dir: Path) -> list[Path]:

@@ -44,7 +44,7 @@ import pandas as pd
 
 from harness.contract import RECORD_FILE
 from reports.aggregate import load_results
-from reports.figures import RenderedFigure, render_figures, write_figure_files
+from reports.figure_cache import RenderedFigure, report_figures
 from reports.markdown import render_markdown as _markdown
 from reports.page import ReportOptions, context
 from reports.paired_view import PairedStats, paired_stats
@@ -100,6 +100,8 @@ def render_html(
     """
     results, paired, options = _prepare(results, reference, paired, options)
     if figures is None:
+        from reports.figures import render_figures  # matplotlib: only when drawing
+
         figures = render_figures(results.cells)
     from reports.published import published_context
 
@@ -148,7 +150,9 @@ def write_report(
     ``<suite-stem>.published.csv`` next to the suite file the results name
     (:func:`reports.published.find_published`). The HTML is always written. ``index`` keeps the
     flattened records in ``.report-index.npz`` beside the results (:mod:`reports.record_index`),
-    so the next report reads only the records that changed; ``figures`` False draws none.
+    so the next report reads only the records that changed, and the figures in
+    ``.report-figures.json`` beside the page, so it draws only those whose data changed
+    (:mod:`reports.figure_cache`); ``figures`` False draws none.
     """
     from reports.published import compare, find_published, read_published
 
@@ -170,8 +174,9 @@ def write_report(
     pub_path = Path(published) if published is not None else find_published(results_dir)
     pub = compare(results, read_published(pub_path), options) if pub_path else None
     out.mkdir(parents=True, exist_ok=True)
-    rendered = render_figures(results.cells) if figures else []
-    write_figure_files(rendered, out)  # next to the HTML: a sub-folder would read as a cell
+    # Next to the HTML (a sub-folder would read as a cell); with the index, only the figures
+    # whose data changed are drawn (reports.figure_cache).
+    rendered = report_figures(results.cells, out, cache=index) if figures else []
     html_path = out / "leaderboard.html"
     html = render_html(results, rendered, paired=paired, options=options, published=pub)
     html_path.write_text(html, encoding="utf-8")

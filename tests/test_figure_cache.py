@@ -1,0 +1,139 @@
+"""The figure cache: a report redraws only the figures whose data changed, and what each figure
+is keyed on (:data:`reports.figure_cache.READS`) is everything its picture depends on."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from record_factory import make_record, write_records
+
+import reports.figures as figures_module
+from reports.aggregate import records_to_frame
+from reports.figure_base import SIGMA_METHOD
+from reports.figure_cache import CACHE_FILE, READS
+from reports.figure_cache import SIGMA_METHOD as CACHE_SIGMA
+from reports.figures import FIGURES
+from reports.leaderboard import write_report
+
+
+def _sweep(acc_single: float = 0.8) -> list[dict]:
+    recs = []
+    for s in (0, 1):
+        recs.append(make_record(method="single", M=1, seed=s, acc=acc_single))
+        for M in (2, 4):
+            recs.append(make_record(method="deep_ensemble", M=M, seed=s, acc=0.8 + 0.02 * M))
+            for tau in (0.05, 0.5, 3.0):
+                recs.append(
+                    make_record(
+                        method="sigma_ens",
+                        M=M,
+                        seed=s,
+                        hparams={"tau": tau},
+                        acc=0.85 + 0.01 * tau + 0.001 * s,
+                        ece=0.05 - 0.01 * tau,
+                        k_eff=1 + tau / (1 + tau) * (M - 1),
+                    )
+                )
+    return recs
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The ids of the figures drawn, call after call (render_one records each)."""
+    calls: list[str] = []
+    real = figures_module.render_one
+
+    def spy(spec, cells):
+        calls.append(spec.id)
+        return real(spec, cells)
+
+    monkeypatch.setattr(figures_module, "render_one", spy)
+    return calls
+
+
+def _figures_in(page: str) -> dict[str, str]:
+    """figure id → the base64 PNG the page embeds (the page's only data: URIs)."""
+    out = {}
+    for spec in FIGURES:
+        at = page.find(f'id="{spec.id}"')
+        if at >= 0 and (src := page.find("data:image/png;base64,", at)) >= 0:
+            out[spec.id] = page[src : page.index('"', src)]
+    return out
+
+
+@pytest.mark.slow
+def test_second_report_draws_nothing_and_a_change_redraws_only_its_figures(tmp_path, drawn):
+    results, out = tmp_path / "toy", tmp_path / "page"
+    write_records(results, _sweep())
+    write_report(results, out)
+    first = sorted(drawn)
+    assert "fig-tau-frontier" in first and "fig-quality-vs-m" in first
+    page = (out / "leaderboard.html").read_text(encoding="utf-8")
+    files = {p.name: p.read_bytes() for p in out.glob("fig-*")}
+    drawn.clear()
+    write_report(results, out)  # nothing changed: every figure from the cache
+    assert drawn == []
+    assert _figures_in((out / "leaderboard.html").read_text(encoding="utf-8")) == _figures_in(page)
+    assert {p.name: p.read_bytes() for p in out.glob("fig-*")} == files
+    # single's accuracy changes: the figures that draw single (clean accuracy is severity 0 of
+    # the corruption figure) are redrawn, the σN-Ens τ figures
+    # (σN-Ens rows only) and the OOD figure (AUROC only) are not.
+    for d in results.iterdir():
+        if d.is_dir():
+            d.joinpath("record.json").unlink()
+    write_records(results, _sweep(acc_single=0.7))
+    write_report(results, out)
+    assert sorted(drawn) == ["fig-corruption", "fig-cost", "fig-quality-vs-m"]
+    # A figure file removed or replaced beside the page: that figure is drawn again.
+    drawn.clear()
+    (out / "fig-ood.pdf").unlink()
+    (out / "fig-cost.png").write_bytes(b"not the figure")
+    write_report(results, out)
+    assert sorted(drawn) == ["fig-cost", "fig-ood"]
+    assert (out / "fig-ood.pdf").read_bytes()[:5] == b"%PDF-"
+    # A damaged or foreign cache is rebuilt, never trusted; --no-index draws everything.
+    for bad in ("{not json", json.dumps({"format": "other", "figures": []})):
+        drawn.clear()
+        (out / CACHE_FILE).write_text(bad, encoding="utf-8")
+        write_report(results, out)
+        assert sorted(drawn) == first
+    drawn.clear()
+    write_report(results, out, index=False)
+    assert sorted(drawn) == first
+
+
+def _perturbed(cells: pd.DataFrame, figure_id: str) -> pd.DataFrame:
+    """``cells`` with every value its figure is declared not to read changed."""
+    reads, sigma_only = READS[figure_id]
+    cols = list(cells.columns)
+    read = set(reads(cols) if callable(reads) else reads)
+    read |= {"status", "dataset", "backbone", "method", "M", "hparams"}
+    out = cells.copy()
+    rows = out["method"] != SIGMA_METHOD if sigma_only else np.zeros(len(out), bool)
+    for c in cols:
+        numeric = pd.api.types.is_numeric_dtype(out[c]) and not pd.api.types.is_bool_dtype(out[c])
+        changed = out[c] * 0.5 + 0.01 if numeric else out[c].astype(str) + "~"
+        if c in read:  # σN-Ens-only figures: every column of the other rows may change
+            if c not in ("status", "method") and numeric:
+                out[c] = out[c].where(~rows, changed)
+        else:
+            out[c] = changed
+    return out
+
+
+@pytest.mark.parametrize("figure_id", sorted(READS))
+def test_what_a_figure_is_not_keyed_on_changes_no_pixel(figure_id):
+    spec = next(s for s in FIGURES if s.id == figure_id)
+    cells = records_to_frame(_sweep())
+    before = figures_module.render_one(spec, cells)
+    assert before.png is not None, before.note
+    after = figures_module.render_one(spec, _perturbed(cells, figure_id))
+    assert after.png == before.png
+
+
+def test_every_figure_has_its_reads_and_the_sigma_name_matches():
+    assert set(READS) == {s.id for s in FIGURES}
+    assert CACHE_SIGMA == SIGMA_METHOD
