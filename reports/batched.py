@@ -27,7 +27,6 @@ from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from reports.significance import pvalue, t_interval
 
@@ -102,6 +101,8 @@ def unpaired_permutation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def unpaired_welch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Welch's two-sided t-test p-values row by row (``a`` (k, n_a), ``b`` (k, n_b), n ≥ 2)."""
     with np.errstate(divide="ignore", invalid="ignore"):
+        from scipy import stats as scipy_stats  # only for unpaired comparisons
+
         return np.asarray(scipy_stats.ttest_ind(a, b, axis=1, equal_var=False).pvalue, float)
 
 

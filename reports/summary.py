@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from reports.columns import GROUP_KEYS, ID_COLUMNS, TEXT_COLUMNS
 from reports.record_extras import TEXT as CONDITION_TEXT
+from reports.significance import t_quantile
 
 CI_LEVEL = 0.95
 MCE_BASELINE = "single"  # the default mCE baseline: one plain network, as in the paper
@@ -105,7 +105,7 @@ def t_factor(n: pd.DataFrame | np.ndarray, level: float = CI_LEVEL) -> pd.DataFr
     """t_{n-1,(1+level)/2}/√n for each count (NaN below 2): std × this = the interval half-width."""
     n_arr = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        t = scipy_stats.t.ppf((1 + level) / 2, np.maximum(n_arr - 1, 1))
+        t = t_quantile((1 + level) / 2, np.maximum(n_arr - 1, 1))
         f = np.where(n_arr >= 2, t / np.sqrt(n_arr), np.nan)
     return pd.DataFrame(f, index=n.index, columns=n.columns) if isinstance(n, pd.DataFrame) else f
 
