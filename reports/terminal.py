@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.contract import expected_cells, iter_records, read_manifest
+from harness.contract import expected_cells, read_manifest
 from reports.aggregate import load_results
 from reports.columns import Column, format_cell, leaderboard_columns
+from reports.results import Results
 from reports.summary import aggregate
 
 TERMINAL_COLUMNS = ("acc", "nll", "ece", "cAcc", "cECE", "params", "eval_ips")
@@ -79,10 +80,7 @@ def expected_of(results_dir: Path | str) -> list[dict] | None:
         return None
 
 
-def format_results(results_dir: Path | str) -> str:
-    """:func:`format_table` of a results folder, with failed/invalid/missing cells counted
-    (missing: expected by the folder's manifest and without a record)."""
-    results = load_results(results_dir, expected=expected_of(results_dir))
+def _table(results: Results) -> str:
     table = format_table(results.summary) if len(results.summary) else "no done cells"
     if results.problems:
         kinds = pd.Series([p.status for p in results.problems]).value_counts()
@@ -90,15 +88,27 @@ def format_results(results_dir: Path | str) -> str:
     return table
 
 
+def format_results(results_dir: Path | str, *, index: bool = False) -> str:
+    """:func:`format_table` of a results folder, with failed/invalid/missing cells counted
+    (missing: expected by the folder's manifest and without a record); ``index``: through the
+    record index (:mod:`reports.record_index`), reading only the records that changed."""
+    return _table(load_results(results_dir, expected=expected_of(results_dir), index=index))
+
+
 def print_summary(results_dir: Path) -> int:
     """Print the terminal leaderboard, the failed cells and the expected cells that have no
-    record; exit status 1 if any cell failed (what ``harness run`` ends with)."""
-    print(format_results(results_dir))
-    failed = [r for r in iter_records(results_dir) if r["status"] == "failed"]
-    for r in failed:
-        print(
-            f"FAILED {r['cell_id']} {r['config']['method']} seed {r['config']['seed']}: "
-            f"{r['error']['type']}: {r['error']['message']}"
-        )
+    record; exit status 1 if any cell failed (what ``harness run`` ends with).
+
+    Through the record index: after a run that added 10 cells to 10,000 it reads those 10
+    records (and leaves the index warm for ``harness report``)."""
+    results = load_results(results_dir, expected=expected_of(results_dir), index=True)
+    print(_table(results))
+    cells = results.cells
+    failed = cells[cells["status"] == "failed"] if len(cells) else cells
+    for cid, method, seed, kind, message in zip(
+        failed.get("cell_id", []), failed.get("method", []), failed.get("seed", []),
+        failed.get("error_type", []), failed.get("error_message", []), strict=True,
+    ):  # fmt: skip
+        print(f"FAILED {cid} {method} seed {seed}: {kind}: {message}")
     print(f"results: {results_dir}  (harness report {results_dir} → leaderboard.html)")
-    return 1 if failed else 0
+    return 1 if len(failed) else 0

@@ -106,7 +106,13 @@ def _add_run(sub) -> None:
         "--dry-run",
         action="store_true",
         help="list every cell that would run, and why the others would not (done, leased, "
-        "--only); run nothing",
+        "--only); run nothing and check no data (harness validate does). Above 50 cells: "
+        "the cells that would run or are leased (the first 50), and the count per reason",
+    )
+    r.add_argument(
+        "--list",
+        action="store_true",
+        help="with --dry-run: one line for every cell of the suite, whatever its size",
     )
     r.add_argument(
         "--executor",

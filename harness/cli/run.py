@@ -38,7 +38,6 @@ def executor_options(args) -> ExecutorOptions:
 def cmd_run(args) -> int:
     """Check, write the manifest, hand the pending cells to the executor, print its outcome."""
     from harness.config.overrides import CellFilter
-    from harness.data.base import default_data_root
     from harness.executors import make_executor, runs_here
     from harness.executors.base import pending, write_manifest
 
@@ -51,11 +50,17 @@ def cmd_run(args) -> int:
     # own data root (a Slurm profile's setup lines may set HARNESS_DATA_ROOT there).
     here = runs_here(args.executor)
     suite = load_suite_arg(args.suite, args.overrides, check_files=here)
-    cells = CellFilter(args.only).select(suite.cells())
+    all_cells = suite.cells()
+    cells = CellFilter(args.only).select(all_cells)
     results = results_dir(args, suite)
-    problems = preflight(suite, args, default_data_root(args.data_root) if here else None)
-    if args.dry_run:
-        return print_plan(suite.cells(), cells, results, args.force) or problems
+    if args.dry_run:  # what would run; the data is checked by `validate` and the run itself
+        return print_plan(all_cells, cells, results, args.force, every=args.list)
+    if here:  # the data layer imports torch: only on the way to running cells here
+        from harness.data.base import default_data_root
+
+        problems = preflight(suite, args, default_data_root(args.data_root))
+    else:
+        problems = preflight(suite, args, None)
     if problems:
         return 2
     try:
@@ -94,43 +99,72 @@ def _run_and_report(executor, todo: list, results: Path, args) -> int:
     return 2 if missing else code
 
 
-def print_plan(all_cells: list, selected: list, results: Path, force: bool) -> int:
-    """``--dry-run``: one line per cell of the suite, ``run`` or ``skip``, and why."""
+#: A plan of up to this many cells lists each; a larger one lists (up to this many of) the cells
+#: that would run or are held by another process, then the count per reason (--list: every cell).
+PLAN_LINES = 50
+
+
+def _verdict(cell, chosen: set, leases: dict, index, force: bool) -> tuple[str, str, str]:
+    """(``run`` or ``skip``, the kind of reason the summary counts, why) for one cell."""
     from harness.contract import DamagedRecord
+    from harness.storage.lease import describe
+
+    if cell.cell_id not in chosen:
+        return "skip", "not selected by --only", "not selected by --only"
+    if cell.cell_id in leases:
+        return (
+            "skip",
+            "leased by another live process",
+            f"leased by {describe(leases[cell.cell_id])}",
+        )
+    try:
+        done = index is not None and index.is_done(cell.cell_id)
+        rec = {"status": "done"} if done else index and index.record(cell.cell_id)
+    except DamagedRecord as exc:
+        why = f"damaged record.json, set aside and redone: {exc.reason}"
+        return "run", "damaged record.json, set aside and redone", why
+    status = (rec or {}).get("status")
+    if status == "done":
+        return ("run", *["done, redone (--force)"] * 2) if force else ("skip", "done", "done")
+    if status == "failed":
+        err = (rec or {}).get("error") or {}
+        where = f" in {err['phase']}" if err.get("phase") else ""
+        return "run", "failed, retried", f"failed{where} ({err.get('type', '?')}), retried"
+    return "run", "pending", "pending"
+
+
+def print_plan(
+    all_cells: list, selected: list, results: Path, force: bool, every: bool = False
+) -> int:
+    """``--dry-run``: each cell ``run`` or ``skip`` and why: one line per cell for a plan of up
+    to :data:`PLAN_LINES` cells or with ``every``; otherwise the cells that would run or are
+    leased (the first :data:`PLAN_LINES`) and the number of cells per verdict and reason."""
+    from collections import Counter
+
     from harness.contract.done_index import DoneIndex
-    from harness.storage.lease import describe, live_leases
+    from harness.storage.lease import live_leases
 
     chosen = {c.cell_id for c in selected}
     leases = live_leases(results) if results.is_dir() else {}
     index = DoneIndex(results) if results.is_dir() else None  # done: one stat per cell
-    n_run = 0
+    every = every or len(all_cells) <= PLAN_LINES
+    counts: Counter = Counter()
+    shown = 0
     for c in all_cells:
-        try:
-            done = index is not None and index.is_done(c.cell_id)
-            rec = {"status": "done"} if done else index and index.record(c.cell_id)
-        except DamagedRecord as exc:
-            rec = {"status": "damaged", "reason": exc.reason}
-        status = (rec or {}).get("status")
-        if c.cell_id not in chosen:
-            verdict, why = "skip", "not selected by --only"
-        elif c.cell_id in leases:
-            verdict, why = "skip", f"leased by {describe(leases[c.cell_id])}"
-        elif status == "done" and not force:
-            verdict, why = "skip", "done"
-        elif status == "done":
-            verdict, why = "run", "done, redone (--force)"
-        elif status == "damaged":
-            verdict, why = "run", f"damaged record.json, set aside and redone: {rec['reason']}"
-        elif status == "failed":
-            err = (rec or {}).get("error") or {}
-            where = f" in {err['phase']}" if err.get("phase") else ""
-            verdict, why = "run", f"failed{where} ({err.get('type', '?')}), retried"
-        else:
-            verdict, why = "run", "pending"
-        n_run += verdict == "run"
-        print(f"{verdict:4s}  {c.cell_id}  {c.label}  ({why})")
+        verdict, kind, why = _verdict(c, chosen, leases, index, force)
+        counts[verdict, kind] += 1
+        if every or ((verdict == "run" or kind.startswith("leased")) and shown < PLAN_LINES):
+            print(f"{verdict:4s}  {c.cell_id}  {c.label}  ({why})")
+            shown += not every
     if index is not None:
         index.save()
+    n_run = sum(n for (verdict, _), n in counts.items() if verdict == "run")
+    if not every:
+        for (verdict, why), n in sorted(counts.items()):
+            print(f"{verdict:4s}  {n:,} cells: {why}")
+        if shown < sum(n for (v, k), n in counts.items() if v == "run" or k.startswith("leased")):
+            print(f"(the first {PLAN_LINES} cells that would run or are leased are listed; "
+                  "--list lists every cell)")  # fmt: skip
     print(f"dry run: {n_run} of {len(all_cells)} cells would run → {results}")
     return 0
 
