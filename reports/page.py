@@ -176,6 +176,92 @@ def header_groups(header: list[dict[str, Any]], devices: str) -> list[dict[str, 
     return groups
 
 
+def _identity_cell(r: dict[str, Any], h: dict[str, Any]) -> dict[str, Any]:
+    """A configuration cell (dataset … n) of one leaderboard row."""
+    k = h["key"]
+    if k == "M":
+        text = value = m_text(r["M"])
+    elif k == "n":
+        text, value = _n_text(r), str(int(r["n"]))
+    else:
+        text = value = str(r[k])
+    return {"key": k, "text": text, "value": value, "group": "Configuration",
+            "num": h["type"] == "num", "best": False, "n": None, "title": "", "sig": [],
+            "hidden": False, "alt": None, "shared": ""}  # fmt: skip
+
+
+def _metric_cell(
+    r: dict[str, Any], c, h: dict[str, Any], best: bool, sig: list, interval: str
+) -> dict[str, Any]:
+    """A metric cell: both interval texts, the raw mean, bold, marks and the tooltip."""
+    mean, std, n = r[f"{c.key}_mean"], r[f"{c.key}_std"], r[f"{c.key}_n"]
+    ci = r.get(f"{c.key}_ci", math.nan)
+    texts = {"std": cell_text(mean, std, n, c.kind), "ci": cell_text(mean, ci, n, c.kind)}
+    finite = isinstance(mean, float | int) and math.isfinite(mean)
+    tip = "" if not finite else f"mean {mean:.6g}, std {std:.3g}, 95% CI ± {ci:.3g}, n {int(n)}"
+    shared = _shared_note(r, c.key)
+    return {
+        "key": c.key,
+        "text": texts[interval],
+        "alt": texts,
+        "value": repr(float(mean)) if finite else "",
+        "group": c.group,
+        "num": True,
+        "best": best,
+        "n": int(n) if texts["std"] != "–" else None,
+        "title": "; ".join([tip, shared, *(t for _, _, t in sig)]).strip("; "),
+        "sig": [{"cls": cls, "symbol": sym} for cls, sym, _ in sig],
+        "hidden": h["hidden"],
+        "shared": shared,
+    }
+
+
+def leaderboard_rows(
+    results: Results, header: list[dict[str, Any]], paired: PairedStats, options: ReportOptions
+) -> list[dict[str, Any]]:
+    """One entry per configuration of ``table#leaderboard``: its filter attributes, its cells
+    and their HTML (:func:`reports.row_html.leaderboard_cells`)."""
+    summary = results.summary
+    columns = leaderboard_columns(summary)
+    identity = [h for h in header if h["group"] == "Configuration"]
+    best = bold_cells(paired, results)
+    significance = significance_marks(paired, columns)
+    metric_headers = list(zip(columns, header[len(identity) :], strict=True))
+    rows = []
+    for idx, r in iter_rows(summary):
+        key = group_key(r)
+        cells = [_identity_cell(r, h) for h in identity]
+        cells += [
+            _metric_cell(r, c, h, idx in best.get(c.key, ()),
+                         significance.get((*key, c.key), []), options.interval)
+            for c, h in metric_headers
+        ]  # fmt: skip
+        rows.append(
+            {
+                "dataset": r["dataset"],
+                "backbone": r["backbone"],
+                "m": m_text(r["M"]),
+                "config": " | ".join(config_key(r)),
+                "cells": cells,
+                "cells_html": leaderboard_cells(cells),
+            }
+        )
+    return rows
+
+
+def _filters(summary: pd.DataFrame) -> list[dict[str, Any]]:
+    """The dataset, backbone and M selects above the leaderboard, with every value present."""
+    has = bool(len(summary))
+    m_values = sorted({float(m) for m in summary["M"] if pd.notna(m)}) if has else []
+    return [
+        {"id": "filter-dataset", "label": "Dataset", "attr": "dataset",
+         "options": sorted(set(summary["dataset"])) if has else []},
+        {"id": "filter-backbone", "label": "Backbone", "attr": "backbone",
+         "options": sorted(set(summary["backbone"])) if has else []},
+        {"id": "filter-M", "label": "M", "attr": "m", "options": [f"{m:g}" for m in m_values]},
+    ]  # fmt: skip
+
+
 def context(
     results: Results,
     figures: list,
@@ -189,93 +275,7 @@ def context(
     columns = leaderboard_columns(summary)
     show_variant = bool(len(summary)) and summary["variant"].astype(bool).any()
     header = header_columns(summary, show_variant)
-    devices = _devices(summary) if len(summary) else ""
-    groups = header_groups(header, devices)
-    identity = [h for h in header if h["group"] == "Configuration"]
-    best = bold_cells(paired, results)
-    significance = significance_marks(paired, columns)
-    rows = []
-    for idx, r in iter_rows(summary):
-        key = group_key(r)
-        cells = []
-        for h in identity:
-            k = h["key"]
-            if k == "M":
-                text = value = m_text(r["M"])
-            elif k == "n":
-                text, value = _n_text(r), str(int(r["n"]))
-            else:
-                text = value = str(r[k])
-            cells.append(
-                {
-                    "key": k,
-                    "text": text,
-                    "value": value,
-                    "group": "Configuration",
-                    "num": h["type"] == "num",
-                    "best": False,
-                    "n": None,
-                    "title": "",
-                    "sig": [],
-                    "hidden": False,
-                    "alt": None,
-                    "shared": "",
-                }
-            )
-        for c, h in zip(columns, header[len(identity) :], strict=True):
-            mean, std, n = r[f"{c.key}_mean"], r[f"{c.key}_std"], r[f"{c.key}_n"]
-            ci = r.get(f"{c.key}_ci", math.nan)
-            texts = {"std": cell_text(mean, std, n, c.kind), "ci": cell_text(mean, ci, n, c.kind)}
-            finite = isinstance(mean, float | int) and math.isfinite(mean)
-            sig = significance.get((*key, c.key), [])
-            tip = (
-                ""
-                if not finite
-                else f"mean {mean:.6g}, std {std:.3g}, 95% CI ± {ci:.3g}, n {int(n)}"
-            )
-            shared = _shared_note(r, c.key)
-            cells.append(
-                {
-                    "key": c.key,
-                    "text": texts[options.interval],
-                    "alt": texts,
-                    "value": repr(float(mean)) if finite else "",
-                    "group": c.group,
-                    "num": True,
-                    "best": idx in best.get(c.key, ()),
-                    "n": int(n) if texts["std"] != "–" else None,
-                    "title": "; ".join([tip, shared, *(t for _, _, t in sig)]).strip("; "),
-                    "sig": [{"cls": cls, "symbol": sym} for cls, sym, _ in sig],
-                    "hidden": h["hidden"],
-                    "shared": shared,
-                }
-            )
-        rows.append(
-            {
-                "dataset": r["dataset"],
-                "backbone": r["backbone"],
-                "m": m_text(r["M"]),
-                "config": " | ".join(config_key(r)),
-                "cells": cells,
-                "cells_html": leaderboard_cells(cells),
-            }
-        )
-    m_values = sorted({float(m) for m in summary["M"] if pd.notna(m)}) if len(summary) else []
-    filters = [
-        {
-            "id": "filter-dataset",
-            "label": "Dataset",
-            "attr": "dataset",
-            "options": sorted(set(summary["dataset"])) if len(summary) else [],
-        },
-        {
-            "id": "filter-backbone",
-            "label": "Backbone",
-            "attr": "backbone",
-            "options": sorted(set(summary["backbone"])) if len(summary) else [],
-        },
-        {"id": "filter-M", "label": "M", "attr": "m", "options": [f"{m:g}" for m in m_values]},
-    ]
+    groups = header_groups(header, _devices(summary) if len(summary) else "")
     shown = {c.key for c in columns}
     dropped = [c.label for c in (*QUALITY, *COST, *CORRUPTION, *DIVERSITY) if c.key not in shown]
     status = [p.status for p in results.problems]
@@ -289,7 +289,7 @@ def context(
             "invalid": status.count("invalid"),
             "missing": status.count("missing"),
         },
-        "filters": filters,
+        "filters": _filters(summary),
         "header": header,
         "header_groups": groups,
         "picker": [h for h in header if h["group"] != "Configuration"],
@@ -297,7 +297,7 @@ def context(
             {"name": g, "columns": [h for h in header if h["group"] == g]}
             for g in dict.fromkeys(h["group"] for h in header if h["group"] != "Configuration")
         ],
-        "rows": rows,
+        "rows": leaderboard_rows(results, header, paired, options),
         "page_size": PAGE_SIZE,
         "dropped": dropped,
         "figures": figures,

@@ -208,6 +208,16 @@ def paired_differences(
     alpha = 1 - level if alpha is None else alpha
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    metrics = _checked_metrics(cells, metrics)
+    done = _prepared(cells, reference, metrics)
+    keys, m_of, is_ref, blocks = _groups(done, metrics)
+    meta, diffs = _differences(keys, is_ref, blocks, metrics)
+    ref_method = parse_reference(reference)[0]
+    return _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust)
+
+
+def _checked_metrics(cells: pd.DataFrame, metrics: Sequence[str] | None) -> list[str]:
+    """The metrics to compare (default: :func:`default_metrics`), after checking ``cells``."""
     for k in ("dataset", "backbone", "method", "M", "seed"):
         if k not in cells:
             raise ValueError(f"cells has no {k!r} column; pass records_to_frame(records)")
@@ -215,23 +225,42 @@ def paired_differences(
     absent = [m for m in metrics if m not in cells]
     if absent:
         raise ValueError(f"metric column(s) not in cells: {', '.join(absent)}")
+    return metrics
+
+
+def _prepared(cells: pd.DataFrame, reference: str, metrics: list[str]) -> pd.DataFrame:
+    """The done cells with every key column, ``_m`` (M as a sort key), ``_ref`` (a reference
+    cell) and the metrics as floats, NaN where not finite (no value for that seed)."""
     done = _done(cells).copy()
     for k, default in (("hparams", ""), ("variant", "")):
         if k not in done:
             done[k] = default
     done["_m"] = [_m_key(m) for m in done["M"]]
     done["_ref"] = reference_mask(done, reference)
-    ref_method = parse_reference(reference)[0]
     if metrics:
         values = done[metrics].apply(pd.to_numeric, errors="coerce").astype(float)
-        done[metrics] = values.where(np.isfinite(values))  # NaN/inf: no value for that seed
+        done[metrics] = values.where(np.isfinite(values))
+    return done
+
+
+def _groups(done: pd.DataFrame, metrics: list[str]) -> tuple[list, np.ndarray, np.ndarray, list]:
+    """Per configuration (sorted by its keys): its keys, M, whether it is a reference
+    configuration, and its per-seed block (:func:`_per_seed_blocks`)."""
     key_cols = ["dataset", "backbone", "method", "_m", "hparams", "variant"]
     codes = done.groupby(key_cols, sort=True, dropna=False).ngroup().to_numpy()
     _, first_pos = np.unique(codes, return_index=True)  # each group's first cell
     keys = list(done[key_cols].iloc[first_pos].itertuples(index=False, name=None))
     m_of = done["M"].to_numpy(dtype=object)[first_pos]
     is_ref = done["_ref"].groupby(codes).all().to_numpy()
-    blocks = _per_seed_blocks(done, codes, len(keys), metrics)
+    return keys, m_of, is_ref, _per_seed_blocks(done, codes, len(keys), metrics)
+
+
+def _differences(
+    keys: list[tuple], is_ref: np.ndarray, blocks: list, metrics: list[str]
+) -> tuple[list[tuple], list[np.ndarray]]:
+    """Each configuration paired with its reference configurations (module docstring): per
+    pair and metric with a finite difference, (group, reference group, metric, seeds) and the
+    per-seed differences."""
     refs: dict[tuple, list[int]] = {}  # (dataset, backbone, variant) → reference groups
     for g in np.flatnonzero(is_ref):
         refs.setdefault(keys[g][:2] + keys[g][5:], []).append(int(g))
@@ -251,7 +280,7 @@ def paired_differences(
                 if finite.any():
                     meta.append((g, r, metric, seeds[finite]))
                     diffs.append(diff[finite, j])
-    return _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust)
+    return meta, diffs
 
 
 def _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust) -> pd.DataFrame:
