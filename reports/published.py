@@ -16,7 +16,6 @@ nothing are kept, with an empty measured value, so a missing run is visible.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -142,10 +141,11 @@ def compare(results: Results, published: pd.DataFrame, options: ReportOptions) -
 
 def find_published(results_dir: Path | str) -> Path | None:
     """``<suite-stem>.published.csv`` beside the suite named in ``suite.json``, if it exists."""
-    manifest = Path(results_dir) / "suite.json"
+    from reports.manifest_cache import manifest_of  # parsed once per report
+
     try:
-        source = json.loads(manifest.read_text(encoding="utf-8")).get("source")
-    except (OSError, ValueError, AttributeError):
+        source = manifest_of(results_dir).get("source")
+    except (OSError, ValueError, AttributeError):  # absent or damaged (DamagedFile: ValueError)
         return None
     if not source:
         return None

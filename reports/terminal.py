@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.contract import expected_cells, read_manifest
+from harness.contract import expected_cells
 from reports.aggregate import load_results
 from reports.columns import Column, format_cell, leaderboard_columns
+from reports.manifest_cache import manifest_of
 from reports.results import Results
 from reports.summary import aggregate
 
@@ -75,7 +76,7 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
 def expected_of(results_dir: Path | str) -> list[dict] | None:
     """The cells the results folder's manifest expects (None when it has no manifest)."""
     try:
-        return expected_cells(read_manifest(Path(results_dir)))
+        return expected_cells(manifest_of(results_dir))
     except FileNotFoundError:
         return None
 
