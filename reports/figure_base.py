@@ -78,8 +78,11 @@ def _panels(n_settings: int, k: int, width: float = 4.2, height: float = 3.2):
 
 
 def _png(fig: Figure) -> str:
+    """The figure as base64 PNG at 150 dpi: the page shows it scaled to its width and the same
+    bytes are ``<id>.png`` beside it (one render, not one per resolution)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96, metadata={"Software": None})
+    # No timestamps/software in the metadata: identical data give identical files.
+    fig.savefig(buf, format="png", dpi=150, metadata={"Software": None})
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 

@@ -175,11 +175,12 @@ def _metric_problem(obj: Any, path: str) -> str | None:
     """The first metric leaf that is not a number (null stands for "not computed")."""
     if isinstance(obj, Mapping):
         for k, v in obj.items():
-            if problem := _metric_problem(v, f"{path}.{k}"):
+            # A number leaf needs no call (10,000 records × ~70 leaves each when reporting).
+            if type(v) is not float and (problem := _metric_problem(v, f"{path}.{k}")):
                 return problem
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
-            if problem := _metric_problem(v, f"{path}[{i}]"):
+            if type(v) is not float and (problem := _metric_problem(v, f"{path}[{i}]")):
                 return problem
     elif isinstance(obj, str | bool) or not isinstance(obj, int | float | type(None)):
         return f"{path} holds {type(obj).__name__} {obj!r:.40}, not a number"
