@@ -49,6 +49,7 @@ from reports.markdown import render_markdown as _markdown
 from reports.page import ReportOptions, context
 from reports.paired_view import PairedStats, paired_stats
 from reports.results import Results
+from reports.row_cache import RowCache
 
 TEMPLATES = Path(__file__).parent / "templates"
 FORMATS = ("html", "csv", "md", "latex")
@@ -91,12 +92,14 @@ def render_html(
     paired: PairedStats | None = None,
     options: ReportOptions | None = None,
     published: pd.DataFrame | None = None,
+    row_cache: RowCache | None = None,
 ) -> str:
     """The leaderboard page as a string (figures rendered from ``results.cells`` unless given).
 
     ``paired`` (from :func:`paired_stats`) is computed against ``reference`` with the test of
     ``options`` unless given; ``published`` (:func:`reports.published.compare`) adds the
-    published-vs-measured table.
+    published-vs-measured table; ``row_cache`` (:mod:`reports.row_cache`) supplies the rows
+    that did not change since the last report.
     """
     results, paired, options = _prepare(results, reference, paired, options)
     if figures is None:
@@ -106,7 +109,7 @@ def render_html(
     from reports.published import published_context
 
     extra = {"published": published_context(published)}
-    ctx = context(results, figures, _title(results, title), paired, options, extra)
+    ctx = context(results, figures, _title(results, title), paired, options, extra, row_cache)
     return _environment().get_template("leaderboard.html.j2").render(**ctx)
 
 
@@ -118,6 +121,7 @@ def render_markdown(
     paired: PairedStats | None = None,
     options: ReportOptions | None = None,
     published: pd.DataFrame | None = None,
+    row_cache: RowCache | None = None,
 ) -> str:
     """The leaderboard as a Markdown (GFM) table, then the paired differences to the reference.
 
@@ -125,7 +129,7 @@ def render_markdown(
     mean whose difference to the reference is significant carries ▲ (better) or ▼ (worse).
     """
     results, paired, options = _prepare(results, reference, paired, options)
-    return _markdown(results, _title(results, title), paired, options, published)
+    return _markdown(results, _title(results, title), paired, options, published, row_cache)
 
 
 def write_report(
@@ -152,7 +156,8 @@ def write_report(
     flattened records in ``.report-index.npz`` beside the results (:mod:`reports.record_index`),
     so the next report reads only the records that changed, and the figures in
     ``.report-figures.json`` beside the page, so it draws only those whose data changed
-    (:mod:`reports.figure_cache`); ``figures`` False draws none.
+    (:mod:`reports.figure_cache`), and the leaderboard's HTML and Markdown rows in
+    ``.report-rows.json`` (:mod:`reports.row_cache`); ``figures`` False draws none.
     """
     from reports.published import compare, find_published, read_published
 
@@ -178,7 +183,9 @@ def write_report(
     # whose data changed are drawn (reports.figure_cache).
     rendered = report_figures(results.cells, out, cache=index) if figures else []
     html_path = out / "leaderboard.html"
-    html = render_html(results, rendered, paired=paired, options=options, published=pub)
+    rows = RowCache(out, enabled=index)  # the rows of the last report in this folder
+    html = render_html(results, rendered, paired=paired, options=options, published=pub,
+                       row_cache=rows)  # fmt: skip
     html_path.write_text(html, encoding="utf-8")
     if "csv" in formats:
         results.summary.to_csv(out / "leaderboard.csv", index=False)
@@ -187,13 +194,15 @@ def write_report(
         if pub is not None:
             pub.to_csv(out / "published.csv", index=False)
     if "md" in formats:
-        md = render_markdown(results, paired=paired, options=options, published=pub)
+        md = render_markdown(results, paired=paired, options=options, published=pub,
+                             row_cache=rows)  # fmt: skip
         (out / "leaderboard.md").write_text(md, encoding="utf-8")
     if "latex" in formats:
         from reports.latex import render_latex
 
         tex = render_latex(results, paired, options)
         (out / "leaderboard.tex").write_text(tex, encoding="utf-8")
+    rows.save()
     return html_path
 
 

@@ -12,6 +12,7 @@ from reports.page import (
     corruption_table,
     interval_words,
     report_conventions,
+    row_extras,
 )
 from reports.paired_view import (
     PairedStats,
@@ -22,13 +23,20 @@ from reports.paired_view import (
     significance_marks,
 )
 from reports.results import Results
+from reports.row_cache import RowCache, value_digests
 from reports.selection import markdown_selection
 
 
 def render_markdown_table(
-    results: Results, title: str, paired: PairedStats, options: ReportOptions
+    results: Results,
+    title: str,
+    paired: PairedStats,
+    options: ReportOptions,
+    row_cache: RowCache | None = None,
 ) -> list[str]:
-    """The title, the leaderboard table (columns hidden by default left out) and its legend."""
+    """The title, the leaderboard table (columns hidden by default left out) and its legend;
+    with ``row_cache``, the lines of unchanged rows come from the last report
+    (:mod:`reports.row_cache`)."""
     summary = results.summary
     lines = [f"# {md_escape(title)}", ""]
     if not len(summary):
@@ -42,16 +50,28 @@ def render_markdown_table(
         head.insert(5, "variant")
     lines.append("| " + " | ".join(head + [c.label + arrow[c.better] for c in columns]) + " |")
     lines.append("|" + "|".join(["---"] * len(head) + ["---:"] * len(columns)) + "|")
-    for idx, r in iter_rows(summary):
-        ident = [m_text(r[k]) if k == "M" else _n_text(r) if k == "n" else str(r[k]) for k in head]
-        vals = []
-        for c in columns:
-            spread = r.get(f"{c.key}_{options.interval}")
-            text = cell_text(r[f"{c.key}_mean"], spread, r[f"{c.key}_n"], c.kind, show_n=True)
-            text = f"**{text}**" if idx in best.get(c.key, ()) else text
-            marks = "".join(m for _, m, _ in significance.get((*group_key(r), c.key), []))
-            vals.append(f"{text} {marks}" if marks else text)
-        lines.append("| " + " | ".join(md_escape(v) for v in ident + vals) + " |")
+
+    def make(positions: list[int]) -> list[str]:
+        out = []
+        for idx, r in iter_rows(summary.iloc[positions]):
+            ident = [m_text(r[k]) if k == "M" else _n_text(r) if k == "n" else str(r[k])
+                     for k in head]  # fmt: skip
+            vals = []
+            for c in columns:
+                spread = r.get(f"{c.key}_{options.interval}")
+                text = cell_text(r[f"{c.key}_mean"], spread, r[f"{c.key}_n"], c.kind, show_n=True)
+                text = f"**{text}**" if idx in best.get(c.key, ()) else text
+                marks = "".join(m for _, m, _ in significance.get((*group_key(r), c.key), []))
+                vals.append(f"{text} {marks}" if marks else text)
+            out.append("| " + " | ".join(md_escape(v) for v in ident + vals) + " |")
+        return out
+
+    if row_cache is None:
+        lines += make(list(range(len(summary))))
+    else:
+        extras = row_extras(summary, columns, best, significance)
+        context = [head, options.interval, [(c.key, c.kind) for c in columns]]
+        lines += row_cache.rows("md", value_digests(summary), extras, context, make)
     legend = f"{interval_words(options.interval).capitalize()} over seeds (n). ↑/↓: better "
     legend += "direction; **bold**: the best per dataset and every configuration not "
     legend += "significantly different from it"
@@ -82,9 +102,10 @@ def render_markdown(
     paired: PairedStats,
     options: ReportOptions,
     published: pd.DataFrame | None = None,
+    row_cache: RowCache | None = None,
 ) -> str:
     """The whole Markdown report (see the module docstring)."""
-    lines = render_markdown_table(results, title, paired, options)
+    lines = render_markdown_table(results, title, paired, options, row_cache)
     if len(results.summary):
         lines += markdown_paired(paired, results.summary)
     lines += markdown_corruptions(results, options)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from markupsafe import Markup
 
-from reports.bolding import config_key
+from reports.bolding import config_key, config_keys
 from reports.columns import (
     CORRUPTION,
     COST,
@@ -36,6 +37,7 @@ from reports.paired_view import (
     significance_marks,
 )
 from reports.results import Results
+from reports.row_cache import RowCache, value_digests
 from reports.row_html import leaderboard_cells
 from reports.selection import selection_context
 from reports.significance import TEST_NAMES, check_test
@@ -104,8 +106,9 @@ def _n_text(row: pd.Series) -> str:
 def _devices(summary: pd.DataFrame) -> str:
     """``cuda:0 NVIDIA H200, bf16`` or ``several: ...``: what the cost columns were measured on."""
     pairs = []
-    for _, r in iter_rows(summary):
-        dev, prec = str(r.get("cost_device", "") or ""), str(r.get("cost_precision", "") or "")
+    blank = [""] * len(summary)  # two columns, not every row as a dict
+    for dev, prec in zip(summary.get("cost_device", blank), summary.get("cost_precision", blank)):
+        dev, prec = str(dev or ""), str(prec or "")
         pairs.append(", ".join(x for x in (dev, prec) if x) or "device not recorded")
     uniq = list(dict.fromkeys(pairs))
     return uniq[0] if len(uniq) == 1 else "several: " + " | ".join(uniq)
@@ -217,36 +220,55 @@ def _metric_cell(
 
 
 def leaderboard_rows(
-    results: Results, header: list[dict[str, Any]], paired: PairedStats, options: ReportOptions
+    results: Results,
+    header: list[dict[str, Any]],
+    paired: PairedStats,
+    options: ReportOptions,
+    row_cache: RowCache | None = None,
 ) -> list[dict[str, Any]]:
-    """One entry per configuration of ``table#leaderboard``: its filter attributes, its cells
-    and their HTML (:func:`reports.row_html.leaderboard_cells`)."""
+    """One entry per configuration of ``table#leaderboard``: its filter attributes and its cells'
+    HTML (:func:`reports.row_html.leaderboard_cells`); with ``row_cache``, rows whose values,
+    bold cells and marks are unchanged since the last report are taken from there."""
     summary = results.summary
     columns = leaderboard_columns(summary)
     identity = [h for h in header if h["group"] == "Configuration"]
     best = bold_cells(paired, results)
     significance = significance_marks(paired, columns)
     metric_headers = list(zip(columns, header[len(identity) :], strict=True))
-    rows = []
-    for idx, r in iter_rows(summary):
-        key = group_key(r)
-        cells = [_identity_cell(r, h) for h in identity]
-        cells += [
-            _metric_cell(r, c, h, idx in best.get(c.key, ()),
-                         significance.get((*key, c.key), []), options.interval)
-            for c, h in metric_headers
-        ]  # fmt: skip
-        rows.append(
-            {
-                "dataset": r["dataset"],
-                "backbone": r["backbone"],
-                "m": m_text(r["M"]),
-                "config": " | ".join(config_key(r)),
-                "cells": cells,
-                "cells_html": leaderboard_cells(cells),
-            }
-        )
-    return rows
+
+    def make(positions: list[int]) -> list[dict[str, Any]]:
+        rows = []
+        for idx, r in iter_rows(summary.iloc[positions]):
+            key = group_key(r)
+            cells = [_identity_cell(r, h) for h in identity]
+            cells += [
+                _metric_cell(r, c, h, idx in best.get(c.key, ()),
+                             significance.get((*key, c.key), []), options.interval)
+                for c, h in metric_headers
+            ]  # fmt: skip
+            rows.append({"dataset": r["dataset"], "backbone": r["backbone"], "m": m_text(r["M"]),
+                         "config": " | ".join(config_key(r)),
+                         "cells_html": str(leaderboard_cells(cells))})  # fmt: skip
+        return rows
+
+    if row_cache is None:
+        rows = make(list(range(len(summary))))
+    else:
+        context = [[(h["key"], h["type"]) for h in identity], options.interval,
+                   [(c.key, c.kind, c.group, h["hidden"]) for c, h in metric_headers]]  # fmt: skip
+        extras = row_extras(summary, columns, best, significance)
+        rows = row_cache.rows("html", value_digests(summary), extras, context, make)
+    # Markup: the template writes the cells as they are (each value was escaped in Python).
+    return [{**r, "cells_html": Markup(r["cells_html"])} for r in rows]
+
+
+def row_extras(summary: pd.DataFrame, columns: list, best: dict, significance: dict) -> list:
+    """Per summary row, what it shows besides its values: its bold columns and its marks."""
+    return [
+        [[c.key for c in columns if idx in best.get(c.key, ())],
+         {c.key: significance[(*key, c.key)] for c in columns if (*key, c.key) in significance}]
+        for idx, key in zip(summary.index, config_keys(summary), strict=True)
+    ]  # fmt: skip
 
 
 def _filters(summary: pd.DataFrame) -> list[dict[str, Any]]:
@@ -269,8 +291,9 @@ def context(
     paired: PairedStats,
     options: ReportOptions,
     extra: dict[str, Any] | None = None,
+    row_cache: RowCache | None = None,
 ) -> dict[str, Any]:
-    """Everything ``leaderboard.html.j2`` renders."""
+    """Everything ``leaderboard.html.j2`` renders (``row_cache``: see :func:`leaderboard_rows`)."""
     summary = results.summary
     columns = leaderboard_columns(summary)
     show_variant = bool(len(summary)) and summary["variant"].astype(bool).any()
@@ -297,7 +320,7 @@ def context(
             {"name": g, "columns": [h for h in header if h["group"] == g]}
             for g in dict.fromkeys(h["group"] for h in header if h["group"] != "Configuration")
         ],
-        "rows": leaderboard_rows(results, header, paired, options),
+        "rows": leaderboard_rows(results, header, paired, options, row_cache),
         "page_size": PAGE_SIZE,
         "dropped": dropped,
         "figures": figures,

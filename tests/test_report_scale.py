@@ -1,15 +1,20 @@
 """What keeps a report over 10,000 records cheap beyond the record index: the manifest parsed
-once per report, and the same page, tables and statistics as before."""
+once per report, and the rows of the last report reused (reports/row_cache.py) for the same page
+and Markdown as a report without any cache."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from record_factory import make_record, write_records
 
+import reports.page as page
 from harness.cli import main
+from reports.leaderboard import write_report
 from reports.manifest_cache import manifest_of
+from reports.row_cache import CACHE_FILE as ROWS_FILE
 
 
 def _results_with_manifest(tmp_path):
@@ -50,3 +55,46 @@ def test_a_report_parses_the_manifest_once_and_again_when_it_changes(tmp_path, m
     assert len(parses) == 2
     assert "ffff0000" in (out / "leaderboard.html").read_text(encoding="utf-8")
     assert manifest_of(results)["current"][-1] == "ffff0000"
+
+
+def _page_and_md(out) -> tuple[str, str]:
+    """The page and the Markdown, less the one line that differs between runs (its time)."""
+    strip = re.compile(r"report generated.*?(</li>|$)", re.M)
+    html = (out / "leaderboard.html").read_text(encoding="utf-8")
+    md = (out / "leaderboard.md").read_text(encoding="utf-8")
+    return strip.sub("", html), strip.sub("", md)
+
+
+def test_cached_rows_give_the_page_and_markdown_of_an_uncached_report(tmp_path, monkeypatch):
+    results = tmp_path / "toy"
+    recs = [make_record(method=m, M=M, seed=s, acc=0.8 + 0.01 * M + 0.002 * s + 0.01 * len(m))
+            for m, M in (("deep_ensemble", 4), ("single", 1), ("mimo", 2), ("mimo", 4))
+            for s in range(6)]  # fmt: skip
+    write_records(results, recs)
+    warm, cold = tmp_path / "warm", tmp_path / "cold"
+    write_report(results, warm, figures=False)
+    assert (warm / ROWS_FILE).is_file()
+    made = []
+    real = page.leaderboard_cells
+    monkeypatch.setattr(page, "leaderboard_cells", lambda cells: made.append(1) or real(cells))
+    write_report(results, warm, figures=False)
+    assert made == []  # every row from the cache
+    write_report(results, cold, figures=False, index=False)
+    assert _page_and_md(warm) == _page_and_md(cold)
+    # mimo M=2 seed 0 changes: its row (and only it: the reference is deep_ensemble) is written
+    # again, and the page is the page of a report without any cache.
+    changed = next(r for r in recs if r["config"]["method"] == "mimo" and r["config"]["M"] == 2)
+    changed["metrics"]["clean"]["acc"] = 0.5
+    write_records(results, [changed])
+    made.clear()
+    write_report(results, warm, figures=False)
+    assert len(made) == 1
+    write_report(results, cold, figures=False, index=False)
+    assert _page_and_md(warm) == _page_and_md(cold)
+    assert "0.5" in _page_and_md(warm)[0] or "50.00" in _page_and_md(warm)[0]
+    # A damaged cache is rebuilt, not trusted.
+    (warm / ROWS_FILE).write_text('{"format": "harness-report-rows/1", "rows": 3}')
+    made.clear()
+    write_report(results, warm, figures=False)
+    assert len(made) == 4
+    assert _page_and_md(warm) == _page_and_md(cold)

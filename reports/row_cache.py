@@ -1,0 +1,107 @@
+"""Per-row text of the last report, reused for the rows that did not change.
+
+At 1,000 configurations the leaderboard's HTML rows (about 100 cells each) and the Markdown
+table's lines are most of what a report writes after its statistics; when 10 of 10,000 records
+changed, one configuration's row did. :class:`RowCache` keeps, in ``.report-rows.json`` in the
+output folder, each row's text under a digest of everything that row shows: the values of its
+summary row (pandas' hash of every column, with the column names and dtypes), the bold cells and
+significance marks it carries, and what the caller passes as ``context`` (the columns shown, the
+interval), and the code that writes it (a hash of the modules). A row whose digest is known is
+taken from there, every other one is written as without the cache. The file is a cache, never a
+source: one that cannot be read or names another format or code is ignored and rewritten, and
+only the entries this report used are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+CACHE_FILE = ".report-rows.json"
+FORMAT = "harness-report-rows/1"
+_CODE = ("page.py", "row_html.py", "columns.py", "markdown.py", "paired_view.py", "row_cache.py")
+
+
+def code_stamp() -> str:
+    """Hash of the modules that decide a row's text: another version rewrites every row."""
+    h = hashlib.sha256()
+    for name in _CODE:
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()
+
+
+def value_digests(frame: pd.DataFrame) -> list[str] | None:
+    """A digest of each row's values (None when a value cannot be hashed: no row is cached)."""
+    try:
+        values = pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    except TypeError:
+        return None
+    head = json.dumps([[str(c), str(frame[c].dtype)] for c in frame.columns])
+    head = hashlib.sha256(head.encode("utf-8")).hexdigest()[:24]
+    return [f"{head}{int(v):016x}" for v in values]
+
+
+class RowCache:
+    """The rows of the last report in ``out_dir`` (none when ``enabled`` is False)."""
+
+    def __init__(self, out_dir: Path | None, enabled: bool = True) -> None:
+        self.path = None if out_dir is None or not enabled else Path(out_dir) / CACHE_FILE
+        self.stamp = code_stamp() if self.path is not None else ""
+        self.old: dict[str, Any] = self._load() if self.path is not None else {}
+        self.new: dict[str, Any] = {}
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if data.get("format") != FORMAT or data.get("code") != self.stamp:
+                return {}
+            rows = data["rows"]
+            return rows if isinstance(rows, dict) else {}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return {}
+
+    def rows(
+        self,
+        kind: str,
+        digests: Sequence[str] | None,
+        extras: Sequence[Any],
+        context: Any,
+        make: Callable[[list[int]], list[Any]],
+    ) -> list[Any]:
+        """One entry per row: cached where its key is known, else from ``make(positions)``.
+
+        ``digests``: :func:`value_digests` of the rows (None: make every row); ``extras``: per
+        row, what else it shows (bold columns, marks), JSON-serialisable; ``context``: what
+        every row shows alike; ``make`` gets the positions of the rows to write and returns
+        their entries (JSON-serialisable) in that order."""
+        if self.path is None or digests is None:
+            return make(list(range(len(extras))))
+        base = json.dumps([kind, context], sort_keys=True, default=str)
+        keys = [
+            hashlib.sha256(f"{base}|{d}|{json.dumps(e, default=str)}".encode()).hexdigest()
+            for d, e in zip(digests, extras, strict=True)
+        ]
+        missing = [i for i, k in enumerate(keys) if k not in self.old]
+        made = dict(zip(missing, make(missing), strict=True)) if missing else {}
+        out = [made[i] if i in made else self.old[k] for i, k in enumerate(keys)]
+        self.new.update(zip(keys, out, strict=True))
+        return out
+
+    def save(self) -> None:
+        """Keep the entries of this report (atomically; a folder that cannot take it goes
+        without)."""
+        if self.path is None or self.new == self.old:
+            return
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"format": FORMAT, "code": self.stamp, "rows": self.new}),
+                           encoding="utf-8")  # fmt: skip
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
