@@ -44,6 +44,7 @@ import pandas as pd
 
 from harness.contract import RECORD_FILE
 from reports.aggregate import load_results
+from reports.csv_cache import write_csv
 from reports.figure_cache import RenderedFigure, report_figures
 from reports.markdown import render_markdown as _markdown
 from reports.page import ReportOptions, context
@@ -188,8 +189,9 @@ def write_report(
                        row_cache=rows)  # fmt: skip
     html_path.write_text(html, encoding="utf-8")
     if "csv" in formats:
-        results.summary.to_csv(out / "leaderboard.csv", index=False)
-        results.cells.to_csv(out / "cells.csv", index=False)
+        # The rows that did not change since the last report are not formatted again.
+        write_csv(results.summary, out / "leaderboard.csv", rows)
+        write_csv(results.cells, out / "cells.csv", rows)
         paired.frame.to_csv(out / "paired.csv", index=False)
         if pub is not None:
             pub.to_csv(out / "published.csv", index=False)

@@ -1,15 +1,15 @@
 """Per-row text of the last report, reused for the rows that did not change.
 
-At 1,000 configurations the leaderboard's HTML rows (about 100 cells each) and the Markdown
-table's lines are most of what a report writes after its statistics; when 10 of 10,000 records
-changed, one configuration's row did. :class:`RowCache` keeps, in ``.report-rows.json`` in the
-output folder, each row's text under a digest of everything that row shows: the values of its
-summary row (pandas' hash of every column, with the column names and dtypes), the bold cells and
-significance marks it carries, and what the caller passes as ``context`` (the columns shown, the
-interval), and the code that writes it (a hash of the modules). A row whose digest is known is
-taken from there, every other one is written as without the cache. The file is a cache, never a
-source: one that cannot be read or names another format or code is ignored and rewritten, and
-only the entries this report used are kept.
+At 1,000 configurations the leaderboard's HTML rows (about 100 cells each) and the Markdown table's
+lines are most of what a report writes after its statistics; when 10 of 10,000 records changed, one
+configuration's row did. :class:`RowCache` keeps, in ``.report-rows.json`` in the output folder,
+each row's text under a digest of everything that row shows: the values of its summary row (pandas'
+hash of every column, with the column names and dtypes), the bold cells and significance marks it
+carries, and what the caller passes as ``context`` (the columns shown, the interval), and the code
+that writes it (a hash of the modules). A row whose digest is known is taken from there, every
+other one is written as without the cache; :mod:`reports.csv_cache` keeps the CSV tables' row spans
+in the same file. The file is a cache, never a source: one that cannot be read or names another
+format or code is ignored and rewritten, and only the entries this report used are kept.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import pandas as pd
 
 CACHE_FILE = ".report-rows.json"
 FORMAT = "harness-report-rows/1"
-_CODE = ("page.py", "row_html.py", "columns.py", "markdown.py", "paired_view.py", "row_cache.py")
+_CODE = ("page.py", "row_html.py", "columns.py", "markdown.py", "paired_view.py", "row_cache.py",
+         "csv_cache.py")  # fmt: skip
 
 
 def code_stamp() -> str:
@@ -53,18 +54,21 @@ class RowCache:
     def __init__(self, out_dir: Path | None, enabled: bool = True) -> None:
         self.path = None if out_dir is None or not enabled else Path(out_dir) / CACHE_FILE
         self.stamp = code_stamp() if self.path is not None else ""
-        self.old: dict[str, Any] = self._load() if self.path is not None else {}
+        self.old, self.old_csv = self._load() if self.path is not None else ({}, {})
         self.new: dict[str, Any] = {}
+        self.new_csv: dict[str, Any] = {}  # per CSV file (reports.csv_cache)
 
-    def _load(self) -> dict[str, Any]:
+    def _load(self) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if data.get("format") != FORMAT or data.get("code") != self.stamp:
-                return {}
-            rows = data["rows"]
-            return rows if isinstance(rows, dict) else {}
+                return {}, {}
+            rows, csv = data["rows"], data["csv"]
+            if not isinstance(rows, dict) or not isinstance(csv, dict):
+                return {}, {}
+            return rows, {k: v for k, v in csv.items() if isinstance(v, dict)}
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            return {}
+            return {}, {}
 
     def rows(
         self,
@@ -96,12 +100,12 @@ class RowCache:
     def save(self) -> None:
         """Keep the entries of this report (atomically; a folder that cannot take it goes
         without)."""
-        if self.path is None or self.new == self.old:
+        if self.path is None or (self.new == self.old and self.new_csv == self.old_csv):
             return
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps({"format": FORMAT, "code": self.stamp, "rows": self.new}),
-                           encoding="utf-8")  # fmt: skip
+            data = {"format": FORMAT, "code": self.stamp, "rows": self.new, "csv": self.new_csv}
+            tmp.write_text(json.dumps(data), encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError:
             tmp.unlink(missing_ok=True)

@@ -5,16 +5,22 @@ and Markdown as a report without any cache."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from record_factory import make_record, write_records
 
+import reports.csv_cache as csv_cache
 import reports.page as page
 from harness.cli import main
+from reports.csv_cache import write_csv
 from reports.leaderboard import write_report
 from reports.manifest_cache import manifest_of
 from reports.row_cache import CACHE_FILE as ROWS_FILE
+from reports.row_cache import RowCache
 
 
 def _results_with_manifest(tmp_path):
@@ -98,3 +104,45 @@ def test_cached_rows_give_the_page_and_markdown_of_an_uncached_report(tmp_path, 
     write_report(results, warm, figures=False)
     assert len(made) == 4
     assert _page_and_md(warm) == _page_and_md(cold)
+
+
+def _frame(n: int, change: int | None = None) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    acc = rng.random(n)
+    if change is not None:
+        acc[change] = 0.125
+    tb = ['Traceback:\n  line 1, "x"\nError' if i % 7 == 3 else "" for i in range(n)]
+    return pd.DataFrame({
+        "cell_id": [f"c{i}" for i in range(n)], "acc": acc, "n": np.arange(n),
+        "nll": [math.nan if i % 5 == 0 else 1 / (i + 1) for i in range(n)],
+        "hparams": ['tau=0.5, "q"' if i % 2 else "" for i in range(n)], "error_traceback": tb,
+        "ok": [i % 3 == 0 for i in range(n)], "label": ["σN-Ens €" for _ in range(n)],
+    })  # fmt: skip
+
+
+def test_csv_rows_are_reused_and_the_file_is_pandas_own(tmp_path, monkeypatch):
+    out = tmp_path / "page"
+    out.mkdir()
+    path, want = out / "cells.csv", tmp_path / "want.csv"
+    cache = RowCache(out)
+    write_csv(_frame(40), path, cache)
+    _frame(40).to_csv(want, index=False)
+    assert path.read_bytes() == want.read_bytes()
+    cache.save()
+    formatted = []
+    real = csv_cache._texts
+    monkeypatch.setattr(csv_cache, "_texts", lambda f, pos: formatted.append(pos) or real(f, pos))
+    for change in (None, 3, 10):  # unchanged; a row with a line break in a value; a plain row
+        cache = RowCache(out)
+        write_csv(_frame(40, change), path, cache)
+        _frame(40, change).to_csv(want, index=False)
+        assert path.read_bytes() == want.read_bytes()
+        cache.save()
+    assert formatted == [[], [3], [3, 10]]  # row 3 back to its first value: formatted again
+    # The file edited since (same size): written in full, not spliced.
+    text = bytearray(path.read_bytes())
+    text[-3:-2] = b"9" if text[-3:-2] != b"9" else b"8"
+    path.write_bytes(bytes(text))
+    formatted.clear()
+    write_csv(_frame(40, 10), path, RowCache(out))
+    assert path.read_bytes() == want.read_bytes() and formatted == [list(range(40))]
