@@ -64,7 +64,8 @@ def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[Path]:
             found = [
                 Path(e.path) for e in entries if e.is_dir() and not e.name.startswith((".", "_"))
             ]
-        return sorted(p for p in found if p.name not in names or p.resolve() not in ignore)
+        kept = [p for p in found if p.name not in names or p.resolve() not in ignore]
+        return sorted(kept, key=lambda p: p.name)  # one folder: the order of Path comparison
 
     if any(results_dir.glob(f"*/{RECORD_FILE}")) or not any(results_dir.glob(f"*/*/{RECORD_FILE}")):
         return subdirs(results_dir)

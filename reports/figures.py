@@ -28,6 +28,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from reports.columns import format_number
 from reports.figure_base import (
+    _bars,
     _done,
     _figure_legend,
     _finite,
@@ -199,16 +200,7 @@ def ood_auroc(cells: pd.DataFrame) -> Figure | None:
                 if sc.empty:
                     ax.set_axis_off()
                     continue
-                sns.barplot(
-                    data=sc,
-                    x="ood_set",
-                    y="auroc100",
-                    hue="label",
-                    palette=pal,
-                    hue_order=[h for h in pal if h in set(sc["label"])],
-                    errorbar="sd",
-                    ax=ax,
-                )
+                _bars(ax, sc, "ood_set", "auroc100", pal, [h for h in pal if h in set(sc["label"])])
                 ax.axhline(50, ls=":", color="0.4", lw=1)
                 ax.set_ylim(max(0.0, sc["auroc100"].min() - 10), 100)
                 ax.set(title=f"{title} · {score}", xlabel="OOD set", ylabel="AUROC (%)  ↑")

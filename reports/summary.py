@@ -61,6 +61,14 @@ def drop_duplicate_seeds(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[
     return cells.drop(index=done.index[dup]), pairs
 
 
+def _per_group(codes: np.ndarray, values: pd.Series) -> list[list]:
+    """The values of each group (numbered 0…k-1 by ``codes``), in the rows' order."""
+    out: list[list] = [[] for _ in range(int(codes.max()) + 1 if len(codes) else 0)]
+    for code, value in zip(codes.tolist(), values.tolist(), strict=True):
+        out[code].append(value)
+    return out
+
+
 def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
     """Mean, std (ddof=1) and n of every metric over the seeds of each group of done cells.
 
@@ -90,12 +98,17 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
             "n": by_key.size(),
             "n_failed": failed.reindex(stats.index, fill_value=0).astype(int),
             "n_nonfinite": nonfinite.groupby([done[k] for k in keys], dropna=False).sum(),
-            "seeds": by_key["seed"].agg(lambda s: ", ".join(str(x) for x in sorted(s))),
         }
     )
+    # The text columns joined per group in one pass over the rows (a pandas .agg with a Python
+    # function per group cost 0.15 s at 1,000 groups); groups numbered in the order of `front`.
+    codes = by_key.ngroup().to_numpy()
+    front["seeds"] = [", ".join(str(x) for x in sorted(v)) for v in _per_group(codes, done["seed"])]
     for c in CONDITION_TEXT:
         if c in done:
-            front[c] = by_key[c].agg(lambda s: "; ".join(sorted({str(x) for x in s if x})))
+            front[c] = [
+                "; ".join(sorted({str(x) for x in v if x})) for v in _per_group(codes, done[c])
+            ]
     hp = [c for c in cells.columns if c.startswith("hp_")]
     stats = pd.concat([front, stats, *([by_key[hp].first()] if hp else [])], axis=1)
     return stats.reset_index()

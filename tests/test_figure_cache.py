@@ -137,3 +137,48 @@ def test_what_a_figure_is_not_keyed_on_changes_no_pixel(figure_id):
 def test_every_figure_has_its_reads_and_the_sigma_name_matches():
     assert set(READS) == {s.id for s in FIGURES}
     assert CACHE_SIGMA == SIGMA_METHOD
+
+
+def test_bars_draw_what_seaborn_barplot_draws():
+    """The OOD figure's bars (drawn directly, for speed) are seaborn.barplot's: positions,
+    widths, heights, colours, error bars, ticks and limits."""
+    import seaborn as sns
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+
+    from reports.figure_base import _bars, _palette, _style
+
+    rows = [("svhn", "a", 80.0), ("svhn", "a", 84.0), ("svhn", "b", 70.0), ("cifar", "b", 60.0),
+            ("cifar", "b", 66.0), ("cifar", "c", 90.0), ("svhn", "c", 91.0)]  # fmt: skip
+    data = pd.DataFrame(rows, columns=["ood_set", "label", "auroc100"])
+    pal = _palette(data["label"])
+    order = ["c", "a", "b"]
+
+    def drawn(draw):
+        with _style():
+            ax = Figure().subplots()
+            draw(ax)
+            # Drawn bars (seaborn adds empty legend patches) and drawn error bars (seaborn
+            # draws a NaN line where one seed has no spread); -0.0 and 0.0 are one position.
+            bars = [(round(p.get_x(), 9) + 0.0, round(p.get_width(), 9), p.get_height(),
+                     tuple(p.get_facecolor())) for p in ax.patches if p.get_width()]  # fmt: skip
+            segs = [s for c in ax.collections if isinstance(c, LineCollection)
+                    for s in c.get_segments()] + [ln.get_xydata() for ln in ax.lines]  # fmt: skip
+            segs = [(np.round(s, 9) + 0.0).tolist() for s in segs if np.isfinite(s).all()]
+            ticks = [(t, lbl.get_text()) for t, lbl in zip(ax.get_xticks(), ax.get_xticklabels())]
+            return sorted(bars), sorted(segs), ticks, ax.get_xlim()
+
+    ours = drawn(lambda ax: _bars(ax, data, "ood_set", "auroc100", pal, order))
+    theirs = drawn(
+        lambda ax: sns.barplot(
+            data=data,
+            x="ood_set",
+            y="auroc100",
+            hue="label",
+            palette=pal,
+            hue_order=order,
+            errorbar="sd",
+            ax=ax,
+        )
+    )
+    assert ours == theirs

@@ -28,7 +28,7 @@ FORMAT = "harness-done-index/1"
 _RACY_NS = 2_000_000_000
 
 
-def file_key(path: Path) -> tuple[int, int] | None:
+def file_key(path: Path | str) -> tuple[int, int] | None:
     """(size, mtime in ns) of ``path`` itself (a symlink is not followed), or None if absent:
     what says a file changed, for this index and the report's record index."""
     try:
