@@ -7,7 +7,10 @@ metric), ``cells.csv`` (one row per cell), ``paired.csv`` (:func:`reports.stats.
 against the reference method, one row per configuration × reference configuration × metric) and
 ``leaderboard.md``; with ``formats`` containing ``latex``, ``leaderboard.tex``
 (:mod:`reports.latex`); every figure also as ``<id>.png`` and ``<id>.pdf`` beside the page; with
-published values (:mod:`reports.published`), ``published.csv``.
+published values (:mod:`reports.published`), ``published.csv``. Caches beside the page (unless
+``index`` is False): ``.report-figures.json`` (:mod:`reports.figure_cache`: a figure is drawn again
+only when its data changed) and ``.report-rows.json`` (:mod:`reports.row_cache`,
+:mod:`reports.csv_cache`: the HTML, Markdown and CSV text of rows that did not change).
 
 Stable hooks for tests and scripts: ``table#leaderboard`` with ``th.sortable[data-col]`` headers and
 ``tr.lb-row[data-dataset][data-backbone][data-m]`` rows whose ``td[data-col][data-value]`` hold the
