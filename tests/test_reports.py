@@ -366,7 +366,9 @@ def sweep_figures():
 
 
 def test_figures_render_png_for_suitable_data(sweep_figures):
-    assert [f.id for f in sweep_figures] == [spec.id for spec in FIGURES]
+    # then the figure σN-Ens's records declare for k_eff (methods/sigma_ens.py), drawn as declared
+    assert [f.id for f in sweep_figures] == [*(spec.id for spec in FIGURES), "fig-keff"]
+    assert sweep_figures[-1].title == "σN-Ens k_eff vs τ"
     assert {f.id: f.note for f in sweep_figures if not _is_png(f.png)} == {}
 
 
