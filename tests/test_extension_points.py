@@ -16,6 +16,7 @@ import tarfile
 import textwrap
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.cli import main
@@ -226,3 +227,77 @@ def test_a_plugin_download_with_a_wrong_md5_is_refused(
     assert main(argv) == 2
     assert f"expected md5 {'0' * 32}" in capsys.readouterr().err
     assert sorted(p.name for p in root.iterdir()) == ["plug-noise.tar.gz.corrupt"]  # not extracted
+
+
+DIAG_METHOD = '''
+"""A plugin method declaring one diagnostic and its figure: the single network, recording the
+norm of its weights times a hyper-parameter ``scale`` every epoch."""
+from dataclasses import dataclass
+
+import torch
+
+from harness.contract import Diagnostic, DiagnosticFigure
+from methods.base import MethodSpec, register_method
+from methods.single import SingleModel
+
+
+@dataclass(frozen=True)
+class Hp:
+    scale: float = 1.0
+
+
+class Model(SingleModel):
+    def __init__(self, ctx, hp):
+        super().__init__(ctx)
+        self.scale = hp.scale
+
+    def diagnostics(self):
+        with torch.no_grad():
+            norm = sum(float(p.norm()) for p in self.parameters())
+        return {"plug_norm": self.scale * norm, "not_declared": 7.0}
+
+
+register_method(MethodSpec(
+    name="plug_diag", build=Model, hparams=Hp, max_members=1,
+    diagnostics=(Diagnostic("plug_norm", "Scaled ‖w‖", "Plug group", "f2", hidden=False,
+                            figure=DiagnosticFigure(x="scale", id="fig-plug-norm",
+                                                    title="Scaled norm vs scale",
+                                                    reference_lines=(1.0, "M"))),)))
+'''
+
+DIAG_SUITE = """
+name: diag
+grid: {datasets: [plug_noise], backbones: [plug_linear], M: [1], seeds: [0],
+       methods: [{name: plug_diag, hparams: {scale: [0.5, 2.0]}}]}
+recipe: {epochs: 2, batch_size: 32, lr: 0.05, warmup_epochs: 0}
+evaluation: {cost: false}
+"""
+
+
+def test_a_method_declares_a_diagnostic_the_report_shows(plugin_package, tmp_path, capsys):
+    (tmp_path / "plugpkg" / "diag.py").write_text(textwrap.dedent(DIAG_METHOD))
+    importlib.invalidate_caches()
+    plugins = [*plugin_package, "--plugin=plugpkg.diag"]
+    suite = tmp_path / "diag.yaml"
+    suite.write_text(DIAG_SUITE)
+    results = tmp_path / "results"
+    argv = ["run", str(suite), *plugins, "--executor", "inprocess", "-q", "--results"]
+    assert main([*argv, str(results), "--data-root", str(tmp_path)]) == 0
+    records = [read_record(p.parent) for p in (results / "diag").glob("*/record.json")]
+    assert len(records) == 2 and {r["status"] for r in records} == {"done"}
+    declared = records[0]["diagnostics"]["declared"]  # written by the engine, for the reporter
+    assert [d["key"] for d in declared] == ["plug_norm"] and declared[0]["figure"]["x"] == "scale"
+
+    out = tmp_path / "report"
+    assert main(["report", str(results / "diag"), "-o", str(out)]) == 0  # no --plugin needed
+    capsys.readouterr()
+    page = (out / "leaderboard.html").read_text()
+    assert "Scaled ‖w‖" in page and "Plug group" in page  # the declared label and group
+    assert "Scaled norm vs scale" in page and "fig-plug-norm" in page  # the declared figure
+    assert (out / "fig-plug-norm.png").is_file()  # drawn: two values of scale
+    cells = pd.read_csv(out / "cells.csv")
+    by_scale = dict(zip(cells["hp_scale"], cells["plug_norm"], strict=True))
+    for rec in records:  # the last epoch's value, as declared
+        scale = rec["config"]["hparams"]["scale"]
+        assert by_scale[scale] == pytest.approx(rec["diagnostics"]["per_epoch"][-1]["plug_norm"])
+    assert "not_declared" not in cells  # a declaring method shows only what it declares
