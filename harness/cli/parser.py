@@ -248,4 +248,5 @@ def _add_data(sub) -> None:
         "torchvision:ENUM.VALUE (into the library's own cache)",
     )
     dl.add_argument("--data-root")
+    _add_plugin_argument(dl)  # a plugin dataset declares its own download
     dl.set_defaults(fn="harness.cli.data:cmd_data")
