@@ -1,17 +1,18 @@
 """Figures drawn once per input: a report redraws only the figures whose data changed.
 
-Drawing is most of a report's cost (matplotlib lays out and renders each figure three times: the
-page's PNG, ``<id>.png`` and ``<id>.pdf``). So :func:`report_figures` keys each figure by a
-SHA-256 of everything its picture depends on — its id, the code that draws it (the figure
-modules' bytes), the matplotlib and seaborn versions, its caption note, and the values of the rows
-and columns it reads (:data:`READS`: pandas' hash of every value, in order; a figure not listed
-there reads every column) — and keeps, in ``.report-figures.json`` in the output folder, per
+Drawing is most of a report's cost (matplotlib lays out and renders each figure twice: the PNG the
+page embeds and writes as ``<id>.png``, and ``<id>.pdf``). So :func:`report_figures` keys each
+figure by a SHA-256 of everything its picture depends on — its id, the code that draws it (the
+figure modules' bytes), the matplotlib and seaborn versions, its caption note, and the values of
+the rows and columns it reads (:data:`READS`: pandas' hash of every value, in order; a figure not
+listed there reads every column) — and keeps, in ``.report-figures.json`` in the output folder, per
 figure: that key, the page's base64 PNG, its title, caption and note, and the SHA-256 of the two
 files written beside the page. A figure whose key and files still match is taken from there; when
 every figure matches, matplotlib is not even imported. The file is a cache, never a source: one
 that cannot be read, names another format or code, or disagrees with the files is ignored and
-rewritten (``tests/test_figure_cache.py`` also checks, per figure, that changing what
-:data:`READS` leaves out changes no pixel).
+rewritten (``tests/test_figure_cache.py`` also checks, per figure, that changing what :data:`READS`
+leaves out changes no pixel). A figure a method's diagnostic declares is keyed on its declaration
+and the two columns it draws (the hyper-parameter and the diagnostic).
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from typing import Any
 
 import pandas as pd
 
-from reports.figure_selection import RenderedFigure, figure_cells
+from reports.figure_selection import RenderedFigure, declared_figure_meta, figure_cells
 
 CACHE_FILE = ".report-figures.json"
 FORMAT = "harness-report-figures/1"
 SIGMA_METHOD = "sigma_ens"  # = reports.figure_base.SIGMA_METHOD (not imported: it loads matplotlib)
-_CODE = ("figures.py", "figure_base.py", "figure_selection.py", "figure_cache.py", "columns.py")
+_CODE = ("figures.py", "figure_base.py", "figure_selection.py", "figure_cache.py", "columns.py",
+         "figure_diagnostics.py")  # fmt: skip
 _LABELS = ("status", "dataset", "backbone", "method", "M", "hparams")  # every figure's labels
 
 
@@ -48,7 +50,6 @@ READS: dict[str, tuple[Any, bool]] = {
     "fig-corruption": (("acc", "ece", *_SEVERITY), False),
     "fig-ood": (_ood_auroc, False),
     "fig-cost": (("acc", "params", "eval_ips"), False),
-    "fig-keff": (("hp_tau", "k_eff"), True),
 }
 
 
@@ -66,9 +67,17 @@ def code_stamp() -> str:
     return h.hexdigest()
 
 
-def figure_key(figure_id: str, data: pd.DataFrame, note: str, stamp: str) -> str:
-    """The key of one figure drawn from ``data`` (the cells :func:`figure_cells` gave it)."""
-    reads, sigma_only = READS.get(figure_id, (None, False))
+def figure_key(
+    figure_id: str, data: pd.DataFrame, note: str, stamp: str, declared: dict | None = None
+) -> str:
+    """The key of one figure drawn from ``data`` (the cells :func:`figure_cells` gave it);
+    ``declared``: the diagnostic declaration of a declared figure (it reads the hyper-parameter
+    and the column its figure names, of every row, and the declaration's texts)."""
+    if declared is not None:
+        column = str(declared.get("column") or declared["key"])
+        reads, sigma_only = (f"hp_{declared['figure']['x']}", column), False
+    else:
+        reads, sigma_only = READS.get(figure_id, (None, False))
     if reads is None:
         cols = list(data.columns)
     else:
@@ -78,7 +87,7 @@ def figure_key(figure_id: str, data: pd.DataFrame, note: str, stamp: str) -> str
     frame = frame[cols]
     h = hashlib.sha256()
     meta = [figure_id, note, stamp, len(frame), [[str(c), str(frame[c].dtype)] for c in cols]]
-    h.update(json.dumps(meta).encode("utf-8"))
+    h.update(json.dumps([meta, declared], sort_keys=True, default=str).encode("utf-8"))
     if len(frame) and cols:
         try:
             values = pd.util.hash_pandas_object(frame, index=False).to_numpy()
@@ -95,18 +104,21 @@ def _sha(path: Path) -> str | None:
         return None
 
 
-def _load(path: Path, stamp: str) -> list[dict[str, Any]]:
-    """The cached entries, or none for anything this code did not write."""
+def _load(path: Path, stamp: str) -> tuple[list[str] | None, list[dict[str, Any]]]:
+    """(the ids of :data:`reports.figures.FIGURES`, the cached entries), or (None, []) for
+    anything this code did not write."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FORMAT or data.get("code") != stamp:
-            return []
-        entries = data["figures"]
+            return None, []
+        static, entries = data["static"], data["figures"]
         if not all(isinstance(e, dict) and isinstance(e.get("id"), str) for e in entries):
-            return []
-        return entries
+            return None, []
+        if not all(isinstance(i, str) for i in static):
+            return None, []
+        return static, entries
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return []
+        return None, []
 
 
 def _usable(entry: dict[str, Any], key: str, out_dir: Path) -> bool:
@@ -126,23 +138,27 @@ def _entry(f: RenderedFigure, key: str, out_dir: Path) -> dict[str, Any]:
 def report_figures(
     cells: pd.DataFrame, out_dir: Path, *, cache: bool = True
 ) -> list[RenderedFigure]:
-    """Every figure of :data:`reports.figures.FIGURES` for the page, each also written as
+    """Every figure of :func:`reports.figures.figure_specs` for the page, each also written as
     ``<id>.png`` and ``<id>.pdf`` in ``out_dir``; with ``cache``, only those whose key or files
     changed are drawn (see the module docstring). A failed figure is never cached."""
     path = out_dir / CACHE_FILE
     stamp = code_stamp()
-    cached = {e["id"]: e for e in _load(path, stamp)} if cache else {}
-    if cached:  # the stamp covers figures.py: its list of figures is the cached one
-        ids = list(cached)
-    else:
+    static, entries = _load(path, stamp) if cache else (None, [])
+    cached = {e["id"]: e for e in entries}
+    if static is None:  # the stamp covers figures.py: a cached list of its figures is its list
         from reports.figures import FIGURES
 
-        ids = [spec.id for spec in FIGURES]
+        static = [spec.id for spec in FIGURES]
+    declared = {fid: d for fid, *_, d in declared_figure_meta(cells)}
+    ids = [*static, *(fid for fid in declared if fid not in static)]
     out: list[RenderedFigure | None] = []
     keys, todo = {}, []
     for fid in ids:
-        data, note = figure_cells(cells, fid)
-        keys[fid] = figure_key(fid, data, note, stamp)
+        if fid in declared:  # a sweep: every cell
+            keys[fid] = figure_key(fid, cells, "", stamp, declared[fid])
+        else:
+            data, note = figure_cells(cells, fid)
+            keys[fid] = figure_key(fid, data, note, stamp)
         e = cached.get(fid)
         if e is not None and _usable(e, keys[fid], out_dir):
             out.append(RenderedFigure(fid, e["title"], e["caption"], e["png"], e["note"]))
@@ -150,9 +166,9 @@ def report_figures(
             out.append(None)
             todo.append(fid)
     if todo:
-        from reports.figures import FIGURES, render_one, write_figure_files
+        from reports.figures import figure_specs, render_one, write_figure_files
 
-        specs = {spec.id: spec for spec in FIGURES}
+        specs = {spec.id: spec for spec in figure_specs(cells)}
         drawn = {fid: render_one(specs[fid], cells) for fid in todo}
         write_figure_files(list(drawn.values()), out_dir)
         out = [f if f is not None else drawn[fid] for f, fid in zip(out, ids, strict=True)]
@@ -161,7 +177,7 @@ def report_figures(
         # A failed figure stays in the list (the next report keeps showing it) but never matches.
         entries = [_entry(f, "" if f.note.startswith("failed") else keys[f.id], out_dir)
                    for f in figures]  # fmt: skip
-        _write(path, {"format": FORMAT, "code": stamp, "figures": entries})
+        _write(path, {"format": FORMAT, "code": stamp, "static": static, "figures": entries})
     return figures
 
 

@@ -48,6 +48,25 @@ def figure_cells(cells: pd.DataFrame, figure: str = "") -> tuple[pd.DataFrame, s
     return kept, note
 
 
+def declared_figure_meta(cells: pd.DataFrame) -> list[tuple[str, str, str, str, dict]]:
+    """``(id, title, caption, needs, declaration)`` of a figure for each diagnostic the records
+    declare with one (:class:`harness.contract.DiagnosticFigure`); no plotting import, so the
+    figure cache can key them before deciding whether to draw."""
+    from reports.columns import declared_diagnostics
+
+    return [
+        (
+            str(d["figure"]["id"]),
+            str(d["figure"].get("title") or d["key"]),
+            str(d["figure"].get("caption") or ""),
+            f"{d.get('label') or d['key']} at two or more values of {d['figure']['x']}",
+            d,
+        )
+        for d in declared_diagnostics(cells)
+        if isinstance(d.get("figure"), dict) and d["figure"].get("x") and d["figure"].get("id")
+    ]
+
+
 @dataclass(frozen=True)
 class RenderedFigure:
     """One figure for the page (here, not in :mod:`reports.figures`, so that a report whose

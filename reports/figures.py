@@ -255,38 +255,6 @@ def quality_vs_cost(cells: pd.DataFrame) -> Figure | None:
         return fig
 
 
-def keff_vs_tau(cells: pd.DataFrame) -> Figure | None:
-    """σN-Ens's effective members sharing a feature (k_eff, last epoch) vs τ, per M."""
-    d = _finite(_tau(_done(cells)), "tau", "k_eff")
-    if d["tau"].nunique() < 2:
-        return None
-    d = d.assign(size=d["M"].map(_m_text))
-    sizes = [_m_text(m) for m in sorted(d["M"].unique())]
-    pal = dict(zip(sizes, sns.color_palette("tab10", len(sizes))))
-    settings = _settings(d)
-    with _style():
-        fig, panels = _panels(len(settings), 1, width=4.6, height=3.4)
-        for (ax,), (title, s) in zip(panels, settings):
-            sns.lineplot(
-                data=s,
-                x="tau",
-                y="k_eff",
-                hue="size",
-                hue_order=sizes,
-                palette=pal,
-                marker="o",
-                errorbar="sd",
-                ax=ax,
-            )
-            for m in [1.0, *sorted(s["M"].dropna().unique())]:
-                ax.axhline(m, ls=":", color="0.5", lw=0.8)
-            if (s["tau"] > 0).all():
-                ax.set_xscale("log")
-            ax.set(title=title, xlabel="τ", ylabel="k_eff (1 = owned, M = shared)")
-        _figure_legend(fig, (row[0] for row in panels))
-        return fig
-
-
 @dataclass(frozen=True)
 class FigureSpec:
     id: str
@@ -294,6 +262,7 @@ class FigureSpec:
     caption: str
     needs: str
     draw: Callable[[pd.DataFrame], str | None]
+    sweep: bool = False  # one point per setting: every configuration is drawn
 
 
 FIGURES: tuple[FigureSpec, ...] = (
@@ -333,22 +302,16 @@ FIGURES: tuple[FigureSpec, ...] = (
         "accuracy with parameter counts or eval throughput",
         quality_vs_cost,
     ),
-    FigureSpec(
-        "fig-keff",
-        "σN-Ens k_eff vs τ",
-        "k_eff = 1/Σ q_m² of the last epoch, mean over layers; dotted: 1 and M.",
-        "σN-Ens diagnostics (k_eff) at two or more values of τ",
-        keff_vs_tau,
-    ),
 )
 
 
 def render_one(spec: FigureSpec, cells: pd.DataFrame) -> RenderedFigure:
-    """One figure of :data:`FIGURES` (skipped or failed: why in ``note``), from figure_cells."""
+    """One figure (skipped or failed: why in ``note``), of the cells :func:`figure_cells` gives
+    it (a sweep figure: every cell)."""
     from reports.figure_selection import figure_cells
 
     fig = None
-    data, restricted = figure_cells(cells, spec.id)
+    data, restricted = (cells, "") if spec.sweep else figure_cells(cells, spec.id)
     try:
         with _style():
             fig = spec.draw(data) if len(data) else None
@@ -363,9 +326,16 @@ def render_one(spec: FigureSpec, cells: pd.DataFrame) -> RenderedFigure:
 
 
 def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
-    """Every figure of :data:`FIGURES`, drawn (:func:`reports.figure_cache.report_figures`
+    """Every figure of :func:`figure_specs`, drawn (:func:`reports.figure_cache.report_figures`
     draws only those whose data changed since the last report)."""
-    return [render_one(spec, cells) for spec in FIGURES]
+    return [render_one(spec, cells) for spec in figure_specs(cells)]
+
+
+def figure_specs(cells: pd.DataFrame) -> list[FigureSpec]:
+    """:data:`FIGURES` and a figure per diagnostic the records declare with one."""
+    from reports.figure_diagnostics import declared_figures
+
+    return [*FIGURES, *(FigureSpec(*f, sweep=True) for f in declared_figures(cells))]
 
 
 def write_figure_files(figures: Sequence[RenderedFigure], out_dir: Path) -> list[Path]:

@@ -70,7 +70,8 @@ def test_second_report_draws_nothing_and_a_change_redraws_only_its_figures(tmp_p
     write_records(results, _sweep())
     write_report(results, out)
     first = sorted(drawn)
-    assert "fig-tau-frontier" in first and "fig-quality-vs-m" in first
+    # The built-in figures and the one σN-Ens's k_eff diagnostic declares (its records say so).
+    assert {"fig-tau-frontier", "fig-quality-vs-m", "fig-keff"} <= set(first)
     page = (out / "leaderboard.html").read_text(encoding="utf-8")
     files = {p.name: p.read_bytes() for p in out.glob("fig-*")}
     drawn.clear()
@@ -182,3 +183,19 @@ def test_bars_draw_what_seaborn_barplot_draws():
         )
     )
     assert ours == theirs
+
+
+def test_a_declared_figure_is_keyed_on_its_declaration_and_its_two_columns():
+    from reports.figure_cache import figure_key
+    from reports.figure_selection import declared_figure_meta
+
+    cells = records_to_frame(_sweep())
+    ((fid, *_, declared),) = declared_figure_meta(cells)
+    key = figure_key(fid, cells, "", "stamp", declared)
+    other = cells.assign(acc=cells["acc"] * 0.5, ece=0.2)  # not drawn by the k_eff figure
+    assert figure_key(fid, other, "", "stamp", declared) == key
+    sigma = cells["method"] == "sigma_ens"
+    moved = cells.assign(k_eff=cells["k_eff"].where(~sigma, cells["k_eff"] + 0.1))
+    assert figure_key(fid, moved, "", "stamp", declared) != key
+    relabelled = {**declared, "label": "another label"}
+    assert figure_key(fid, cells, "", "stamp", relabelled) != key
