@@ -92,7 +92,7 @@ def figure_key(
         try:
             values = pd.util.hash_pandas_object(frame, index=False).to_numpy()
             h.update(values.tobytes())
-        except TypeError:  # unhashable values (a list in a cell): their text
+        except (TypeError, ValueError):  # unhashable values (a list in a cell): their text
             h.update(frame.to_csv(index=False).encode("utf-8"))
     return h.hexdigest()
 

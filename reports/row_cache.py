@@ -41,7 +41,7 @@ def value_digests(frame: pd.DataFrame) -> list[str] | None:
     """A digest of each row's values (None when a value cannot be hashed: no row is cached)."""
     try:
         values = pd.util.hash_pandas_object(frame, index=False).to_numpy()
-    except TypeError:
+    except (TypeError, ValueError):  # a list or dict in a cell, or mixed unhashable values
         return None
     head = json.dumps([[str(c), str(frame[c].dtype)] for c in frame.columns])
     head = hashlib.sha256(head.encode("utf-8")).hexdigest()[:24]

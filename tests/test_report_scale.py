@@ -146,3 +146,12 @@ def test_csv_rows_are_reused_and_the_file_is_pandas_own(tmp_path, monkeypatch):
     formatted.clear()
     write_csv(_frame(40, 10), path, RowCache(out))
     assert path.read_bytes() == want.read_bytes() and formatted == [list(range(40))]
+
+
+def test_rows_that_cannot_be_hashed_are_written_by_pandas_without_a_cache(tmp_path):
+    frame = pd.DataFrame({"cell_id": ["a", "b"], "members": [[0.9, 0.8], [0.7]], "acc": [0.5, 1.0]})
+    cache = RowCache(tmp_path)
+    write_csv(frame, tmp_path / "cells.csv", cache)
+    frame.to_csv(tmp_path / "want.csv", index=False)
+    assert (tmp_path / "cells.csv").read_bytes() == (tmp_path / "want.csv").read_bytes()
+    assert cache.new_csv == {}  # nothing remembered for a frame it cannot key
