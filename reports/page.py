@@ -38,7 +38,7 @@ from reports.paired_view import (
 )
 from reports.results import Results
 from reports.row_cache import RowCache, value_digests
-from reports.row_html import leaderboard_cells
+from reports.row_html import is_leaderboard_markup, leaderboard_cells
 from reports.selection import selection_context
 from reports.significance import TEST_NAMES, check_test
 
@@ -257,9 +257,17 @@ def leaderboard_rows(
         context = [[(h["key"], h["type"]) for h in identity], options.interval,
                    [(c.key, c.kind, c.group, h["hidden"]) for c, h in metric_headers]]  # fmt: skip
         extras = row_extras(summary, columns, best, significance)
-        rows = row_cache.rows("html", value_digests(summary), extras, context, make)
+        rows = row_cache.rows("html", value_digests(summary), extras, context, make, _cached_ok)
     # Markup: the template writes the cells as they are (each value was escaped in Python).
     return [{**r, "cells_html": Markup(r["cells_html"])} for r in rows]
+
+
+def _cached_ok(row: Any) -> bool:
+    """A cached leaderboard row is used only if it holds nothing but this code's markup."""
+    keys = {"dataset", "backbone", "m", "config", "cells_html"}
+    return (isinstance(row, dict) and set(row) == keys
+            and all(isinstance(row[k], str) for k in keys)
+            and is_leaderboard_markup(row["cells_html"]))  # fmt: skip
 
 
 def row_extras(summary: pd.DataFrame, columns: list, best: dict, significance: dict) -> list:

@@ -9,7 +9,10 @@ carries, and what the caller passes as ``context`` (the columns shown, the inter
 that writes it (a hash of the modules). A row whose digest is known is taken from there, every
 other one is written as without the cache; :mod:`reports.csv_cache` keeps the CSV tables' row spans
 in the same file. The file is a cache, never a source: one that cannot be read or names another
-format or code is ignored and rewritten, and only the entries this report used are kept.
+format or code is ignored and rewritten, and only the entries this report used are kept. The
+file sits in a folder others may be able to write: a cached row is used only if the caller's
+``valid`` accepts it (the page: nothing but the markup :mod:`reports.row_html` writes; the
+Markdown: no raw ``<`` or ``>``), so it can never put a script into the page.
 """
 
 from __future__ import annotations
@@ -77,13 +80,15 @@ class RowCache:
         extras: Sequence[Any],
         context: Any,
         make: Callable[[list[int]], list[Any]],
+        valid: Callable[[Any], bool] | None = None,
     ) -> list[Any]:
         """One entry per row: cached where its key is known, else from ``make(positions)``.
 
         ``digests``: :func:`value_digests` of the rows (None: make every row); ``extras``: per
         row, what else it shows (bold columns, marks), JSON-serialisable; ``context``: what
         every row shows alike; ``make`` gets the positions of the rows to write and returns
-        their entries (JSON-serialisable) in that order."""
+        their entries (JSON-serialisable) in that order; ``valid``: whether a cached entry may
+        be used (one that is not is made again: the file sits in a folder others may write)."""
         if self.path is None or digests is None:
             return make(list(range(len(extras))))
         base = json.dumps([kind, context], sort_keys=True, default=str)
@@ -91,7 +96,8 @@ class RowCache:
             hashlib.sha256(f"{base}|{d}|{json.dumps(e, default=str)}".encode()).hexdigest()
             for d, e in zip(digests, extras, strict=True)
         ]
-        missing = [i for i, k in enumerate(keys) if k not in self.old]
+        ok = valid or (lambda entry: True)
+        missing = [i for i, k in enumerate(keys) if k not in self.old or not ok(self.old[k])]
         made = dict(zip(missing, make(missing), strict=True)) if missing else {}
         out = [made[i] if i in made else self.old[k] for i, k in enumerate(keys)]
         self.new.update(zip(keys, out, strict=True))

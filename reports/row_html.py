@@ -8,10 +8,23 @@ loops wrote (``tests/test_reports.py`` and the browser tests read it), every val
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from markupsafe import Markup, escape
+
+_ATTR = r'(?: (?:data-col|data-value|data-std|data-ci|class|title)="[^"<>]*"| hidden)'
+_SPAN = r' ?<span class="[\w -]*"(?: aria-label="shared device")?>[^<>]*</span>'
+_CELLS = re.compile(rf"(?:<td{_ATTR}*>(?:{_SPAN})*</td>)*")
+
+
+def is_leaderboard_markup(html: str) -> bool:
+    """Whether ``html`` is markup :func:`leaderboard_cells` can write: only its tags and
+    attributes, every value and text without a raw ``<``, ``>`` or ``"`` (it escapes them).
+    A cached row (:mod:`reports.row_cache`) is used only if it is, so a cache file written by
+    someone else can never put a script or an event handler into the page."""
+    return _CELLS.fullmatch(html) is not None
 
 
 def leaderboard_cells(cells: Iterable[Mapping[str, Any]]) -> Markup:

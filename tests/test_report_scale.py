@@ -155,3 +155,25 @@ def test_rows_that_cannot_be_hashed_are_written_by_pandas_without_a_cache(tmp_pa
     frame.to_csv(tmp_path / "want.csv", index=False)
     assert (tmp_path / "cells.csv").read_bytes() == (tmp_path / "want.csv").read_bytes()
     assert cache.new_csv == {}  # nothing remembered for a frame it cannot key
+
+
+def test_a_row_cache_written_by_someone_else_cannot_put_markup_into_the_page(tmp_path):
+    results, out = tmp_path / "toy", tmp_path / "page"
+    write_records(
+        results, [make_record(method=m, seed=s) for m in ("single", "mimo") for s in (0, 1)]
+    )
+    write_report(results, out, figures=False)
+    cache = json.loads((out / ROWS_FILE).read_bytes())
+    evil = '<td data-col="acc" onmouseover="alert(1)"><script>alert(2)</script></td>'
+    for key, row in cache["rows"].items():
+        if isinstance(row, dict):
+            row["cells_html"] = evil
+        else:
+            cache["rows"][key] = "| <img src=x onerror=alert(3)> |"
+    (out / ROWS_FILE).write_text(json.dumps(cache), encoding="utf-8")
+    write_report(results, out, figures=False)
+    page_text = (out / "leaderboard.html").read_text(encoding="utf-8")
+    md = (out / "leaderboard.md").read_text(encoding="utf-8")
+    assert "alert(" not in page_text and "onerror" not in md
+    assert page.is_leaderboard_markup(str(page.leaderboard_cells([])))
+    assert not page.is_leaderboard_markup(evil)
