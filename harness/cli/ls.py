@@ -74,6 +74,14 @@ def listing() -> str:
     return out.getvalue()
 
 
+def executors_text() -> str:
+    """The ``executors:`` block, computed each time (a name table: no import, nothing to cache)."""
+    from harness.executors import executor_listing
+
+    rows = "".join(f"  {name:16s} {line}\n" for name, line in executor_listing())
+    return f"executors:\n{rows}"
+
+
 def cmd_ls(args) -> int:
     """Print the listing: from the cache when nothing it depends on changed."""
     from harness.registry import BACKBONES, DATASETS, METHODS
@@ -81,7 +89,7 @@ def cmd_ls(args) -> int:
     if any(r.loaded() for r in (METHODS, BACKBONES, DATASETS)):
         # This process registered entries already (a caller of main(), a test): the sources on
         # disk no longer say what the registries hold, so they are listed as they are.
-        print(listing(), end="")
+        print(listing() + executors_text(), end="")
         return 0
     path = cache_dir() / f"{listing_key()}.txt"
     try:
@@ -91,7 +99,7 @@ def cmd_ls(args) -> int:
     if text is None:
         text = listing()
         _store(path, text)
-    print(text, end="")
+    print(text + executors_text(), end="")
     return 0
 
 

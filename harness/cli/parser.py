@@ -96,8 +96,6 @@ def _add_validate(sub) -> None:
 
 def _add_run(sub) -> None:
     """``harness run``."""
-    from harness.executors import EXECUTORS  # the names to pick from: one table
-
     r = sub.add_parser("run", help="run a suite's pending cells")
     r.add_argument("suite")
     _add_override_arguments(r)
@@ -108,12 +106,15 @@ def _add_run(sub) -> None:
         help="list every cell that would run, and why the others would not (done, leased, "
         "--only); run nothing",
     )
+    # No `choices=`: a --plugin module or an entry point may add an executor, known only once
+    # plugins are imported (after parsing); `harness run` checks the name then, worded as here.
     r.add_argument(
         "--executor",
-        choices=["auto", *EXECUTORS],
         default="auto",
-        help="auto: in-process for one cell or on a one-GPU machine, else local worker "
-        "processes (one per GPU, or one per core without a GPU)",
+        metavar="NAME",
+        help="auto (default), inprocess, local, slurm, or a plugin's (harness ls lists them). "
+        "auto: in-process for one cell or on a one-GPU machine, else local worker processes "
+        "(one per GPU, or one per core without a GPU)",
     )
     r.add_argument(
         "--workers",
