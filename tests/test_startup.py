@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from harness.cli import main
-from harness.cli.ls import listing_key
+from harness.cli.ls import executors_text, listing_key
 from harness.registry import METHODS
 from harness.registry.core import Registry
 from tests.conftest import REPO
@@ -54,8 +54,9 @@ def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatc
     assert main(["ls"]) == 0
     first = capsys.readouterr().out
     assert "methods:" in first and "sigma_ens" in first
-    (cached,) = (tmp_path / "cache").glob("*.txt")
-    assert cached.read_text() == first
+    (cached,) = (tmp_path / "cache" / "ls").glob("*.txt")
+    assert first == cached.read_text() + executors_text()  # executors: listed, not cached
+    assert executors_text().startswith("executors:\n  auto ")
 
     def no_import():
         raise AssertionError("the registries were scanned")
