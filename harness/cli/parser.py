@@ -232,7 +232,7 @@ def _add_bench(sub) -> None:
         help="real: also time the real training loop (train_epoch, device loader, augmentation)",
     )
     b.add_argument("--methods", nargs="*")
-    b.add_argument("--device", default="auto")
+    b.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     b.add_argument("-o", "--output", default="bench.json")
     b.set_defaults(fn="harness.cli.bench:main")
 
