@@ -169,7 +169,8 @@ _OPTIONAL_MODULES = ("cv2", "scipy", "kornia", "torch_uncertainty_assets", "PIL"
 
 def requirement_inputs() -> dict[str, object]:
     """Everything :func:`missing_requirement`'s answers depend on, found without importing
-    torch-uncertainty: its version, Python's, and where each optional module is installed."""
+    torch-uncertainty: its version, Python's, where each optional module is installed, and this
+    module's file (its name → transform table)."""
     import importlib.metadata
     import sys
 
@@ -182,7 +183,7 @@ def requirement_inputs() -> dict[str, object]:
     return {
         "torch_uncertainty": tu,
         "python": sys.version,
-        "modules": [module_file_state(m) for m in _OPTIONAL_MODULES],
+        "modules": [module_file_state(m) for m in (*_OPTIONAL_MODULES, __name__)],
     }
 
 
