@@ -141,3 +141,33 @@ def test_one_function_resolves_every_device_name(monkeypatch, capsys, write_suit
     assert uses_cuda(cell)
     cpu = dataclasses.replace(cell, recipe=dataclasses.replace(cell.recipe, device="cpu"))
     assert not uses_cuda(cpu)
+
+
+def test_a_device_has_one_name_in_every_file_of_a_cell(tmp_path, monkeypatch, write_suite):
+    """``device_name``: the record's ``cost.device``, its ``environment.device`` (a CPU's detail
+    added) and ``progress.json``'s device (the physical GPU added) say the same name."""
+    import json
+
+    import torch
+
+    from harness.engine.cell_setup import run_conditions
+    from harness.engine.environment import device_name, environment
+    from harness.storage.progress import ProgressLog
+
+    cell = load_suite(write_suite(SIX_CELLS)).cells()[0]
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"NVIDIA H200 #{i}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    for device, name in (
+        (torch.device("cuda"), "cuda:0 NVIDIA H200 #0"),
+        (torch.device("cuda", 1), "cuda:1 NVIDIA H200 #1"),
+        (torch.device("cpu"), "cpu"),
+    ):
+        assert device_name(device) == name
+        assert run_conditions(cell, device, False)["device"] == name
+        provenance = environment(device)["device"]
+        assert provenance == name if device.type == "cuda" else provenance.startswith("cpu (")
+        cell_dir = tmp_path / name.replace(" ", "_")
+        ProgressLog(cell_dir, 0, 1, device_name(device), tensorboard=False).close()
+        shown = json.loads((cell_dir / "progress.json").read_text())["device"]
+        assert shown == (f"{name} (GPU 2)" if device.type == "cuda" else "cpu")

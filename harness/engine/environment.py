@@ -96,11 +96,24 @@ def _version(mod: str) -> str:
 
 
 def device_name(device: torch.device) -> str:
+    """The one name of a device (``cuda:0 NVIDIA H200``, ``cpu``), as every file of a cell says
+    it: ``cost.device``; ``environment.device`` (a CPU's processor and threads added);
+    ``progress.json`` (the physical GPU added when the process sees only some)."""
     import torch
 
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} {torch.cuda.get_device_name(index)}"
+    return "cpu"
+
+
+def _cpu_detail(device: torch.device) -> str:
+    """`` (x86_64, 2 threads)`` for the CPU: what its throughput depends on."""
+    import torch
+
+    if device.type == "cuda":
+        return ""
+    return f" ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 def environment(device: torch.device) -> dict[str, Any]:
@@ -116,7 +129,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "harness": _version("implicit-ensemble-harness"),
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
-        "device": device_name(device),
+        "device": device_name(device) + _cpu_detail(device),
         "cuda": torch.version.cuda or "none",
         "git_commit": git_commit(),
     }

@@ -61,7 +61,7 @@ from harness.engine.build import (
     seed_everything,
 )
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
-from harness.engine.environment import environment, resolve_device
+from harness.engine.environment import device_name, environment, resolve_device
 from harness.engine.evaluate import evaluate_all, evaluate_split
 from harness.engine.train import (
     DivergenceError,
@@ -147,7 +147,7 @@ def train_cell(
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
     if ranks.main:  # rank 0 writes the cell's files (harness.engine.distributed)
         log_event(cell_dir, "train", from_epoch=start_epoch, **ranks.event_fields())
-        plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, str(device))  # progress.csv
+        plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, device_name(device))
     trainee = distributed.training_module(cell, model, device)  # DDP when several processes
     distributed.seed_rank(cell, start_epoch)
     bar = tqdm(
