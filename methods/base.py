@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from harness.contract import Diagnostic
 from harness.registry import METHODS
 
 
@@ -265,6 +266,9 @@ class MethodSpec:
         pretrained_conversion: The method converts a trained single backbone; its hparams then
             have ``pretrained`` (path or None) and ``pretrain_epochs`` (int) fields, which the
             runner reads to load or first train that backbone.
+        diagnostics: The per-epoch diagnostics (keys of ``model.diagnostics()``) the reporter
+            shows, each with its label, group, format, epoch and optional figure
+            (:class:`harness.contract.Diagnostic`); the engine writes them into each record.
     """
 
     name: str
@@ -278,6 +282,7 @@ class MethodSpec:
     batch_feeding: Callable[[Any], BatchFeeding] = shared_feeding
     stochastic_eval: bool = False
     pretrained_conversion: bool = False
+    diagnostics: tuple[Diagnostic, ...] = ()
 
     def __post_init__(self) -> None:
         if self.pretrained_conversion and not {"pretrained", "pretrain_epochs"} <= set(

@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from harness.contract import Diagnostic, DiagnosticFigure
 from methods.base import MethodSpec, TrainOutput, register_method
 from methods.norm_ensemble import NormEnsemble
 from methods.sigma_diversity import diversity_loss, gradient_ratio, sharing_diagnostics
@@ -257,5 +258,31 @@ register_method(
         reference="Suteu & Serban, 2026",
         check=check,
         pretrained_conversion=True,
+        diagnostics=(
+            Diagnostic(
+                "k_eff",
+                "k_eff",
+                "Diversity",
+                "f2",
+                figure=DiagnosticFigure(
+                    x="tau",
+                    id="fig-keff",
+                    title="σN-Ens k_eff vs τ",
+                    caption="k_eff = 1/Σ q_m² of the last epoch, mean over layers; "
+                    "dotted: 1 and M.",
+                    x_label="τ",
+                    y_label="k_eff (1 = owned, M = shared)",
+                    reference_lines=(1.0, "M"),
+                ),
+            ),
+            # On |w_m·sigmoid(γ_m)|: the member affine too.
+            Diagnostic("k_eff_scale", "k_eff (scale)", "Diversity", "f2"),
+            # ‖∇γ L_div‖ / ‖∇γ L_task‖ of the first epoch: whether λ matters at the start.
+            Diagnostic("grad_ratio", "∇ ratio ep.1", "Diversity", "f2", epoch="first"),
+            Diagnostic(
+                "importance", "mean sigmoid(γ)", "Diversity", "f3", column="importance_mean"
+            ),
+            Diagnostic("l_div", "L_div", "Diversity", "f3"),
+        ),
     )
 )

@@ -6,6 +6,7 @@ Pure data and formatting, no I/O and no torch: :mod:`reports.aggregate` (records
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -100,10 +101,7 @@ CORRUPTION = (
 DIVERSITY = (
     Column("disagreement", "Disagr. (%)", "Diversity", "pct", hidden=True),
     Column("mi", "MI", "Diversity", "f3", hidden=True),
-    Column("k_eff", "k_eff", "Diversity", "f2", hidden=True),
-    Column("k_eff_scale", "k_eff (scale)", "Diversity", "f2", hidden=True),
-    Column("grad_ratio", "∇ ratio ep.1", "Diversity", "f2", hidden=True),
-)
+)  # a method's own diagnostics come from its declarations: diagnostic_columns
 OOD_SCORES = {"msp": "MSP", "entropy": "entropy", "mi": "MI"}
 OOD_METRICS = {
     "auroc": "AUROC",
@@ -163,12 +161,47 @@ def corruption_names(frame: pd.DataFrame) -> list[str]:
     return list(seen)
 
 
+def declared_diagnostics(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every diagnostic declaration in a cell or summary frame's ``diagnostics_shown`` column
+    (JSON lists, several per summary row when its records differ, joined by "; "), each column
+    once, in first-seen order."""
+    seen: dict[str, dict[str, Any]] = {}
+    decoder = json.JSONDecoder()
+    for text in frame.get("diagnostics_shown", pd.Series(dtype=object)).dropna().unique():
+        pos, text = 0, str(text)
+        while pos < len(text):
+            try:
+                items, pos = decoder.raw_decode(text, pos)
+            except ValueError:
+                break
+            for d in items if isinstance(items, list) else ():
+                if isinstance(d, dict) and d.get("key"):
+                    seen.setdefault(str(d.get("column") or d["key"]), d)
+            pos += 2 if text.startswith("; ", pos) else len(text)
+    return list(seen.values())
+
+
+def diagnostic_columns(summary: pd.DataFrame) -> list[Column]:
+    """The columns of the diagnostics the records declare (label, group, format, hidden)."""
+    return [
+        Column(
+            str(d.get("column") or d["key"]),
+            str(d.get("label") or d["key"]),
+            str(d.get("group") or "Diagnostics"),
+            str(d.get("format") or "f3"),
+            hidden=bool(d.get("hidden", True)),
+        )
+        for d in declared_diagnostics(summary)
+    ]
+
+
 def leaderboard_columns(summary: pd.DataFrame, *, hidden: bool = True) -> list[Column]:
     """Metric columns of the leaderboard, grouped, in order; all-empty ones dropped.
 
     ``hidden=False`` leaves out the columns hidden by default (Markdown, LaTeX, terminal).
     """
     cols = [*QUALITY, *COST, *CORRUPTION, *ood_columns(summary), *DIVERSITY]
+    cols += diagnostic_columns(summary)
     return [
         c
         for c in cols

@@ -261,38 +261,6 @@ def quality_vs_cost(cells: pd.DataFrame) -> Figure | None:
         return fig
 
 
-def keff_vs_tau(cells: pd.DataFrame) -> Figure | None:
-    """σN-Ens's effective members sharing a feature (k_eff, last epoch) vs τ, per M."""
-    d = _finite(_tau(_done(cells)), "tau", "k_eff")
-    if d["tau"].nunique() < 2:
-        return None
-    d = d.assign(size=d["M"].map(_m_text))
-    sizes = [_m_text(m) for m in sorted(d["M"].unique())]
-    pal = dict(zip(sizes, sns.color_palette("tab10", len(sizes))))
-    settings = _settings(d)
-    with _style():
-        fig, panels = _panels(len(settings), 1, width=4.6, height=3.4)
-        for (ax,), (title, s) in zip(panels, settings):
-            sns.lineplot(
-                data=s,
-                x="tau",
-                y="k_eff",
-                hue="size",
-                hue_order=sizes,
-                palette=pal,
-                marker="o",
-                errorbar="sd",
-                ax=ax,
-            )
-            for m in [1.0, *sorted(s["M"].dropna().unique())]:
-                ax.axhline(m, ls=":", color="0.5", lw=0.8)
-            if (s["tau"] > 0).all():
-                ax.set_xscale("log")
-            ax.set(title=title, xlabel="τ", ylabel="k_eff (1 = owned, M = shared)")
-        _figure_legend(fig, (row[0] for row in panels))
-        return fig
-
-
 @dataclass(frozen=True)
 class FigureSpec:
     id: str
@@ -300,6 +268,7 @@ class FigureSpec:
     caption: str
     needs: str
     draw: Callable[[pd.DataFrame], str | None]
+    sweep: bool = False  # one point per setting: every configuration is drawn
 
 
 FIGURES: tuple[FigureSpec, ...] = (
@@ -339,13 +308,6 @@ FIGURES: tuple[FigureSpec, ...] = (
         "accuracy with parameter counts or eval throughput",
         quality_vs_cost,
     ),
-    FigureSpec(
-        "fig-keff",
-        "σN-Ens k_eff vs τ",
-        "k_eff = 1/Σ q_m² of the last epoch, mean over layers; dotted: 1 and M.",
-        "σN-Ens diagnostics (k_eff) at two or more values of τ",
-        keff_vs_tau,
-    ),
 )
 
 
@@ -361,12 +323,14 @@ class RenderedFigure:
 
 def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
     """Every figure of :data:`FIGURES` (skipped or failed: why in ``note``), from figure_cells."""
+    from reports.figure_diagnostics import declared_figures
     from reports.figure_selection import figure_cells
 
     out = []
-    for spec in FIGURES:
+    declared = [FigureSpec(*f, sweep=True) for f in declared_figures(cells)]
+    for spec in (*FIGURES, *declared):
         fig = None
-        data, restricted = figure_cells(cells, spec.id)
+        data, restricted = (cells, "") if spec.sweep else figure_cells(cells, spec.id)
         try:
             with _style():
                 fig = spec.draw(data) if len(data) else None

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 # Records are read through the contract layer only: no engine, methods or torch import here.
-from harness.contract import ENSEMBLE_METRIC_KEYS, label_of
+from harness.contract import ENSEMBLE_METRIC_KEYS, label_of, shown_diagnostics
 from harness.contract import format_hparams as _format_shown
 from harness.contract import identity as _record_identity
 from reports.record_extras import extra_columns
@@ -61,6 +61,7 @@ _COST_KEYS = {  # record cost key → column
     "epoch_time_s": "epoch_time_s",
 }
 _CLEAN_KEYS = ENSEMBLE_METRIC_KEYS  # the engine's list: it writes exactly these
+_RESERVED = {*_CLEAN_KEYS, *_COST_KEYS.values(), "member_acc", "cAcc", "cNLL", "cECE", "M", "seed"}
 
 
 def _num(value: Any) -> float:
@@ -152,15 +153,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     for k, name in _COST_KEYS.items():
         row[name] = _num(cost.get(k))
     row["total_time_s"] = _num((rec.get("timings") or {}).get("total_s"))
-    per_epoch = (rec.get("diagnostics") or {}).get("per_epoch") or []
-    last = per_epoch[-1] if per_epoch and isinstance(per_epoch[-1], Mapping) else {}
-    row["k_eff"] = _num(last.get("k_eff"))  # σN-Ens's sharing diagnostics, last epoch
-    row["k_eff_scale"] = _num(last.get("k_eff_scale"))  # on |w_m·sigmoid(γ_m)|: the affine too
-    first = per_epoch[0] if per_epoch and isinstance(per_epoch[0], Mapping) else {}
-    # ‖∇γ L_div‖ / ‖∇γ L_task‖ of the first epoch: whether λ matters at the start of training.
-    row["grad_ratio"] = _num(first.get("grad_ratio"))
-    row["importance_mean"] = _num(last.get("importance"))
-    row["l_div"] = _num(last.get("l_div"))
+    row.update(diagnostic_values(rec))
     row.update(extra_columns(rec))  # per corruption, near/far OOD, cost conditions
     error = rec.get("error") or {}
     row["error_type"] = str(error.get("type", "")) if error else ""
@@ -169,6 +162,25 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     row["started_at"] = str(rec.get("started_at", ""))
     row["finished_at"] = str(rec.get("finished_at", ""))
     return row
+
+
+DIAGNOSTICS = "diagnostics_shown"  # the text column of the declarations (reports.columns)
+
+
+def diagnostic_values(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The diagnostics a record declares (or, for a record without declarations, every numeric
+    key of its last epoch: :func:`harness.contract.shown_diagnostics`), each under its column at
+    its declared epoch, and the declarations as JSON in :data:`DIAGNOSTICS`. A diagnostic whose
+    column a metric already has is left out: a method never overwrites a measurement."""
+    section = rec.get("diagnostics") or {}
+    per_epoch = [e for e in section.get("per_epoch") or [] if isinstance(e, Mapping)]
+    shown = [d for d in shown_diagnostics(section) if d.column_key not in _RESERVED]
+    out: dict[str, Any] = {}
+    for d in shown:
+        entry = (per_epoch[0] if d.epoch == "first" else per_epoch[-1]) if per_epoch else {}
+        out[d.column_key] = _num(entry.get(d.key))
+    out[DIAGNOSTICS] = json.dumps([d.to_json() for d in shown], sort_keys=True) if shown else ""
+    return out
 
 
 def describe_config(item: Mapping[str, Any]) -> str:

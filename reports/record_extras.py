@@ -28,7 +28,9 @@ import numpy as np
 
 from reports.ood_groups import ood_kind
 
-TEXT = ("cost_device", "cost_precision", "corruption_mean_over", "mce_over")
+# ... and "diagnostics_shown": the diagnostics the records declare, as JSON (reports.flatten),
+# joined per configuration so reports.columns.diagnostic_columns reads them from the summary.
+TEXT = ("cost_device", "cost_precision", "corruption_mean_over", "mce_over", "diagnostics_shown")
 
 
 def _num(value: Any) -> float:

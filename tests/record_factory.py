@@ -164,6 +164,9 @@ def make_record(
                 }
                 for e in range(2)
             ]
+            from harness.registry import METHODS  # what the runner writes: the declarations
+
+            diagnostics["declared"] = [d.to_json() for d in METHODS.get("sigma_ens").diagnostics]
     elif error is None:
         error = {
             "type": "RuntimeError",

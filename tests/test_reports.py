@@ -13,7 +13,7 @@ from record_factory import DELETE, make_record, write_records
 
 from harness.contract.record import validate_record
 from reports.aggregate import from_records, load_frame, load_results, records_to_frame
-from reports.columns import DIRECTIONS, direction, format_cell
+from reports.columns import DIRECTIONS, direction, format_cell, leaderboard_columns
 from reports.figures import FIGURES, pareto_front, render_figures
 from reports.flatten import format_hparams
 from reports.leaderboard import render_html, render_markdown, write_report
@@ -155,6 +155,41 @@ def test_flattened_columns():
     assert row["k_eff"] == pytest.approx(2.0) and row["hparams"] == "tau=0.1"
     # k_eff on the effective member scale, last epoch; the gradient ratio of the first epoch.
     assert row["k_eff_scale"] == pytest.approx(2.1) and row["grad_ratio"] == pytest.approx(4.0)
+    columns = {c.key: c for c in leaderboard_columns(aggregate(records_to_frame([rec])))}
+    assert (columns["grad_ratio"].label, columns["grad_ratio"].group) == (
+        "∇ ratio ep.1",
+        "Diversity",
+    )
+    assert columns["importance_mean"].kind == "f3" and "num_features" not in columns  # undeclared
+
+
+def test_records_without_declarations_show_their_last_epochs_numeric_diagnostics():
+    """Records written before methods declared diagnostics (docs/results/**): every numeric key
+    of the last epoch, under its own name and label, hidden, in the "Diagnostics" group."""
+    old = make_record(method="sigma_ens", hparams={"tau": 0.1}, k_eff=2.0)
+    del old["diagnostics"]["declared"]
+    row = records_to_frame([old]).iloc[0]
+    assert row["k_eff"] == pytest.approx(2.0) and row["grad_ratio"] == pytest.approx(2.0)  # last
+    assert row["num_features"] == 192 and "epoch" not in row and "layers" not in row
+    columns = {c.key: c for c in leaderboard_columns(aggregate(records_to_frame([old])))}
+    assert {"k_eff", "k_eff_scale", "grad_ratio", "importance", "l_div", "tau", "lam"} <= set(
+        columns
+    )
+    assert (columns["k_eff"].label, columns["k_eff"].group, columns["k_eff"].hidden) == (
+        "k_eff",
+        "Diagnostics",
+        True,
+    )
+    assert [f.id for f in render_figures(records_to_frame([old])) if f.id == "fig-keff"] == []
+    plain = make_record(method="single", M=1)  # no per-epoch diagnostics: no columns
+    columns = leaderboard_columns(aggregate(records_to_frame([plain])))
+    assert [c.key for c in columns if c.group == "Diagnostics"] == []
+
+
+def test_a_declared_diagnostic_never_overwrites_a_metric():
+    rec = make_record(method="sigma_ens", hparams={"tau": 0.1}, k_eff=2.0)
+    rec["diagnostics"]["declared"] = [{"key": "k_eff", "label": "x", "column": "acc"}]
+    assert records_to_frame([rec]).iloc[0]["acc"] == rec["metrics"]["clean"]["acc"]
 
 
 def test_format_helpers():
@@ -366,7 +401,9 @@ def sweep_figures():
 
 
 def test_figures_render_png_for_suitable_data(sweep_figures):
-    assert [f.id for f in sweep_figures] == [spec.id for spec in FIGURES]
+    # then the figure σN-Ens's records declare for k_eff (methods/sigma_ens.py), drawn as declared
+    assert [f.id for f in sweep_figures] == [*(spec.id for spec in FIGURES), "fig-keff"]
+    assert sweep_figures[-1].title == "σN-Ens k_eff vs τ"
     assert {f.id: f.note for f in sweep_figures if not _is_png(f.png)} == {}
 
 

@@ -11,7 +11,7 @@ import argparse
 from harness.cli.checks import Parser, gpu_ids, non_negative_int, positive_int
 
 DESCRIPTION = """The ``harness`` command line: ls, validate, run, status, cancel, evaluate, report,
-bench, data."""
+upgrade, bench, data."""
 
 
 def _add_override_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cancel(sub)
     _add_evaluate(sub)
     _add_report(sub)
+    _add_upgrade(sub)
     _add_bench(sub)
     _add_data(sub)
     return p
@@ -214,6 +215,18 @@ def _add_report(sub) -> None:
     rep.set_defaults(fn="harness.cli.report:cmd_report")
 
 
+def _add_upgrade(sub) -> None:
+    """``harness upgrade``."""
+    u = sub.add_parser(
+        "upgrade",
+        help="add to old records what this harness records (diagnostic declarations)",
+    )
+    u.add_argument("results_dir")
+    _add_plugin_argument(u)
+    u.add_argument("-n", "--dry-run", action="store_true", help="say what would change")
+    u.set_defaults(fn="harness.cli.upgrade:cmd_upgrade")
+
+
 def _add_bench(sub) -> None:
     """``harness bench``."""
     b = sub.add_parser("bench", help="throughput and memory side by side with the bound")
@@ -249,4 +262,5 @@ def _add_data(sub) -> None:
         "torchvision:ENUM.VALUE (into the library's own cache)",
     )
     dl.add_argument("--data-root")
+    _add_plugin_argument(dl)  # a plugin dataset declares its own download
     dl.set_defaults(fn="harness.cli.data:cmd_data")

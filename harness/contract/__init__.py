@@ -23,6 +23,7 @@ from harness.contract.config import (
     hparams_values,
     shown_hparams,
 )
+from harness.contract.diagnostics import Diagnostic, DiagnosticFigure, shown_diagnostics
 from harness.contract.manifest import SUITE_FILE, build_manifest, expected_cells, read_manifest
 from harness.contract.record import (
     CONVENTIONS,
@@ -55,6 +56,8 @@ __all__ = [
     "BackboneEntry",
     "Cell",
     "DamagedRecord",
+    "Diagnostic",
+    "DiagnosticFigure",
     "Evaluation",
     "MethodEntry",
     "Recipe",
@@ -80,6 +83,7 @@ __all__ = [
     "read_manifest",
     "read_record",
     "set_aside",
+    "shown_diagnostics",
     "shown_hparams",
     "usable_record",
     "validate_record",

@@ -17,6 +17,7 @@ from typing import Any, Protocol, Union, runtime_checkable
 import torch
 from torch import Tensor
 
+from harness.data.sources import PublishedCorruptions, Source
 from harness.registry import DATASETS
 
 DATA_ROOT_ENV = "HARNESS_DATA_ROOT"
@@ -243,9 +244,12 @@ class DatasetSpec:
         location: ``location(root) -> Path`` the files it needs (for error messages).
         fetch: shell command that downloads it (empty for built-in data).
         augment: default training augmentation ("none" or "crop_flip").
-        corruption_source: "cifar10-c"/"cifar100-c" for published corruption files, or None to
-            generate corrupted copies with torch-uncertainty's transforms.
         description: one line for ``harness ls``.
+        download: how ``harness data download <name>`` fetches it (:mod:`harness.data.sources`);
+            None: nothing to download (built-in or generated data).
+        published_corruptions: its published corruption set (CIFAR-10-C), read by the
+            corruption evaluation and fetched by ``harness data download <set name>``; None:
+            corrupted copies are generated with torch-uncertainty's transforms.
     """
 
     name: str
@@ -257,9 +261,15 @@ class DatasetSpec:
     location: Callable[[Path], Path]
     fetch: str = ""
     augment: str = "none"
-    corruption_source: str | None = None
     description: str = ""
     is_available: Callable[[Path], bool] = field(default=lambda root: True)
+    download: Source | None = None
+    published_corruptions: PublishedCorruptions | None = None
+
+    @property
+    def corruption_source(self) -> str | None:
+        """The published corruption set's name ("cifar10-c"), None when copies are generated."""
+        return self.published_corruptions.name if self.published_corruptions else None
 
     def require(self, root: Path) -> None:
         """Raise :class:`DataMissingError` unless the files are present."""

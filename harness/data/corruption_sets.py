@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from harness.data.sources import PublishedCorruptions
+
 CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",
     "shot_noise",
@@ -50,10 +52,23 @@ ALL_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS + EXTRA_CORRUPTIONS
 SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
 ALL = "all"  # the suite keyword for a dataset's benchmark set
 
-CIFAR_C_FOLDERS = {"cifar10-c": "CIFAR-10-C", "cifar100-c": "CIFAR-100-C"}
-#: Every published corruption set: its folder under the data root (ImageNet-C: JPEG folders
-#: ``<corruption>/<severity>/<wnid>/``, read by :mod:`harness.data.imagenet`).
-PUBLISHED_FOLDERS = {**CIFAR_C_FOLDERS, "imagenet-c": "imagenet-c"}
+
+def published_sets() -> dict[str, PublishedCorruptions]:
+    """Every published corruption set, by name, as the datasets declare them
+    (``DatasetSpec.published_corruptions``): adding one is a field of its dataset's spec."""
+    from harness.registry import DATASETS
+
+    found = (spec.published_corruptions for _, spec in DATASETS.items())
+    return {p.name: p for p in found if p is not None}
+
+
+def published_set(name: str) -> PublishedCorruptions:
+    """The published corruption set ``name`` (ValueError naming the known ones)."""
+    sets = published_sets()
+    if name not in sets:
+        raise ValueError(f"unknown corruption set {name!r}; choose from {sorted(sets)}")
+    return sets[name]
+
 
 # Class names in torch_uncertainty.transforms.corruption. "spatter" has no port there: it exists
 # only in the published files.
@@ -162,29 +177,21 @@ def _try_build(corruption: str) -> str | None:
     return None
 
 
-#: What decides whether torch-uncertainty's transforms can be built: the modules its corruption
-#: module (and the Frost images) look for with ``find_spec`` (torch-uncertainty 0.13).
-_OPTIONAL_MODULES = ("cv2", "scipy", "kornia", "torch_uncertainty_assets", "PIL")
+#: The modules deciding which transforms build here: those torch-uncertainty 0.13's corruption
+#: module (and its Frost images) look for with ``find_spec``, and this one (the name table).
+_OPTIONAL_MODULES = ("cv2", "scipy", "kornia", "torch_uncertainty_assets", "PIL", __name__)
 
 
-def requirement_inputs() -> dict[str, object]:
-    """Everything :func:`missing_requirement`'s answers depend on, found without importing
-    torch-uncertainty: its version, Python's, where each optional module is installed, and this
-    module's file (its name → transform table)."""
+def requirement_inputs() -> list[object]:
+    """What :func:`missing_requirement`'s answers depend on, found without importing
+    torch-uncertainty: its version, Python's, and where each optional module is installed."""
     import importlib.metadata
     import sys
 
     from harness.registry.core import module_file_state
 
-    try:
-        tu = importlib.metadata.version("torch-uncertainty")
-    except importlib.metadata.PackageNotFoundError:
-        tu = "absent"
-    return {
-        "torch_uncertainty": tu,
-        "python": sys.version,
-        "modules": [module_file_state(m) for m in (*_OPTIONAL_MODULES, __name__)],
-    }
+    tu = [d.version for d in importlib.metadata.distributions(name="torch-uncertainty")]
+    return [tu, sys.version, *(module_file_state(m) for m in _OPTIONAL_MODULES)]
 
 
 @cache
@@ -202,9 +209,7 @@ def missing_requirement(corruption: str) -> str | None:
         requirement_inputs(),
         lambda: {name: _try_build(name) for name in _TRANSFORMS},
     )
-    if corruption in answers:
-        return answers[corruption]
-    return _try_build(corruption)
+    return answers[corruption] if corruption in answers else _try_build(corruption)
 
 
 def applicable_corruptions(
@@ -333,16 +338,16 @@ def check_corruptions(
                     f"corruption {name!r} cannot be generated on this machine for "
                     f"{dataset!r}: {missing}"
                 )
-    elif data_root is not None and cset.source not in CIFAR_C_FOLDERS:  # ImageNet-C folders
+    elif data_root is not None and published_set(cset.source).read:  # a folder per corruption
+        folder = Path(data_root) / published_set(cset.source).folder
         for name in used:
-            if not (Path(data_root) / PUBLISHED_FOLDERS[cset.source] / name).is_dir():
+            if not (folder / name).is_dir():
                 problems.append(
-                    f"corruption {name!r} of {dataset!r} cannot be read: "
-                    f"{Path(data_root) / PUBLISHED_FOLDERS[cset.source] / name} is missing. "
-                    f"`harness data download {cset.source}` prints where to get it"
+                    f"corruption {name!r} of {dataset!r} cannot be read: {folder / name} is "
+                    f"missing. `harness data download {cset.source}` prints where to get it"
                 )
     elif data_root is not None:
-        folder = Path(data_root) / CIFAR_C_FOLDERS[cset.source]
+        folder = Path(data_root) / published_set(cset.source).folder
         for file in ("labels", *used):
             if not (folder / f"{file}.npy").is_file():
                 problems.append(
@@ -356,7 +361,7 @@ def mean_over(dataset: str, used: list[str], severities: tuple[int, ...]) -> str
     """One line saying what cAcc / cNLL / cECE average, for records and leaderboards."""
     cset = corruption_set(dataset)
     bench = [c for c in used if c in cset.benchmark]
-    where = PUBLISHED_FOLDERS[cset.source] if cset.source else f"{dataset} (generated here)"
+    where = published_set(cset.source).folder if cset.source else f"{dataset} (generated here)"
     what = (
         f"all {len(cset.benchmark)} benchmark corruptions of {where}"
         if bench == list(cset.benchmark)
@@ -386,7 +391,8 @@ def corruption_listing() -> list[tuple[str, str]]:
             f"× {len(SEVERITIES)} severities"
         )
         if cset.source:
-            where = f"published files in {PUBLISHED_FOLDERS[cset.source]}/ for {', '.join(names)}"
+            folder = published_set(cset.source).folder
+            where = f"published files in {folder}/ for {', '.join(names)}"
             out.append((key, f"{counts}, {where}; `harness data download {cset.source}`"))
         else:
             out.append((key, f"{counts}, generated here (torch-uncertainty transforms)"))

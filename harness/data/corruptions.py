@@ -35,7 +35,6 @@ from torch import Tensor
 from harness.data.base import DATA_ROOT_ENV, DataMissingError, ImageSet
 from harness.data.corruption_sets import (
     ALL_CORRUPTIONS,
-    CIFAR_C_FOLDERS,
     CORRUPTIONS,
     EXTRA_CORRUPTIONS,
     SEVERITIES,
@@ -45,13 +44,13 @@ from harness.data.corruption_sets import (
     check_corruptions,
     corruption_set,
     missing_requirement,
+    published_set,
     resolve_corruptions,
     why_not_applicable,
 )
 
 __all__ = [
     "ALL_CORRUPTIONS",
-    "CIFAR_C_FOLDERS",
     "CORRUPTIONS",
     "EXTRA_CORRUPTIONS",
     "GENERATED_DIR",
@@ -99,9 +98,7 @@ _CHUNK = 500
 
 def cifar_c_location(root: Path, name: str) -> Path:
     """Folder of a published corruption set: ``<root>/CIFAR-10-C`` or ``<root>/CIFAR-100-C``."""
-    if name not in CIFAR_C_FOLDERS:
-        raise ValueError(f"unknown corruption set {name!r}; choose from {sorted(CIFAR_C_FOLDERS)}")
-    return Path(root) / CIFAR_C_FOLDERS[name]
+    return Path(root) / published_set(name).folder
 
 
 def _missing(name: str, path: Path) -> DataMissingError:
@@ -322,10 +319,8 @@ def corrupted_split(
     if source is None:  # datasets sharing one test set share its copies (``corruption_key``)
         key = getattr(spec, "corruption_key", None) or dataset_name
         return generated_corruption(key, root, test, corruption, severity)
-    if source == "imagenet-c":  # JPEG folders, read lazily like the test split itself
-        from harness.data.imagenet import read_imagenet_c
-
-        return read_imagenet_c(root, test, corruption, severity)
+    if (read := published_set(source).read) is not None:  # its own layout (ImageNet-C's JPEGs)
+        return read(root, test, corruption, severity)
     out = read_cifar_c(root, source, corruption, severity)
     if len(out) != len(test) or not torch.equal(out.labels, test.labels):
         raise ValueError(

@@ -1,19 +1,24 @@
 """``harness data download NAME``: fetch a benchmark set on a machine with internet access.
 
-Everything goes through torchvision's download utilities (``torchvision.datasets.utils``): a
-progress bar on stderr for every transfer (the 2.9 GB CIFAR-100-C included) and md5 checks.
+What to fetch is declared by each dataset (``DatasetSpec.download``) and each published
+corruption set (``DatasetSpec.published_corruptions``), in the dataset's own module
+(:mod:`harness.data.sources`); this module holds only the machinery, read from the dataset
+registry at call time:
 
-- CIFAR-10/100, SVHN, MNIST, DTD, Places365: torchvision's own ``download=True`` (its URLs and
+- :class:`~harness.data.sources.Torchvision`: torchvision's own ``download=True`` (its URLs and
   md5s; a file already present and intact is not fetched again).
-- CIFAR-10-C / CIFAR-100-C (Zenodo) and TinyImageNet-200 (Stanford): :data:`ARCHIVES` (URL and
-  published md5). The transfer goes to ``<file>.part`` and becomes ``<file>`` only once its md5
-  matches, so an interrupted run never leaves a truncated file under the real name; a complete
-  archive already on disk (e.g. extraction was interrupted) is checked and reused, not fetched
-  again. A checksum mismatch moves the file apart to ``<file>.corrupt`` and names the expected and
-  actual md5. Archives are extracted with tarfile's ``data`` filter (torchvision's extractor
-  applies none, and an archive must not write outside the data root), then deleted.
+- :class:`~harness.data.sources.Archives`: the transfer goes to ``<file>.part`` and becomes
+  ``<file>`` only once its md5 matches, so an interrupted run never leaves a truncated file under
+  the real name; a complete archive already on disk (e.g. extraction was interrupted) is checked
+  and reused, not fetched again. A checksum mismatch moves the file apart to ``<file>.corrupt``
+  and names the expected and actual md5. Archives are extracted with tarfile's ``data`` filter
+  (torchvision's extractor applies none, and an archive must not write outside the data root),
+  then deleted.
+- :class:`~harness.data.sources.Instructions`: the preparation commands are printed.
 
-``$HARNESS_DOWNLOAD_MIRROR`` (a base URL) replaces the servers of :data:`ARCHIVES`: the file name
+Every transfer goes through torchvision's download utilities (``torchvision.datasets.utils``): a
+progress bar on stderr (the 2.9 GB CIFAR-100-C included) and md5 checks.
+``$HARNESS_DOWNLOAD_MIRROR`` (a base URL) replaces the servers of every archive: the file name
 is appended to it (a site mirror; the tests serve fabricated archives from 127.0.0.1 this way).
 
 Every failure becomes one :class:`DownloadError` whose message is a single line naming the URL,
@@ -28,58 +33,62 @@ import os
 import tarfile
 import urllib.error
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 
 from harness.data.base import DATA_ROOT_ENV
+from harness.data.sources import Archive, Archives, Instructions, Source, Torchvision
 
 MIRROR_ENV = "HARNESS_DOWNLOAD_MIRROR"
 
 
-@dataclass(frozen=True)
-class Archive:
-    """One published file: where it is served and its published md5."""
+def declared() -> dict[str, Source]:
+    """Every name ``harness data download`` fetches → its declaration: the datasets that declare
+    a download and the published corruption sets, as registered now (plugins included)."""
+    from harness.data.corruption_sets import published_sets
+    from harness.registry import DATASETS
 
-    url: str
-    md5: str
-
-    @property
-    def filename(self) -> str:
-        return self.url.rsplit("/", 1)[-1]
+    out: dict[str, Source] = {n: s.download for n, s in DATASETS.items() if s.download}
+    out.update({n: p.download for n, p in published_sets().items()})
+    return out
 
 
-CIFAR10_C = Archive(
-    "https://zenodo.org/record/2535967/files/CIFAR-10-C.tar", "56bf5dcef84df0e2308c6dcbcbbd8499"
-)
-CIFAR100_C = Archive(
-    "https://zenodo.org/record/3555552/files/CIFAR-100-C.tar", "11f0ed0f1191edbf9fa23466ae6021d3"
-)
-TINYIMAGENET = Archive(
-    "http://cs231n.stanford.edu/tiny-imagenet-200.zip", "90528d7ca1a48142e341f4ef8d21d0de"
-)
-# Text (harness/data/sst2.py): GLUE's SST-2 (md5 as torchtext's SST2), Maas et al.'s IMDB
-# (torchtext's IMDB md5), 20 Newsgroups "bydate" (the md5 its distributors publish).
-SST2 = Archive(
-    "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip", "9f81648d4199384278b86e315dac217c"
-)
-IMDB = Archive(
-    "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
-    "7c2ac02c03563afcf9b574c7e56c153a",
-)
-NEWSGROUPS = Archive(
-    "http://qwone.com/~jason/20Newsgroups/20news-bydate.tar.gz", "d6e9e45cb8cb77ec5276dfa6dfc14318"
-)
-ARCHIVES: dict[str, Archive] = {
-    "cifar10-c": CIFAR10_C,
-    "cifar100-c": CIFAR100_C,
-    "tinyimagenet": TINYIMAGENET,
-    "sst2": SST2,
-    "imdb": IMDB,
-    "20newsgroups": NEWSGROUPS,
-}
-# Kept for callers of the earlier names.
-CIFAR10_C_URL, CIFAR100_C_URL, TINYIMAGENET_URL = CIFAR10_C.url, CIFAR100_C.url, TINYIMAGENET.url
+class _Archives(MutableMapping):
+    """:data:`ARCHIVES`: name → the one archive of each single-archive declaration, read from the
+    registry when looked up. An entry set here overrides the declared one for later downloads
+    (a site's local copy with its own md5; the tests serve fabricated archives this way);
+    deleting it restores the declaration."""
+
+    def __init__(self) -> None:
+        self._override: dict[str, Archive] = {}
+
+    def _all(self) -> dict[str, Archive]:
+        found = {
+            name: source.files[0]
+            for name, source in declared().items()
+            if isinstance(source, Archives) and not callable(source.files)
+            and len(source.files) == 1
+        }  # fmt: skip
+        return {**found, **self._override}
+
+    def __getitem__(self, name: str) -> Archive:
+        return self._all()[name]
+
+    def __setitem__(self, name: str, archive: Archive) -> None:
+        self._override[name] = archive
+
+    def __delitem__(self, name: str) -> None:
+        del self._override[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+#: The published single-archive sources by name (``dl.ARCHIVES["cifar10-c"].md5``).
+ARCHIVES: MutableMapping[str, Archive] = _Archives()
 
 
 class DownloadError(RuntimeError):
@@ -161,73 +170,43 @@ def fetch_archive(archive: Archive, root: Path) -> Path:
     return Path(root)
 
 
-def _torchvision(name: str, root: Path) -> None:
+def _run_torchvision(source: Torchvision, root: Path) -> None:
     from torchvision import datasets
 
-    if name == "cifar10":
-        for train in (True, False):
-            datasets.CIFAR10(root, train=train, download=True)
-    elif name == "cifar100":
-        for train in (True, False):
-            datasets.CIFAR100(root, train=train, download=True)
-    elif name == "svhn":
-        datasets.SVHN(root / "svhn", split="test", download=True)
-    elif name == "mnist":
-        datasets.MNIST(root, train=False, download=True)
-    elif name in ("fashion_mnist", "kmnist"):  # <root>/FashionMNIST/raw, <root>/KMNIST/raw
-        cls = datasets.FashionMNIST if name == "fashion_mnist" else datasets.KMNIST
-        for train in (True, False):
-            cls(root, train=train, download=True)
-    elif name == "textures":
-        datasets.DTD(root, split="test", download=True)
-    elif name == "places365":
-        datasets.Places365(root / "places365", split="val", small=True, download=True)
-    else:  # pragma: no cover - guarded by SOURCES
-        raise ValueError(name)
+    cls = getattr(datasets, source.cls)
+    for kwargs in source.calls:
+        cls(root / source.into if source.into else root, download=True, **kwargs)
 
 
-def _imagenet_c(root: Path) -> None:
-    """ImageNet-C's five archives (torch-uncertainty's URLs, md5s) into ``<root>/imagenet-c/``."""
-    from harness.data.imagenet import C_FOLDER, imagenet_c_sources
+def _run_archives(name: str, source: Archives, root: Path) -> None:
+    archives = source.archives()
+    if len(archives) == 1 and name in ARCHIVES:
+        archives = [ARCHIVES[name]]  # an override set in ARCHIVES applies
+    into = root / source.into if source.into else root
+    into.mkdir(parents=True, exist_ok=True)
+    for archive in archives:
+        fetch_archive(archive, into)
 
-    for url, md5 in imagenet_c_sources():
-        (Path(root) / C_FOLDER).mkdir(parents=True, exist_ok=True)
-        fetch_archive(Archive(url, md5), Path(root) / C_FOLDER)
 
-
-SOURCES: dict[str, tuple[str, Callable[[Path], None]]] = {
-    "cifar10": ("torchvision CIFAR10", lambda root: _torchvision("cifar10", root)),
-    "cifar100": ("torchvision CIFAR100", lambda root: _torchvision("cifar100", root)),
-    "svhn": ("torchvision SVHN (test split)", lambda root: _torchvision("svhn", root)),
-    "mnist": ("torchvision MNIST", lambda root: _torchvision("mnist", root)),
-    "fashion_mnist": ("torchvision FashionMNIST", lambda root: _torchvision("fashion_mnist", root)),
-    "kmnist": ("torchvision KMNIST", lambda root: _torchvision("kmnist", root)),
-    "textures": ("torchvision DTD", lambda root: _torchvision("textures", root)),
-    "places365": (
-        "torchvision Places365 (val, small)",
-        lambda root: _torchvision("places365", root),
-    ),
-    "imagenet-c": ("ImageNet-C: 5 archives from zenodo.org/record/2235448", _imagenet_c),
-    # Looked up at call time, so a mirror or a replaced entry applies.
-    **{
-        name: (archive.url, lambda root, n=name: fetch_archive(ARCHIVES[n], root))
-        for name, archive in ARCHIVES.items()
-    },
-}
+def _what(name: str, source: Source) -> str:
+    """How an error message names where ``name`` comes from."""
+    if isinstance(source, Torchvision):
+        return source.what
+    return source_url(ARCHIVES[name]) if name in ARCHIVES else source.what or name
 
 
 def downloadable() -> list[str]:
-    """Names ``harness data download`` accepts."""
-    return sorted(SOURCES)
+    """Names ``harness data download`` accepts (datasets and corruption sets; named weights
+    ``timm:<name>`` / ``torchvision:<Enum>.<VALUE>`` too)."""
+    return sorted(declared())
 
 
 def download(name: str, root: Path) -> Path:
     """Download one dataset into the data root.
 
     Args:
-        name: a dataset (cifar10, cifar100, svhn, mnist, textures, places365, tinyimagenet; text:
-            sst2, imdb, 20newsgroups), a
-            published corruption set (cifar10-c, cifar100-c), or pretrained weights
+        name: a dataset that declares its download (:func:`downloadable`: cifar10, svhn,
+            sst2, ...), a published corruption set (cifar10-c, imagenet-c), or pretrained weights
             (``timm:<name>``, ``torchvision:<Enum>.<VALUE>``), which go to the library's own
             cache (Hugging Face Hub / ``$TORCH_HOME``), not the data root.
         root: the data root (``--data-root`` / ``$HARNESS_DATA_ROOT`` / the default cache).
@@ -244,15 +223,13 @@ def download(name: str, root: Path) -> Path:
 
     if is_named(name):
         return _fetch_weights(name, fetch_named)
-    from harness.data.imagenet import preparation
-
-    if (manual := preparation(name, Path(root).expanduser())) is not None:
-        text, ready = manual  # sets behind a login or a third-party script: print the commands
-        if ready:
+    source = declared().get(name)
+    if isinstance(source, Instructions):  # behind a login or a third-party script
+        if source.ready(Path(root).expanduser()):
             return Path(root).expanduser()
-        print(text, flush=True)
+        print(source.text(Path(root).expanduser()), flush=True)
         raise DownloadError(f"{name} cannot be downloaded here: prepare it with the commands above")
-    if name not in SOURCES:
+    if source is None:
         raise ValueError(
             f"nothing to download for {name!r}; choose from {', '.join(downloadable())}, or "
             "pretrained weights timm:<name> / torchvision:<Enum>.<VALUE>"
@@ -265,11 +242,14 @@ def download(name: str, root: Path) -> Path:
             f"cannot write the data root {root}: {_one_line(err)}; give a writable "
             f"--data-root DIR (or set ${DATA_ROOT_ENV})"
         ) from None
-    what, fetch = SOURCES[name]
-    if name in ARCHIVES:
-        what = source_url(ARCHIVES[name])
+    what = _what(name, source)
     try:
-        fetch(root)
+        if isinstance(source, Torchvision):
+            _run_torchvision(source, root)
+        elif isinstance(source, Archives):
+            _run_archives(name, source, root)
+        else:
+            raise DownloadError(f"{name}: unknown kind of download declaration {source!r}")
     except DownloadError:
         raise
     except RuntimeError as err:  # torchvision's "File not found or corrupted." (md5 check)

@@ -56,6 +56,7 @@ from harness.data.base import (
     register_dataset,
     stratified_holdout,
 )
+from harness.data.sources import Torchvision
 
 #: Debian's install location of ``dataset-fashion-mnist`` (``dpkg -L dataset-fashion-mnist``).
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -304,6 +305,8 @@ def _spec(name: str, load, mean, std, what: str) -> FashionSpec:
         load=load,
         location=_location,
         fetch="harness data download fashion_mnist",
+        # <root>/FashionMNIST/raw, the folder :func:`locate` reads first
+        download=Torchvision("FashionMNIST", ({"train": True}, {"train": False})),
         description=(
             f"Fashion-MNIST (Xiao et al. 2017), 28×28 grey, 10 classes: {what}; test 10,000 "
             f"(<root>/{RAW_FOLDER}/ or Debian's {APT_PACKAGE})"

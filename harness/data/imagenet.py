@@ -41,6 +41,7 @@ from harness.data.base import DataMissingError, DatasetSpec, register_dataset
 from harness.data.corruption_sets import check_corruption
 from harness.data.file_loader import FileSplit, ImageTransform
 from harness.data.photo_sets import IMAGENET_MEAN, IMAGENET_STD
+from harness.data.sources import Archive, Archives, Instructions, PublishedCorruptions
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,19 @@ register_dataset(
         fetch="harness data download imagenet (prints the preparation commands: ImageNet "
         "needs a login)",
         augment="imagenet",
-        corruption_source=C_FOLDER,
+        download=Instructions(
+            lambda root: PREPARE.format(root=root), lambda r: layout(r) is not None
+        ),
+        published_corruptions=PublishedCorruptions(
+            C_FOLDER,  # JPEG folders, read lazily like the test split itself
+            C_FOLDER,
+            Archives(
+                lambda: [Archive(url, md5) for url, md5 in imagenet_c_sources()],  # looked up late
+                into=C_FOLDER,
+                what="ImageNet-C: 5 archives from zenodo.org/record/2235448",
+            ),
+            read=read_imagenet_c,
+        ),
         description=(
             "ILSVRC-2012 (imagenet/: torchvision's ImageNet layout or train/<wnid>/, "
             "val/<wnid>/ folders), read from JPEG files by loader workers: train 1,281,167 / "
@@ -265,22 +278,6 @@ register_dataset(
         is_available=lambda root: layout(root) is not None,
     )
 )
-
-
-def preparation(name: str, root: Path) -> tuple[str, bool] | None:
-    """What ``harness data download NAME`` does for a set it cannot fetch itself: the commands
-    that prepare it under ``root``, and whether it is already there. None for other names.
-
-    ImageNet needs a login; the OpenOOD sets are served from Google Drive by OpenOOD's own script.
-    """
-    from harness.data import imagenet_ood
-
-    root = Path(root)
-    if name == "imagenet":
-        return PREPARE.format(root=root), layout(root) is not None
-    if name in imagenet_ood.SETS:
-        return imagenet_ood.PREPARE.format(root=root), imagenet_ood._available(name, root)
-    return None
 
 
 def imagenet_c_sources() -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ import torch
 from harness.data.base import DataMissingError, DatasetSpec, register_dataset
 from harness.data.file_loader import FileSplit
 from harness.data.photo_sets import IMAGENET_MEAN, IMAGENET_STD
+from harness.data.sources import Instructions
 
 FOLDER = "openood"
 IMGLIST_DIR = "benchmark_imglist/imagenet"
@@ -133,6 +134,9 @@ for _name, (_openood, _images, _kind, _what) in SETS.items():
             load=lambda root, n=_name: load(n, root),
             location=lambda root, n=_name: imglist_path(root, n),
             fetch=f"harness data download {_name} (prints OpenOOD's download command)",
+            download=Instructions(
+                lambda root: PREPARE.format(root=root), lambda root, n=_name: _available(n, root)
+            ),
             description=(
                 f"OOD ({_kind}, OpenOOD v1.5 ImageNet-1K): {_what}; openood/{IMGLIST_DIR}/"
                 f"test_{_openood}.txt + openood/{_images}/"

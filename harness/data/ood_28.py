@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.data.base import DatasetSpec, ImageSet, damaged_data_file, register_dataset
+from harness.data.sources import Torchvision
 
 SEED = 0
 BOX, SIDE = 20, 28  # MNIST's framing: the glyph fitted in a 20×20 box, centred in 28×28
@@ -273,6 +274,7 @@ register_dataset(
         load=load_kmnist,
         location=lambda root: Path(root) / "KMNIST" / "raw",
         fetch="harness data download kmnist",
+        download=Torchvision("KMNIST", ({"train": True}, {"train": False})),  # <root>/KMNIST/raw
         description="OOD: Kuzushiji-MNIST test split (torchvision, KMNIST/raw idx files), 10,000",
         is_available=lambda root: all(
             (Path(root) / "KMNIST" / "raw" / n).is_file() for n in _KMNIST_FILES

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from harness.data.base import DatasetSpec, ImageSet, register_dataset
+from harness.data.sources import Archive, Archives, Torchvision
 
 OOD_IMAGE_SIZE = 64
 PLACES365_CAP = 10_000
@@ -107,6 +108,7 @@ register_dataset(
         load=load_textures,
         location=_dtd_folder,
         fetch=_fetch("textures"),
+        download=Torchvision("DTD", ({"split": "test"},)),
         description=(
             f"OOD: Textures/DTD (torchvision, dtd/dtd/), all 5,640 images, centre-cropped and "
             f"resized to {OOD_IMAGE_SIZE}×{OOD_IMAGE_SIZE} at load time"
@@ -155,6 +157,9 @@ register_dataset(
         load=load_places365,
         location=_places_root,
         fetch=_fetch("places365"),
+        download=Torchvision(
+            "Places365", ({"split": "val", "small": True},), into="places365", note="val, small"
+        ),
         description=(
             f"OOD: Places365 validation (torchvision, small 256×256, places365/val_256/): the "
             f"first {PLACES365_CAP:,} of 36,500 images in file-list order (deterministic), "
@@ -211,6 +216,14 @@ register_dataset(
         load=load_tinyimagenet,
         location=_tiny_folder,
         fetch=_fetch("tinyimagenet"),
+        download=Archives(  # Stanford's zip: a top folder tiny-imagenet-200/
+            (
+                Archive(
+                    "http://cs231n.stanford.edu/tiny-imagenet-200.zip",
+                    "90528d7ca1a48142e341f4ef8d21d0de",
+                ),
+            )
+        ),
         description="OOD: TinyImageNet-200 validation (tiny-imagenet-200/val/), 10,000 images",
         is_available=lambda root: (
             (_tiny_folder(root) / "val" / "val_annotations.txt").is_file()

@@ -47,11 +47,27 @@ from pathlib import Path
 import torch
 
 from harness.data.base import DatasetSpec, register_dataset
+from harness.data.sources import Archive, Archives
 from harness.data.text import SEQ_LEN, WORD, TextSplit, Tokenizer, make_tokenizer
 
 SST2_DIR = "SST-2"
 NEWSGROUPS_DIR = "20news-bydate-test"
 IMDB_DIR = "aclImdb"
+#: The published archives: GLUE's SST-2 (md5 as torchtext's SST2), Maas et al.'s IMDB
+#: (torchtext's IMDB md5), 20 Newsgroups "bydate" (the md5 its distributors publish).
+ARCHIVES = {
+    "sst2": Archive(
+        "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip", "9f81648d4199384278b86e315dac217c"
+    ),
+    "imdb": Archive(
+        "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
+        "7c2ac02c03563afcf9b574c7e56c153a",
+    ),
+    "20newsgroups": Archive(
+        "http://qwone.com/~jason/20Newsgroups/20news-bydate.tar.gz",
+        "d6e9e45cb8cb77ec5276dfa6dfc14318",
+    ),
+}
 # Token ids are not normalised; mean/std only fill the spec's image fields.
 _NO_NORM: tuple[float, ...] = ()
 
@@ -178,6 +194,7 @@ def register_text_datasets(suffix: str, tokenizer: str) -> list[str]:
             load=lambda root: _load_sst2(_resolved(root), tokenizer),
             location=_sst2_folder,
             fetch="harness data download sst2",
+            download=Archives((ARCHIVES["sst2"],)),
             description=f"GLUE SST-2 (train; test = GLUE dev), {SEQ_LEN} tokens, {about}",
             is_available=_sst2_available,
         )
@@ -194,6 +211,7 @@ def register_text_datasets(suffix: str, tokenizer: str) -> list[str]:
                 load=lambda root, o=ood: _load_ood(_resolved(root), tokenizer, o),
                 location=_OOD[ood][1],
                 fetch=f"harness data download {ood} sst2",
+                download=Archives((ARCHIVES[ood],)),
                 description=f"OOD for SST-2: {_OOD_ABOUT[ood]}, {SEQ_LEN} tokens, {about}",
                 is_available=_ood_available(ood),
             )

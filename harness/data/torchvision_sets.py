@@ -39,6 +39,7 @@ from harness.data.base import (
     damaged_data_file,
     register_dataset,
 )
+from harness.data.sources import Archive, Archives, PublishedCorruptions, Torchvision
 
 # Per-channel mean/std of the training images on the [0, 1] scale (the true pixel std, not the
 # 0.2023/0.1994/0.2010 values that circulate for CIFAR-10).
@@ -133,6 +134,36 @@ def load_cifar(name: str, root: Path) -> dict[str, ImageSet]:
     return _load_cifar_cached(name, str(Path(root).expanduser().resolve()))
 
 
+#: The published corruption sets (Hendrycks & Dietterich 2019, Zenodo; URL and published md5).
+CIFAR_C = {
+    "cifar10": PublishedCorruptions(
+        "cifar10-c",
+        "CIFAR-10-C",
+        Archives(
+            (
+                Archive(
+                    "https://zenodo.org/record/2535967/files/CIFAR-10-C.tar",
+                    "56bf5dcef84df0e2308c6dcbcbbd8499",
+                ),
+            )
+        ),
+    ),
+    "cifar100": PublishedCorruptions(
+        "cifar100-c",
+        "CIFAR-100-C",
+        Archives(
+            (
+                Archive(
+                    "https://zenodo.org/record/3555552/files/CIFAR-100-C.tar",
+                    "11f0ed0f1191edbf9fa23466ae6021d3",
+                ),
+            )
+        ),
+    ),
+}
+_BOTH_SPLITS = ({"train": True}, {"train": False})
+
+
 def _cifar_spec(name: str, num_classes: int, mean, std) -> DatasetSpec:
     folder, files = _CIFAR[name]
     return DatasetSpec(
@@ -145,7 +176,8 @@ def _cifar_spec(name: str, num_classes: int, mean, std) -> DatasetSpec:
         location=lambda root: Path(root) / folder,
         fetch=_fetch(name),
         augment="crop_flip",
-        corruption_source=f"{name}-c",
+        download=Torchvision(name.upper(), _BOTH_SPLITS),
+        published_corruptions=CIFAR_C[name],
         description=(
             f"CIFAR-{num_classes} (torchvision, {folder}/): train 50,000 (a recipe's "
             f"`validation: n` holds n of them out, stratified, seed {VALIDATION_SEED}) / test "
@@ -205,6 +237,7 @@ register_dataset(
         load=load_svhn,
         location=lambda root: _svhn_root(root) / "test_32x32.mat",
         fetch=_fetch("svhn"),
+        download=Torchvision("SVHN", ({"split": "test"},), into="svhn", note="test split"),
         description=(
             "OOD: SVHN test split (torchvision, svhn/test_32x32.mat or test_32x32.mat), "
             "26,032 images"
@@ -247,6 +280,7 @@ register_dataset(
         load=load_mnist,
         location=lambda root: Path(root) / "MNIST" / "raw",
         fetch=_fetch("mnist"),
+        download=Torchvision("MNIST", ({"train": False},)),
         description="OOD: MNIST test split (torchvision, MNIST/raw idx files), 10,000 images",
         # torchvision's MNIST wants all four raw files, the training ones included.
         is_available=lambda root: _all_files(Path(root) / "MNIST" / "raw", _MNIST_FILES),

@@ -304,6 +304,8 @@ def _run_leased(
             .feeding_for(cell.hparams)
             .to_json(cell.recipe.batch_size, cell.M)
         )
+        # How the reporter shows them: it reads the record, never the method.
+        rec["diagnostics"]["declared"] = [d.to_json() for d in METHODS.get(cell.method).diagnostics]
         phase = "evaluate"
         seed_everything(cell.seed)  # evaluation draws (MC Dropout) do not depend on the path here
         t_eval = time.perf_counter()
