@@ -448,3 +448,36 @@ def test_harness_validate_command_exits_2_naming_the_corruption(tmp_path, monkey
     monkeypatch.setattr(cs, "missing_requirement", lambda n: "no cv2" if n == "fog" else None)
     assert main(["validate", _suite_file(tmp_path, "digits", "[fog]"), "--skip-data"]) == 2
     assert "corruption 'fog' cannot be generated on this machine" in capsys.readouterr().err
+
+
+def test_which_transforms_build_here_is_cached_per_installation(tmp_path, monkeypatch):
+    """Building the transforms imports torch-uncertainty (seconds of every ``validate``): the
+    answers are computed once, read back while torch-uncertainty, Python and the optional
+    modules stay the same, and computed again when one of them changes."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    built = []
+
+    def fake_build(name):
+        built.append(name)
+        return f"{name}: needs cv2" if name == "elastic_transform" else None
+
+    monkeypatch.setattr(cs, "_try_build", fake_build)
+    cs.missing_requirement.cache_clear()
+    try:
+        assert cs.missing_requirement("elastic_transform") == "elastic_transform: needs cv2"
+        assert sorted(built) == sorted(cs._TRANSFORMS)  # every transform, once
+        cs.missing_requirement.cache_clear()
+        built.clear()
+        assert cs.missing_requirement("fog") is None
+        assert cs.missing_requirement("elastic_transform") == "elastic_transform: needs cv2"
+        assert built == []  # read from the cache
+        (file,) = (tmp_path / "corruption-requirements").glob("*.json")
+        assert json.loads(file.read_text())["elastic_transform"] == "elastic_transform: needs cv2"
+        monkeypatch.setattr(cs, "_OPTIONAL_MODULES", (*cs._OPTIONAL_MODULES, "wand"))
+        cs.missing_requirement.cache_clear()
+        assert cs.missing_requirement("fog") is None and len(built) == len(cs._TRANSFORMS)
+        assert [p.name for p in (tmp_path / "corruption-requirements").glob("*.json")] != [
+            file.name
+        ]  # the new inputs' answer replaced the old one
+    finally:
+        cs.missing_requirement.cache_clear()

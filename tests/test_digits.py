@@ -166,3 +166,20 @@ def test_reduce_resolution_averages_blocks():
     assert torch.equal(out[0, 0, 0, :2], out[0, 0, 1, :2])  # one value per 2×2 block
     with pytest.raises(ValueError, match="not a multiple of 3"):
         reduce_resolution(img, side=3)
+
+
+def test_digits_are_read_from_scikit_learns_file_as_load_digits_reads_them(monkeypatch):
+    """The CSV scikit-learn ships is read directly (no import of sklearn.datasets, ~2 s of a
+    cell's start-up) and gives load_digits' images and labels; without the file, load_digits."""
+    from sklearn.datasets import load_digits
+
+    from harness.data import digits
+
+    bunch = load_digits()
+    expected = (digits._to_uint8(bunch.images).unsqueeze(1), torch.from_numpy(bunch.target))
+    assert digits._digits_csv() is not None and digits._digits_csv().name == "digits.csv.gz"
+    for found in (digits._digits_csv, lambda: None):
+        monkeypatch.setattr(digits, "_digits_csv", found)
+        images, labels = digits._all_digits.__wrapped__()
+        assert images.shape == (1797, 1, 8, 8) and images.dtype == torch.uint8
+        assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1].long())

@@ -127,3 +127,30 @@ def test_slurm_task_forces_its_first_attempt_only(monkeypatch, write_suite, tmp_
     again.function(*again.args, **again.kwargs)
     CellTask()(*args)
     assert forced == [True, False, False, False]
+
+
+def test_an_installed_distributions_executor_is_found_by_its_entry_point(monkeypatch):
+    """``[project.entry-points."harness.executors"] name = "module:Class"``: listed and picked
+    by name, its module imported only when it is picked; a second registration of a name is
+    refused."""
+    import sys
+    import types
+
+    from harness.executors import executor_class, executor_listing, register_executor
+    from harness.executors.devices import ExecutorError
+
+    monkeypatch.setattr(executors, "_entry_points", {"faraway": "faraway_executor:Scheduler"})
+    monkeypatch.setattr(executors, "_registered", {})
+    assert ("faraway", "faraway_executor:Scheduler (entry point)") in executor_listing()
+    assert "faraway_executor" not in sys.modules  # listed without importing it
+    module = types.ModuleType("faraway_executor")
+    module.Scheduler = Scheduler
+    monkeypatch.setitem(sys.modules, "faraway_executor", module)
+    assert executor_class("faraway") is Scheduler
+    assert runs_here("faraway") is False and options_read("faraway") == {"wait", "progress"}
+    with pytest.raises(ExecutorError, match="executor 'local' is already registered"):
+        register_executor("local", Scheduler)
+    register_executor("mine", Scheduler)
+    register_executor("mine", Scheduler)  # the same class again (a module imported twice): fine
+    with pytest.raises(ExecutorError, match="executor 'mine' is already registered"):
+        register_executor("mine", "elsewhere:Other")

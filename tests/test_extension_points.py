@@ -1,10 +1,8 @@
-"""Adding a method, a backbone or a dataset is one file: each is written into a temporary
-package here, named with ``--plugin``, and taken through ``harness ls``, ``validate`` and a
-one-epoch ``run`` in this process (registry state restored after the test). A dataset with its
-download is one file too: ``harness data download`` fetches it from a local HTTP server
+"""Adding a method, a backbone, a dataset or an executor is one file: each is written into a
+temporary package here, named with ``--plugin``, and taken through ``harness ls``, ``validate``
+and a one-epoch ``run`` in this process (registry state restored after the test). A dataset with
+its download is one file too: ``harness data download`` fetches it from a local HTTP server
 (127.0.0.1) as a published-like archive, md5-checked, and a run trains on it.
-
-Not covered: an executor added without editing ``harness.executors.EXECUTORS``.
 """
 
 from __future__ import annotations
@@ -69,6 +67,35 @@ register_dataset(DatasetSpec(name="plug_noise", in_shape=(1, 6, 6), num_classes=
                              description="a plugin's dataset"))
 '''
 
+EXECUTOR = '''
+"""A plugin executor: the cells in this process, newest first, each record marked."""
+from harness.engine.runner import run_cell
+from harness.executors import register_executor
+from harness.executors.base import RunOutcome
+
+
+class Backwards:
+    """every cell in this process, the last one first"""
+
+    name = "backwards"
+    reads = ("progress",)
+    runs_here = True
+
+    def __init__(self, options):
+        self.options = options
+
+    def describe(self, n_cells):
+        return f"running {n_cells} cells backwards"
+
+    def run(self, cells, results_dir, data_root, force):
+        records = [run_cell(c, results_dir, data_root, force=force, progress=False)
+                   for c in reversed(cells)]
+        return RunOutcome(finished=True, records=records[::-1], messages=["ran backwards"])
+
+
+register_executor("backwards", Backwards)
+'''
+
 SUITE = """
 name: plugged
 grid: {datasets: [plug_noise], backbones: [plug_linear], methods: [plug_single], M: [1],
@@ -80,16 +107,18 @@ evaluation: {cost: false}
 
 @pytest.fixture
 def plugin_package(tmp_path, monkeypatch):
-    """``plugpkg.method``, ``plugpkg.backbone``, ``plugpkg.dataset``: one file each; the
+    """``plugpkg.method``, ``.backbone``, ``.dataset``, ``.executor``: one file each; the
     registries they register into are copies, restored after the test."""
     for registry in (METHODS, BACKBONES, DATASETS):
         registry.names()  # scanned before copying, so the copy holds the built-in entries
         monkeypatch.setattr(registry, "_items", dict(registry._items))
     monkeypatch.setattr("harness.registry.core._imported_plugins", set())
+    monkeypatch.setattr("harness.executors._registered", {})
     pkg = tmp_path / "plugpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    for name, text in (("method", METHOD), ("backbone", BACKBONE), ("dataset", DATASET)):
+    files = (("method", METHOD), ("backbone", BACKBONE), ("dataset", DATASET))
+    for name, text in (*files, ("executor", EXECUTOR)):
         (pkg / f"{name}.py").write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield [f"--plugin=plugpkg.{n}" for n in ("method", "backbone", "dataset")]
@@ -119,6 +148,39 @@ def test_a_method_a_backbone_and_a_dataset_each_one_file(
     assert rec["config"]["backbone"] == "plug_linear"
     assert rec["config"]["dataset"] == "plug_noise"
     assert 0.0 <= rec["metrics"]["clean"]["acc"] <= 1.0
+
+
+def test_an_executor_is_one_file(plugin_package, tmp_path, capsys, monkeypatch):
+    """A ``--plugin`` module that registers an executor: listed by ``harness ls``, picked by
+    ``harness run --executor NAME``, its records written; without the plugin the name is refused
+    as argparse refuses a choice."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "ls-cache"))
+    plugins = [*plugin_package, "--plugin=plugpkg.executor"]
+    assert main(["ls", *plugins]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  backwards        every cell in this process, the last one first (plugpkg.executor)"
+        in (out.split("executors:\n")[1])
+    )
+    suite = tmp_path / "plugged.yaml"
+    suite.write_text(SUITE.replace("seeds: [0]", "seeds: [0, 1]"))
+    results = tmp_path / "results"
+    argv = ["run", str(suite), "--executor", "backwards", "-q", "--results", str(results)]
+    assert main([*argv, *plugins, "--data-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "running 2 cells backwards\nran backwards\n" in out
+    records = [read_record(p.parent) for p in (results / "plugged").glob("*/record.json")]
+    assert sorted(r["config"]["seed"] for r in records) == [0, 1]
+    assert {r["status"] for r in records} == {"done"}
+    assert {r["config"]["method"] for r in records} == {"plug_single"}
+
+    monkeypatch.setattr("harness.executors._registered", {})
+    assert main([*argv, *plugin_package, "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "harness run: error: argument --executor: invalid choice: 'backwards' (choose from "
+        "'auto', 'inprocess', 'local', 'slurm') (see harness run --help)\n"
+    )
 
 
 FETCHED = '''

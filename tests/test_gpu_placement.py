@@ -105,3 +105,69 @@ def test_cli_rejects_a_gpu_that_is_not_visible(write_suite, tmp_path, monkeypatc
     argv = ["run", path, "--executor", "local", "--gpus", "3", "--results", str(tmp_path)]
     assert main(argv) == 2
     assert "error: --gpus 3: no such GPU; visible GPUs: 0, 1" in capsys.readouterr().err
+
+
+def test_one_function_resolves_every_device_name(monkeypatch, capsys, write_suite):
+    """``resolve_device``: what the runner, re-evaluation, a launcher (NCCL or gloo) and
+    ``harness bench --device`` all use, on a machine faked to have 0 or 2 GPUs."""
+    import dataclasses
+
+    import torch
+
+    from harness.cli import main
+    from harness.engine import build
+    from harness.engine.distributed import uses_cuda
+    from harness.engine.environment import resolve_device
+
+    assert not hasattr(build, "pick_device")  # the engine's second resolution is gone
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert resolve_device("auto") == resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("cuda") == torch.device("cuda")  # torch's first CUDA call says why not
+    with pytest.raises(ValueError, match=r"device 'cuda:0': this process sees 0 GPU\(s\)"):
+        resolve_device("cuda:0")
+    with pytest.raises(ValueError, match=r"unknown device 'gpu'; valid: auto, cpu, cuda, cuda:N"):
+        resolve_device("gpu")
+    assert main(["bench", "--device", "gpu", "--steps", "1"]) == 2
+    assert "harness bench: error: --device: unknown device 'gpu'" in capsys.readouterr().err
+    cell = load_suite(write_suite(SIX_CELLS)).cells()[0]  # recipe.device: auto
+    assert not uses_cuda(cell)  # auto on a CPU machine: gloo
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(ValueError, match=r"'cuda:2': this process sees 2 GPU\(s\)"):
+        resolve_device("cuda:2")
+    assert uses_cuda(cell)
+    cpu = dataclasses.replace(cell, recipe=dataclasses.replace(cell.recipe, device="cpu"))
+    assert not uses_cuda(cpu)
+
+
+def test_a_device_has_one_name_in_every_file_of_a_cell(tmp_path, monkeypatch, write_suite):
+    """``device_name``: the record's ``cost.device``, its ``environment.device`` (a CPU's detail
+    added) and ``progress.json``'s device (the physical GPU added) say the same name."""
+    import json
+
+    import torch
+
+    from harness.engine.cell_setup import run_conditions
+    from harness.engine.environment import device_name, environment
+    from harness.storage.progress import ProgressLog
+
+    cell = load_suite(write_suite(SIX_CELLS)).cells()[0]
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"NVIDIA H200 #{i}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    for device, name in (
+        (torch.device("cuda"), "cuda:0 NVIDIA H200 #0"),
+        (torch.device("cuda", 1), "cuda:1 NVIDIA H200 #1"),
+        (torch.device("cpu"), "cpu"),
+    ):
+        assert device_name(device) == name
+        assert run_conditions(cell, device, False)["device"] == name
+        provenance = environment(device)["device"]
+        assert provenance == name if device.type == "cuda" else provenance.startswith("cpu (")
+        cell_dir = tmp_path / name.replace(" ", "_")
+        ProgressLog(cell_dir, 0, 1, device_name(device), tensorboard=False).close()
+        shown = json.loads((cell_dir / "progress.json").read_text())["device"]
+        assert shown == (f"{name} (GPU 2)" if device.type == "cuda" else "cpu")

@@ -152,6 +152,42 @@ def test_registry_scans_its_packages_and_added_ones(tmp_path, monkeypatch):
         broken.names()
 
 
+def test_a_lookup_imports_only_the_module_named_like_the_entry(tmp_path, monkeypatch):
+    """``get("alpha")`` imports ``g_pkg.alpha`` (and the $HARNESS_PLUGINS modules), not the
+    package's other modules; a name no module is called like (``b2`` in ``beta``) takes the
+    full scan, as does ``names()``."""
+    (tmp_path / "gizmo_registry.py").write_text(
+        "from harness.registry.core import Registry\n"
+        "GIZMOS = Registry('gizmo', packages=('g_pkg',))"
+    )
+    pkg = tmp_path / "g_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "alpha.py").write_text("from gizmo_registry import GIZMOS\nGIZMOS.register('alpha', 1)")
+    (pkg / "beta.py").write_text(
+        "from gizmo_registry import GIZMOS\nGIZMOS.register('beta', 2)\nGIZMOS.register('b2', 3)"
+    )
+    (tmp_path / "gizmo_plugin.py").write_text(
+        "from gizmo_registry import GIZMOS\nGIZMOS.register('plugged', 4)"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("HARNESS_PLUGINS", "gizmo_plugin")
+    monkeypatch.setattr("harness.registry.core._imported_plugins", set())
+    import gizmo_registry
+
+    gizmos = gizmo_registry.GIZMOS
+    assert gizmos.get("alpha") == 1
+    assert "g_pkg.alpha" in sys.modules and "g_pkg.beta" not in sys.modules
+    assert gizmos.get("plugged") == 4 and "g_pkg.beta" not in sys.modules  # a plugin's name
+    assert sorted(gizmos._items) == ["alpha", "plugged"]
+    assert gizmos.get("b2") == 3  # registered by beta.py: found by the full scan
+    assert gizmos.names() == ["alpha", "b2", "beta", "plugged"]
+    with pytest.raises(UnknownNameError, match="Did you mean 'alpha'"):
+        gizmos.get("alpah")
+    for name in ("gizmo_registry", "gizmo_plugin", "g_pkg", "g_pkg.alpha", "g_pkg.beta"):
+        sys.modules.pop(name, None)
+
+
 @pytest.mark.slow
 def test_new_method_module_shows_in_ls_all_and_contract_tests(plugin_package):
     # harness ls: discovered without any list being edited

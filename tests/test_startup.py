@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from harness.cli import main
-from harness.cli.ls import listing_key
+from harness.cli.ls import executors_text, listing_key
 from harness.registry import METHODS
 from harness.registry.core import Registry
 from tests.conftest import REPO
@@ -44,6 +44,29 @@ def test_help_and_the_runner_import_only_what_they_need():
     assert not {m for m in runner if m.split(".")[0] in ("torchmetrics", "transformers", "scipy")}
 
 
+@pytest.mark.slow  # starts interpreters
+def test_validate_and_a_cells_lookups_import_only_what_they_need(tmp_path, monkeypatch):
+    """A warm ``validate`` of the smoke suite imports no torch-uncertainty (nor lightning or
+    torchmetrics, which it pulls in); looking up one method imports that method's module only."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    validate = (
+        "from harness.cli import main\n"
+        "assert main(['validate', 'suites/smoke.yaml', '--skip-data']) == 0"
+    )
+    cold = _modules_after(validate)  # fills the cache of which transforms build here
+    assert "torch_uncertainty" in cold
+    warm = _modules_after(validate)
+    heavy = ("torch_uncertainty", "lightning", "torchmetrics", "scipy", "transformers")
+    assert not {m for m in warm if m.split(".")[0] in heavy}
+    looked_up = _modules_after(
+        "from harness.registry import METHODS\nassert METHODS.get('sigma_ens').name == 'sigma_ens'"
+    )
+    methods = {m for m in looked_up if m.startswith("methods.")}
+    assert "methods.sigma_ens" in methods
+    assert not methods & {"methods.single", "methods.mimo", "methods.batch_ensemble"}
+    assert not {m for m in looked_up if m.split(".")[0] in heavy}
+
+
 def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatch, capsys):
     """As in a fresh process: registries not loaded yet (then restored as they were)."""
     from harness.registry import BACKBONES, DATASETS
@@ -54,8 +77,9 @@ def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatc
     assert main(["ls"]) == 0
     first = capsys.readouterr().out
     assert "methods:" in first and "sigma_ens" in first
-    (cached,) = (tmp_path / "cache").glob("*.txt")
-    assert cached.read_text() == first
+    (cached,) = (tmp_path / "cache" / "ls").glob("*.txt")
+    assert first == cached.read_text() + executors_text()  # executors: listed, not cached
+    assert executors_text().startswith("executors:\n  auto ")
 
     def no_import():
         raise AssertionError("the registries were scanned")

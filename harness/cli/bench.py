@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import gc
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,8 @@ import torch
 from harness.config.suite import expand_hparams
 from harness.contract import Recipe
 from harness.contract.build import parse_name_values
-from harness.engine.build import pick_device
 from harness.engine.cost import real_loop_throughput, throughput
-from harness.engine.environment import environment
+from harness.engine.environment import environment, resolve_device
 from harness.engine.train import SYNC_EVERY
 from harness.registry import METHODS
 from harness.storage.safe_files import atomic_write
@@ -276,7 +276,11 @@ def format_rows(result: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    device = pick_device(args.device)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:  # an unknown name, or a GPU this machine does not have
+        print(f"harness bench: error: --device: {exc}", file=sys.stderr)
+        return 2
     methods = (
         [parse_name_values(t, "method") for t in args.methods] if args.methods else DEFAULT_METHODS
     )

@@ -84,9 +84,9 @@ _FLAGS = {
 def run_flag_problems(args: Any) -> list[str]:
     """``harness run`` flags that the chosen ``--executor`` would silently ignore: each executor
     declares the options it reads (``reads``), and a flag for any other is refused."""
-    from harness.executors import EXECUTORS, options_read
+    from harness.executors import executor_names, options_read
 
-    names = ["auto", *EXECUTORS]
+    names = ["auto", *executor_names()]
     problems = []
     for field, (flag, attr) in _FLAGS.items():
         value = getattr(args, attr, None)

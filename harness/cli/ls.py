@@ -1,32 +1,21 @@
 """``harness ls``: the registered methods, backbones, datasets and corruption sets.
 
 Listing them means importing every module that registers one (torch, torch-uncertainty, timm:
-seconds). The text is kept in the user cache under a key made of everything that could change
-it — each scanned module's path, modification time and size, the entry points, the
-``--plugin``/``$HARNESS_PLUGINS`` modules, the versions of the harness, Python and
-torch-uncertainty — found without importing any of them; an unchanged installation is listed
-from that file. Editing or adding a method, backbone or dataset file changes the key.
+seconds). The text is kept in the user cache (:mod:`harness.storage.user_cache`, ``ls/``) under
+a key made of everything that could change it — each scanned module's path, modification time
+and size, the entry points, the ``--plugin``/``$HARNESS_PLUGINS`` modules, the versions of the
+harness, Python and torch-uncertainty — found without importing any of them; an unchanged
+installation is listed from that file. Editing or adding a method, backbone or dataset file
+changes the key. The executors are listed after it, from their name table (no import).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
-import os
 import sys
-from pathlib import Path
 
-#: ``$HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/implicit-ensemble-harness.
-CACHE_ENV = "HARNESS_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    """Where ``harness ls`` keeps its listing."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "implicit-ensemble-harness" / "ls"
+#: The cache kind (folder under the user cache root) of the listing.
+CACHE_KIND = "ls"
 
 
 def listing_key() -> str:
@@ -36,6 +25,7 @@ def listing_key() -> str:
     import harness
     from harness.registry import BACKBONES, DATASETS, METHODS
     from harness.registry.core import module_file_state, plugin_modules
+    from harness.storage.user_cache import digest
 
     try:
         tu = importlib.metadata.version("torch-uncertainty")  # corruption names come from it
@@ -46,7 +36,7 @@ def listing_key() -> str:
         "registries": [r.sources() for r in (METHODS, BACKBONES, DATASETS)],
         "plugins": [module_file_state(m) for m in plugin_modules()],
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return digest(parts)
 
 
 def listing() -> str:
@@ -74,6 +64,14 @@ def listing() -> str:
     return out.getvalue()
 
 
+def executors_text() -> str:
+    """The ``executors:`` block, computed each time (a name table: no import, nothing to cache)."""
+    from harness.executors import executor_listing
+
+    rows = "".join(f"  {name:16s} {line}\n" for name, line in executor_listing())
+    return f"executors:\n{rows}"
+
+
 def cmd_ls(args) -> int:
     """Print the listing: from the cache when nothing it depends on changed."""
     from harness.registry import BACKBONES, DATASETS, METHODS
@@ -81,29 +79,14 @@ def cmd_ls(args) -> int:
     if any(r.loaded() for r in (METHODS, BACKBONES, DATASETS)):
         # This process registered entries already (a caller of main(), a test): the sources on
         # disk no longer say what the registries hold, so they are listed as they are.
-        print(listing(), end="")
+        print(listing() + executors_text(), end="")
         return 0
-    path = cache_dir() / f"{listing_key()}.txt"
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError):
-        text = None
+    from harness.storage.user_cache import read_text, store_text
+
+    key = listing_key()
+    text = read_text(CACHE_KIND, key)
     if text is None:
         text = listing()
-        _store(path, text)
-    print(text, end="")
+        store_text(CACHE_KIND, key, text)
+    print(text + executors_text(), end="")
     return 0
-
-
-def _store(path: Path, text: str) -> None:
-    """Keep ``text`` as the only cached listing; a cache that cannot be written is skipped."""
-    from harness.storage.safe_files import atomic_write
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for old in path.parent.glob("*.txt"):
-            if old != path:
-                old.unlink(missing_ok=True)
-        atomic_write(path, lambda f: f.write(text))
-    except OSError:  # a read-only home: list without a cache
-        pass

@@ -97,8 +97,6 @@ def _add_validate(sub) -> None:
 
 def _add_run(sub) -> None:
     """``harness run``."""
-    from harness.executors import EXECUTORS  # the names to pick from: one table
-
     r = sub.add_parser("run", help="run a suite's pending cells")
     r.add_argument("suite")
     _add_override_arguments(r)
@@ -115,12 +113,15 @@ def _add_run(sub) -> None:
         action="store_true",
         help="with --dry-run: one line for every cell of the suite, whatever its size",
     )
+    # No `choices=`: a --plugin module or an entry point may add an executor, known only once
+    # plugins are imported (after parsing); `harness run` checks the name then, worded as here.
     r.add_argument(
         "--executor",
-        choices=["auto", *EXECUTORS],
         default="auto",
-        help="auto: in-process for one cell or on a one-GPU machine, else local worker "
-        "processes (one per GPU, or one per core without a GPU)",
+        metavar="NAME",
+        help="auto (default), inprocess, local, slurm, or a plugin's (harness ls lists them). "
+        "auto: in-process for one cell or on a one-GPU machine, else local worker processes "
+        "(one per GPU, or one per core without a GPU)",
     )
     r.add_argument(
         "--workers",
@@ -250,7 +251,7 @@ def _add_bench(sub) -> None:
         help="real: also time the real training loop (train_epoch, device loader, augmentation)",
     )
     b.add_argument("--methods", nargs="*")
-    b.add_argument("--device", default="auto")
+    b.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     b.add_argument("-o", "--output", default="bench.json")
     b.set_defaults(fn="harness.cli.bench:main")
 

@@ -38,9 +38,14 @@ def executor_options(args) -> ExecutorOptions:
 def cmd_run(args) -> int:
     """Check, write the manifest, hand the pending cells to the executor, print its outcome."""
     from harness.config.overrides import CellFilter
-    from harness.executors import make_executor, runs_here
+    from harness.executors import make_executor, resolve_name, runs_here
     from harness.executors.base import pending, write_manifest
+    from harness.executors.devices import ExecutorError
 
+    try:  # the parser takes any name: plugins, imported after parsing, may add executors
+        resolve_name(args.executor, 0)
+    except ExecutorError as exc:
+        raise SuiteError([f"harness run: error: {exc} (see harness run --help)"]) from None
     if flag_problems := run_flag_problems(args):  # before the suite: nothing has run yet
         raise SuiteError([f"harness run: {p}" for p in flag_problems])
     options = executor_options(args)

@@ -169,14 +169,47 @@ def build_transform(corruption: str, severity: int, seed: int):
     return transform
 
 
-@cache
-def missing_requirement(corruption: str) -> str | None:
-    """None when the transform can be built here, else what to install."""
+def _try_build(corruption: str) -> str | None:
     try:
         build_transform(corruption, 1, seed=0)
     except ImportError as err:
         return f"{corruption} needs torch-uncertainty's image extras ({err}): {INSTALL_HINT}"
     return None
+
+
+#: The modules deciding which transforms build here: those torch-uncertainty 0.13's corruption
+#: module (and its Frost images) look for with ``find_spec``, and this one (the name table).
+_OPTIONAL_MODULES = ("cv2", "scipy", "kornia", "torch_uncertainty_assets", "PIL", __name__)
+
+
+def requirement_inputs() -> list[object]:
+    """What :func:`missing_requirement`'s answers depend on, found without importing
+    torch-uncertainty: its version, Python's, and where each optional module is installed."""
+    import importlib.metadata
+    import sys
+
+    from harness.registry.core import module_file_state
+
+    tu = [d.version for d in importlib.metadata.distributions(name="torch-uncertainty")]
+    return [tu, sys.version, *(module_file_state(m) for m in _OPTIONAL_MODULES)]
+
+
+@cache
+def missing_requirement(corruption: str) -> str | None:
+    """None when the transform can be built here, else what to install.
+
+    Building the transforms imports torch-uncertainty (lightning, torchmetrics: seconds, most
+    of ``harness validate``), so every transform's answer is kept in the user cache
+    (``corruption-requirements/``), keyed by :func:`requirement_inputs`.
+    """
+    from harness.storage.user_cache import cached_json
+
+    answers = cached_json(
+        "corruption-requirements",
+        requirement_inputs(),
+        lambda: {name: _try_build(name) for name in _TRANSFORMS},
+    )
+    return answers[corruption] if corruption in answers else _try_build(corruption)
 
 
 def applicable_corruptions(

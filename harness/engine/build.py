@@ -28,13 +28,6 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def pick_device(preference: str) -> torch.device:
-    """``recipe.device``: "cpu", "cuda", or "auto" (CUDA when available)."""
-    if preference == "cpu" or (preference == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    return torch.device("cuda")
-
-
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's generators (same seed → same initial weights)."""
     random.seed(seed)

@@ -17,6 +17,7 @@ from harness.contract import Cell
 from harness.data.base import BatchLoader, DatasetSpec, LoaderOptions, Split
 from harness.data.loader import make_loader
 from harness.engine.cost import flops_per_image, parameter_counts, throughput
+from harness.engine.environment import device_name
 from harness.registry import METHODS
 from methods.base import BuildContext, EnsembleModel
 
@@ -55,13 +56,8 @@ def train_loader(
 def run_conditions(cell: Cell, device: torch.device, shared_device: bool) -> dict[str, Any]:
     """How the cost numbers were measured: device name, precision, and whether the device was
     shared with other cells running at the same time (their throughput is then contended)."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        name = f"cuda:{index} {torch.cuda.get_device_name(index)}"
-    else:
-        name = "cpu"
     return {
-        "device": name,
+        "device": device_name(device),
         "precision": "bf16" if cell.recipe.amp and device.type == "cuda" else "fp32",
         "shared_device": bool(shared_device),
     }

@@ -119,9 +119,11 @@ def collective_timeout() -> dt.timedelta:
 
 
 def uses_cuda(cell: Cell) -> bool:
-    """Whether the cell's ranks train on GPUs (NCCL) rather than the CPU (gloo)."""
-    device = cell.recipe.device
-    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    """Whether the cell's ranks train on GPUs (NCCL) rather than the CPU (gloo): the device
+    its ranks resolve (:func:`harness.engine.environment.resolve_device`)."""
+    from harness.engine.environment import resolve_device
+
+    return resolve_device(cell.recipe.device).type == "cuda"
 
 
 @contextlib.contextmanager

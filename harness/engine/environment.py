@@ -31,6 +31,37 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+#: What a device may be called: ``recipe.device`` takes the first three, ``harness bench
+#: --device`` also ``cuda:N``.
+DEVICE_NAMES = ("auto", "cpu", "cuda", "cuda:N")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The one place a device name becomes a device: ``auto`` → CUDA when torch sees a GPU,
+    else the CPU; ``cpu``; ``cuda`` (the current GPU: a local worker sees only its own, as
+    ``cuda:0``; without one, torch's first CUDA call says so); ``cuda:N``, checked against the
+    GPUs this process sees. Creates no CUDA context (a launcher asks before its ranks start).
+
+    Raises:
+        ValueError: an unknown name, or ``cuda:N`` beyond the GPUs this process sees.
+    """
+    import torch
+
+    kind, colon, index = name.partition(":")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if name in ("auto", "cuda"):
+        return torch.device("cuda")
+    if kind == "cuda" and colon and index.isdigit():
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(index) >= n:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            where = f", CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""
+            raise ValueError(f"device {name!r}: this process sees {n} GPU(s){where}")
+        return torch.device("cuda", int(index))
+    raise ValueError(f"unknown device {name!r}; valid: {', '.join(DEVICE_NAMES)}")
+
+
 @cache
 def git_commit() -> str:
     """The harness checkout's commit (with '+dirty' for local changes), or 'unknown'."""
@@ -65,11 +96,24 @@ def _version(mod: str) -> str:
 
 
 def device_name(device: torch.device) -> str:
+    """The one name of a device (``cuda:0 NVIDIA H200``, ``cpu``), as every file of a cell says
+    it: ``cost.device``; ``environment.device`` (a CPU's processor and threads added);
+    ``progress.json`` (the physical GPU added when the process sees only some)."""
     import torch
 
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} {torch.cuda.get_device_name(index)}"
+    return "cpu"
+
+
+def _cpu_detail(device: torch.device) -> str:
+    """`` (x86_64, 2 threads)`` for the CPU: what its throughput depends on."""
+    import torch
+
+    if device.type == "cuda":
+        return ""
+    return f" ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 def environment(device: torch.device) -> dict[str, Any]:
@@ -85,7 +129,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "harness": _version("implicit-ensemble-harness"),
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
-        "device": device_name(device),
+        "device": device_name(device) + _cpu_detail(device),
         "cuda": torch.version.cuda or "none",
         "git_commit": git_commit(),
     }

@@ -18,9 +18,9 @@ from harness.engine.build import (
     load_data,
     load_trained,
     now,
-    pick_device,
     seed_everything,
 )
+from harness.engine.environment import resolve_device
 from harness.engine.evaluate import evaluate_all
 from harness.storage.lease import LeaseHeld, acquire
 from harness.storage.records import write_record
@@ -42,7 +42,7 @@ def reevaluate_cell(
     except LeaseHeld:
         return None
     with lease:
-        device = pick_device(cell.recipe.device)
+        device = resolve_device(cell.recipe.device)
         spec, splits = load_data(cell, data_root)
         model, _ = build_model(cell, spec, None, device)
         load_trained(cell, cell_dir, model, device)

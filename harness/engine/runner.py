@@ -58,11 +58,10 @@ from harness.engine.build import (
     load_data,
     load_trained,
     now,
-    pick_device,
     seed_everything,
 )
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
-from harness.engine.environment import environment
+from harness.engine.environment import device_name, environment, resolve_device
 from harness.engine.evaluate import evaluate_all, evaluate_split
 from harness.engine.train import (
     DivergenceError,
@@ -148,7 +147,7 @@ def train_cell(
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
     if ranks.main:  # rank 0 writes the cell's files (harness.engine.distributed)
         log_event(cell_dir, "train", from_epoch=start_epoch, **ranks.event_fields())
-        plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, str(device))  # progress.csv
+        plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, device_name(device))
     trainee = distributed.training_module(cell, model, device)  # DDP when several processes
     distributed.seed_rank(cell, start_epoch)
     bar = tqdm(
@@ -282,7 +281,7 @@ def _run_leased(
             (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
-    device = pick_device(cell.recipe.device)
+    device = resolve_device(cell.recipe.device)
     started, t0 = now(), time.perf_counter()
     # The engine knows the method's defaults: the label and shown hparams are fixed here, at
     # run time, and written into the record (the reporter never re-derives them).
@@ -344,7 +343,7 @@ def _train_as_follower(cell: Cell, cell_dir: Path, data_root: Path) -> str:
     writes every file). Returns ``"evaluate_only"`` when training is already over."""
     if (cell_dir / TRAINED_FILE).exists() and (cell_dir / "final.pt").exists():
         return "evaluate_only"  # rank 0 evaluates the trained weights alone
-    device = pick_device(cell.recipe.device)
+    device = resolve_device(cell.recipe.device)
     spec, splits = load_data(cell, data_root)
     pre = pretrained_state(cell, cell_dir, spec, splits, device, False, data_root)
     model, _ = build_model(cell, spec, pre, device)

@@ -7,10 +7,17 @@ local      spawned worker processes on this machine: one per GPU (each sees only
 slurm      one Slurm job array through submitit, one task per cell
 ========== ====================================================================================
 
-The CLI picks one by name from :data:`EXECUTORS` (``auto``: in-process for a single cell or on a
-machine with one GPU, local workers on a CPU-only machine or across several GPUs). Adding an
-executor is one module with a class taking :class:`ExecutorOptions` and implementing
-``describe`` and ``run`` (and declaring ``reads`` and ``runs_here``), plus one line here.
+The CLI picks one by name (``auto``: in-process for a single cell or on a machine with one GPU,
+local workers on a CPU-only machine or across several GPUs). Adding an executor is one module
+with a class taking :class:`ExecutorOptions` and implementing ``describe`` and ``run`` (and
+declaring ``reads`` and ``runs_here``), made known one of three ways, none an edit here:
+
+- the module calls :func:`register_executor` at import and is named with ``--plugin MODULE``
+  (or in ``$HARNESS_PLUGINS``);
+- an installed distribution declares the entry point ``NAME = "module:Class"`` in the group
+  ``harness.executors`` (read, not imported, until the executor is picked);
+- the built-in table :data:`EXECUTORS` (``"module:Class"``, imported on use).
+
 No executor imports the CLI or the reporter.
 """
 
@@ -28,18 +35,93 @@ if TYPE_CHECKING:
 __all__ = [
     "EXECUTORS",
     "executor_class",
+    "executor_listing",
+    "executor_names",
     "make_executor",
     "options_read",
+    "register_executor",
     "resolve_name",
     "runs_here",
 ]
 
-#: Executor name → "module:class" (imported on use: the Slurm one needs submitit).
-EXECUTORS: dict[str, str] = {
+#: Built-in executor name → "module:class" (imported on use: the Slurm one needs submitit).
+EXECUTORS: dict[str, str | type] = {
     "inprocess": "harness.executors.local:InProcessExecutor",
     "local": "harness.executors.local:LocalWorkersExecutor",
     "slurm": "harness.executors.slurm.executor:SlurmExecutor",
 }
+#: Entry-point group of executors in installed distributions (``name = "module:Class"``).
+ENTRY_POINT_GROUP = "harness.executors"
+_registered: dict[str, str | type] = {}
+_entry_points: dict[str, str] | None = None
+
+
+def register_executor(name: str, target: str | type) -> None:
+    """Make ``--executor name`` run ``target`` (a class, or ``"module:Class"`` imported on use):
+    what a ``--plugin`` module calls at import to add an executor in one file.
+
+    Raises:
+        ExecutorError: ``name`` is ``auto`` or already names another executor.
+    """
+    from harness.executors.devices import ExecutorError
+
+    known = _targets()
+    if name == "auto" or (name in known and known[name] is not target):
+        raise ExecutorError(f"executor {name!r} is already registered; pick another name")
+    _registered[name] = target
+
+
+def _entry_point_targets() -> dict[str, str]:
+    """Executors of installed distributions, read from their metadata once per process."""
+    global _entry_points
+    if _entry_points is None:
+        import importlib.metadata
+
+        eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        _entry_points = {ep.name: ep.value for ep in eps}
+    return _entry_points
+
+
+def _targets(plugins: bool = False) -> dict[str, str | type]:
+    """Every executor's target: built-in, then registered, then entry points; ``plugins``:
+    import ``$HARNESS_PLUGINS`` first (a worker or task that did not get ``--plugin``)."""
+    if plugins:
+        from harness.registry.core import import_plugins
+
+        import_plugins()
+    return {**_entry_point_targets(), **_registered, **EXECUTORS}
+
+
+#: One line per built-in executor for ``harness ls`` (their classes are not imported to list them).
+DESCRIPTIONS = {
+    "inprocess": "every cell in this process, one after another",
+    "local": "spawned worker processes on this machine (one per GPU, or one per core)",
+    "slurm": "one Slurm job array through submitit, one task per cell",
+}
+
+
+def executor_listing() -> list[tuple[str, str]]:
+    """``(name, one line)`` of every executor, for ``harness ls``: a built-in's description, a
+    registered class's first docstring line, else where it comes from (no import)."""
+    out = [("auto", "inprocess for one cell or on a one-GPU machine, else local")]
+    targets = _targets(plugins=True)
+    for name in executor_names():
+        target = targets[name]
+        if name in DESCRIPTIONS and target is EXECUTORS.get(name):
+            line = DESCRIPTIONS[name]
+        elif isinstance(target, type):
+            doc = (target.__doc__ or "").strip().splitlines()
+            line = f"{doc[0] if doc else target.__qualname__} ({target.__module__})"
+        else:
+            kind = "entry point" if name in _entry_point_targets() else "plugin"
+            line = f"{target} ({kind})"
+        out.append((name, line))
+    return out
+
+
+def executor_names() -> list[str]:
+    """Every name ``--executor`` accepts but ``auto``: the built-in ones first, in order."""
+    return list(dict.fromkeys([*EXECUTORS, *sorted(_targets(plugins=True))]))
 
 
 def resolve_name(
@@ -53,7 +135,8 @@ def resolve_name(
     ``gpu_count`` replaces device discovery.
 
     Raises:
-        ValueError: an unknown executor name, listing the valid ones.
+        ExecutorError: an unknown executor name (a ValueError), with the closest one and the
+            valid ones, worded as argparse words an invalid choice.
     """
     if name == "auto":
         if gpu_count is None:
@@ -61,8 +144,17 @@ def resolve_name(
 
             gpu_count = lambda: len(visible_gpus())  # noqa: E731
         return "inprocess" if n_cells <= 1 or gpu_count() == 1 else "local"
-    if name not in EXECUTORS:
-        raise ValueError(f"unknown executor {name!r}; valid: auto, {', '.join(EXECUTORS)}")
+    if name not in EXECUTORS and name not in _targets(plugins=True):
+        from harness.contract.build import closest
+        from harness.executors.devices import ExecutorError
+
+        names = ["auto", *executor_names()]
+        near = closest(name, names)
+        hint = f"; did you mean {near!r}?" if near else ""
+        choices = ", ".join(repr(n) for n in names)
+        raise ExecutorError(
+            f"argument --executor: invalid choice: {name!r} (choose from {choices}){hint}"
+        )
     return name
 
 
@@ -74,9 +166,12 @@ def executor_class(name: str) -> type[Executor]:
     """The class of the executor called ``name`` (a name of :data:`EXECUTORS`).
 
     Raises:
-        ValueError: an unknown executor name, listing the valid ones.
+        ExecutorError: an unknown executor name, listing the valid ones.
     """
-    module, _, cls = EXECUTORS[resolve_name(name, 0) if name != "auto" else AUTO[0]].partition(":")
+    target = _targets()[resolve_name(name, 0) if name != "auto" else AUTO[0]]
+    if isinstance(target, type):
+        return target
+    module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)
 
 

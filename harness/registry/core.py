@@ -250,13 +250,40 @@ class Registry(Generic[T]):
 
         return add if obj is None else add(obj)
 
+    def _load_named(self, name: str) -> None:
+        """Import only the module named like ``name`` in each scanned package (``methods.
+        sigma_ens`` for ``sigma_ens``), then the ``$HARNESS_PLUGINS`` modules: a cell's process
+        imports the method it runs, not every method (nor what their modules import)."""
+        if name.isidentifier() and not name.startswith("_") and name.startswith(self.prefix):
+            for package in self.packages():
+                if package in self._scanned:
+                    continue
+                try:
+                    found = importlib.util.find_spec(f"{package}.{name}") is not None
+                except (ImportError, ValueError):  # the package itself is missing: _load says so
+                    found = False
+                if found:
+                    importlib.import_module(f"{package}.{name}")
+                    if name in self._items:
+                        break
+        import_plugins()
+
     def get(self, name: str) -> T:
-        """Look up ``name``.
+        """Look up ``name``: from the module of the same name when there is one, else after
+        the full scan (a module registering several names, a plugin package, an entry point).
+
+        A name found in its own module is returned without scanning the rest, so that module
+        and the ``$HARNESS_PLUGINS`` ones are the only ones imported; a clash with a name
+        registered elsewhere shows on the full scan (``names()``, ``harness ls``, a suite's
+        validation), never silently.
 
         Raises:
             UnknownNameError: naming the closest match and every valid choice.
         """
-        self._load()
+        if name not in self._items:
+            self._load_named(str(name))
+        if name not in self._items:
+            self._load()
         try:
             return self._items[name]
         except KeyError:

@@ -95,8 +95,9 @@ def executor_name() -> str:
 
 
 def device_label(device: str) -> str:
-    """``cuda (GPU 2)``: the device and, when this process sees only some GPUs (a local worker
-    bound to one, a Slurm allocation), which ones ``CUDA_VISIBLE_DEVICES`` names."""
+    """``cuda:0 NVIDIA H200 (GPU 2)``: the device's name (as the record's ``cost.device`` has
+    it) and, when this process sees only some GPUs (a local worker bound to one, a Slurm
+    allocation), which ones ``CUDA_VISIBLE_DEVICES`` names."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if device.startswith("cuda") and visible:
         return f"{device} (GPU {visible})"
