@@ -8,6 +8,7 @@ pid and time): the tests count training starts from it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -101,10 +102,20 @@ def test_two_concurrent_runs_train_each_cell_once(tmp_path, reference):
     assert not list(folder.glob("*/lease.json"))
 
 
+def _progress_stamps(folder: Path) -> dict[str, int]:
+    """mtime_ns of every cell's checkpoint and record: changes when a run finishes an epoch or
+    a cell (a resume only reads them)."""
+    stamps = {}
+    for path in [*folder.glob("*/checkpoint.pt"), *folder.glob("*/record.json")]:
+        with contextlib.suppress(FileNotFoundError):  # replaced or set aside meanwhile
+            stamps[str(path)] = path.stat().st_mtime_ns
+    return stamps
+
+
 # Kill targets: the N-th atomic write of a file in one process (the hook truncates the temporary
-# file to half, then SIGKILLs the process), or an outside SIGKILL after a random delay while every
-# write sleeps 0.2 s (so random kills land inside writes too). Each attempt gets at most a few
-# epochs further: 4 cells x 6 epochs leave room for well over 10 kills.
+# file to half, then SIGKILLs the process), or an outside SIGKILL a random fraction of a second
+# after the run's next checkpoint or record while every write sleeps 0.2 s (so random kills land
+# inside writes too). Each attempt gets at most one cell further, whatever the machine's speed.
 TARGETS = ["checkpoint.pt:1", "checkpoint.pt:2", "checkpoint.pt:2", "record.json:1",
            "final.pt:1", "trained.json:1", "random", "random"]  # fmt: skip
 
@@ -123,13 +134,21 @@ def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, re
                 if r["status"] == "done"}  # fmt: skip
         if target == "random":
             env = clean_env(HARNESS_FAULT_WRITE_SLEEP_S="0.2")
+            before = _progress_stamps(folder)
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     env=env, start_new_session=True)  # fmt: skip
-            try:
-                proc.wait(timeout=rng.uniform(3.0, 10.0))
-            except subprocess.TimeoutExpired:
+            # Kill once the run has made progress (a checkpoint or record written) plus a random
+            # fraction of a write's 0.2 s sleep — never after a fixed wall time, which lets a fast
+            # machine finish the grid before enough kills happened (and a slow one kill only in
+            # start-up).
+            deadline = time.monotonic() + 300
+            while (proc.poll() is None and _progress_stamps(folder) == before
+                   and time.monotonic() < deadline):  # fmt: skip
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.3))
+            if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            proc.wait()
         else:
             env = clean_env(HARNESS_FAULT_KILL_WRITE=target)
             proc = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
