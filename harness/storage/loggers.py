@@ -83,7 +83,14 @@ class WandbLogger:
         self.run.log(dict(scalars), step=step)
 
     def close(self) -> None:
+        import wandb
+
         self.run.finish()
+        # finish() returns once the service has the exit record, not once the run's .wandb
+        # transaction log is written and closed (wandb 0.31 writes it later, seen as a header-only
+        # file); teardown waits for that. A process trains one cell at a time, so no other run is
+        # open, and wandb's own atexit teardown is unreliable in multiprocessing workers.
+        wandb.teardown()
 
 
 class MLflowLogger:
