@@ -215,3 +215,29 @@ def make_record(
 def write_records(results_dir: Path, records: Iterable[Mapping[str, Any]]) -> list[Path]:
     """Write each record to ``results_dir/<cell_id>/record.json`` (validated, atomic)."""
     return [write_record(Path(results_dir) / r["cell_id"], dict(r)) for r in records]
+
+
+def tau_sweep_records(*, single_acc: float | None = None, seed_step: float = 0.0) -> list[dict]:
+    """A τ × M sweep of σN-Ens (τ ∈ {0.05, 0.5, 3}, M ∈ {2, 4}, seeds 0–1) with a deep ensemble
+    at each M and, when ``single_acc`` is given, a single model: what the figure tests draw.
+    σN-Ens's accuracy grows with τ (and by ``seed_step`` per seed), its ECE falls, and its k_eff
+    follows τ/(1 + τ) between 1 and M."""
+    recs = []
+    for s in (0, 1):
+        if single_acc is not None:
+            recs.append(make_record(method="single", M=1, seed=s, acc=single_acc))
+        for M in (2, 4):
+            recs.append(make_record(method="deep_ensemble", M=M, seed=s, acc=0.8 + 0.02 * M))
+            for tau in (0.05, 0.5, 3.0):
+                recs.append(
+                    make_record(
+                        method="sigma_ens",
+                        M=M,
+                        seed=s,
+                        hparams={"tau": tau},
+                        acc=0.85 + 0.01 * tau + seed_step * s,
+                        ece=0.05 - 0.01 * tau,
+                        k_eff=1 + tau / (1 + tau) * (M - 1),
+                    )
+                )
+    return recs

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from record_factory import make_record, write_records
+from record_factory import tau_sweep_records, write_records
 
 import reports.figures as figures_module
 from reports.aggregate import records_to_frame
@@ -20,24 +20,7 @@ from reports.leaderboard import write_report
 
 
 def _sweep(acc_single: float = 0.8) -> list[dict]:
-    recs = []
-    for s in (0, 1):
-        recs.append(make_record(method="single", M=1, seed=s, acc=acc_single))
-        for M in (2, 4):
-            recs.append(make_record(method="deep_ensemble", M=M, seed=s, acc=0.8 + 0.02 * M))
-            for tau in (0.05, 0.5, 3.0):
-                recs.append(
-                    make_record(
-                        method="sigma_ens",
-                        M=M,
-                        seed=s,
-                        hparams={"tau": tau},
-                        acc=0.85 + 0.01 * tau + 0.001 * s,
-                        ece=0.05 - 0.01 * tau,
-                        k_eff=1 + tau / (1 + tau) * (M - 1),
-                    )
-                )
-    return recs
+    return tau_sweep_records(single_acc=acc_single, seed_step=0.001)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 import pandas as pd
 import pytest
-from record_factory import DELETE, make_record, write_records
+from record_factory import DELETE, make_record, tau_sweep_records, write_records
 
 from harness.contract.record import validate_record
 from reports.aggregate import from_records, load_frame, load_results, records_to_frame
@@ -371,23 +371,7 @@ def test_page_is_self_contained(records, sweep_figures):
 
 
 def _sweep():
-    recs = []
-    for s in (0, 1):
-        for M in (2, 4):
-            recs.append(make_record(method="deep_ensemble", M=M, seed=s, acc=0.8 + 0.02 * M))
-            for tau in (0.05, 0.5, 3.0):
-                recs.append(
-                    make_record(
-                        method="sigma_ens",
-                        M=M,
-                        seed=s,
-                        hparams={"tau": tau},
-                        acc=0.85 + 0.01 * tau,
-                        ece=0.05 - 0.01 * tau,
-                        k_eff=1 + tau / (1 + tau) * (M - 1),
-                    )
-                )
-    return recs
+    return tau_sweep_records()
 
 
 def _is_png(b64: str | None) -> bool:
