@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.contract.errors import UsageError
 from reports.bolding import config_key
 from reports.columns import (
     CORRUPTION,
@@ -97,8 +98,8 @@ def paired_stats(
         reference = default_reference(cells)
     elif not reference_mask(cells[cells["status"] == "done"], reference).any():
         methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
-        raise ValueError(
-            f"reference method {reference!r} has no done cells in these results "
+        raise UsageError(
+            f"--reference {reference}: no done cells of that method in these results "
             f"(methods: {', '.join(methods) or 'none'})"
         )
     if reference is None:

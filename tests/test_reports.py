@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 from record_factory import DELETE, make_record, tau_sweep_records, write_records
 
+from harness.cli import main
+from harness.contract.errors import UsageError
 from harness.contract.record import validate_record
 from reports.aggregate import from_records, load_frame, load_results, records_to_frame
 from reports.columns import DIRECTIONS, direction, format_cell, leaderboard_columns
@@ -517,15 +519,21 @@ def test_paired_section_csv_and_markers(tmp_path):
     assert "▲/▼: p ≤ 0.05 by the exact sign-flip permutation test (two-sided)" in md
 
 
-def test_reference_choice(tmp_path):
+def test_reference_choice(tmp_path, capsys):
     write_records(tmp_path / "res", _paired_records())
     html = write_report(tmp_path / "res", tmp_path / "a", figures=False, reference="single")
     paired = parse(html.read_text()).paired
     assert {r["attrs"]["data-method"] for r in paired} == {"deep_ensemble", "sigma_ens"}
     assert {r["attrs"]["data-reference"] for r in paired} == {"single M=1"}  # M=1 vs M=4
-    with pytest.raises(ValueError, match="reference method 'nope' has no done cells"):
+    with pytest.raises(UsageError, match="--reference nope: no done cells of that method"):
         write_report(tmp_path / "res", tmp_path / "b", figures=False, reference="nope")
     assert not (tmp_path / "b").exists()  # nothing half-written
+    # on the command line: one line naming the option and the methods there, exit status 2
+    assert main(["report", str(tmp_path / "res"), "-o", str(tmp_path / "b"), "--reference",
+                 "nope", "--no-figures"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.startswith("error: --reference nope: no done cells") and "unexpected" not in err
+    assert "methods: deep_ensemble, sigma_ens, single" in err
     only = [r for r in _paired_records(single=False) if r["config"]["method"] == "sigma_ens"]
     write_records(tmp_path / "bare", only)
     html = write_report(tmp_path / "bare", tmp_path / "c", figures=False).read_text()

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)  # --help and bad flags exit here, importing little
     from harness.config.includes import SuiteError
-    from harness.contract.errors import DamagedFile
+    from harness.contract.errors import DamagedFile, UsageError
     from harness.executors.devices import ExecutorError
     from harness.registry.core import RegistryError, load_plugins
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 2
-    except (RegistryError, FileNotFoundError, ExecutorError, DamagedFile) as exc:
+    except (RegistryError, FileNotFoundError, ExecutorError, DamagedFile, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like

@@ -12,3 +12,9 @@ class DamagedFile(ValueError):
     def __init__(self, path: str | Path, reason: str) -> None:
         self.path, self.reason = Path(path), reason
         super().__init__(f"{path}: {reason}")
+
+
+class UsageError(ValueError):
+    """An option a user can fix contradicts the data it is applied to (``harness report
+    --reference X`` on results without a done ``X`` cell, say): the command prints ``str()`` as
+    one line and exits with status 2, like any other input error."""
