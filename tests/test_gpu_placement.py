@@ -171,3 +171,31 @@ def test_a_device_has_one_name_in_every_file_of_a_cell(tmp_path, monkeypatch, wr
         ProgressLog(cell_dir, 0, 1, device_name(device), tensorboard=False).close()
         shown = json.loads((cell_dir / "progress.json").read_text())["device"]
         assert shown == (f"{name} (GPU 2)" if device.type == "cuda" else "cpu")
+
+
+def test_a_record_names_the_processor_model(tmp_path, monkeypatch):
+    """``environment.cpu``: the model from ``/proc/cpuinfo`` (seeded CPU cells agree to the last
+    digit on one model, not across models), the architecture where the system does not say it."""
+    import builtins
+    import platform
+
+    import torch
+
+    from harness.engine import environment as env
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n")
+    real_open = builtins.open
+
+    def fake_open(path, *args, **kwargs):
+        if str(path) == "/proc/cpuinfo":
+            if not cpuinfo.exists():
+                raise FileNotFoundError(path)
+            return real_open(cpuinfo, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert env.environment(torch.device("cpu"))["cpu"] == "AMD EPYC 7B13"
+    cpuinfo.unlink()  # macOS, Windows: no /proc/cpuinfo
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    assert env.cpu_model() == platform.machine()

@@ -107,6 +107,23 @@ def device_name(device: torch.device) -> str:
     return "cpu"
 
 
+def cpu_model() -> str:
+    """The processor's model name (``AMD EPYC 7B13``, ``Intel(R) Xeon(R) Processor``) where the
+    system says it, else the architecture (``x86_64``). Seeded CPU runs agree to the last digit
+    on one processor model, not across models (their kernels take other vector paths), and CPU
+    throughput depends on it, so a record names it. ``platform.processor()`` gives only the
+    architecture on Linux; ``/proc/cpuinfo`` is where Linux says the model."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _cpu_detail(device: torch.device) -> str:
     """`` (x86_64, 2 threads)`` for the CPU: what its throughput depends on."""
     import torch
@@ -130,6 +147,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "device": device_name(device) + _cpu_detail(device),
+        "cpu": cpu_model(),
         "cuda": torch.version.cuda or "none",
         "git_commit": git_commit(),
     }
