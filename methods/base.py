@@ -259,6 +259,11 @@ class MethodSpec:
         min_members / max_members: Allowed range of M (max None = unbounded).
         reference: Paper reference shown in ``harness ls`` and reports.
         check: Optional extra validation of (hparams, M) returning error messages.
+        check_build: Optional validation that needs the cell's backbone and input shape,
+            ``check_build(ctx, hparams) -> messages``; run by ``harness validate`` (and before a
+            run) for every method entry × backbone × dataset × M, with a
+            :class:`BuildContext` that holds no weights. For what only sizing the model shows
+            (Packed-Ensembles' ``alpha: auto`` finding no α within its tolerance).
         batch_feeding: ``batch_feeding(hparams) -> BatchFeeding``: how a training step's images
             reach the members (default: every member sees every image).
         stochastic_eval: Evaluation is random (MC Dropout's passes): two evaluations of the same
@@ -279,6 +284,7 @@ class MethodSpec:
     max_members: int | None = None
     reference: str = ""
     check: Callable[[Any, int], list[str]] | None = None
+    check_build: Callable[[BuildContext, Any], list[str]] | None = None
     batch_feeding: Callable[[Any], BatchFeeding] = shared_feeding
     stochastic_eval: bool = False
     pretrained_conversion: bool = False

@@ -237,8 +237,22 @@ def solve_alpha(
             hi = mid
         else:
             lo = mid + 1
-    window = range(max(1, lo - STEPS_PER_UNIT), min(top, lo + STEPS_PER_UNIT) + 1)
-    found = [(j, n) for j in window if (n := packed_count(key, j / unit, gamma)) is not None]
+    # Candidates: the valid α within a unit of the crossing (neighbouring α can be the same
+    # network), and always the nearest valid α on either side of it: at large M the layers
+    # accept only every (16·M/…)-th step, which can lie outside that window (M = 8 on a
+    # 16-channel CNN accepts α in steps of 0.5, i.e. 64 of these steps).
+    window = set(range(max(1, lo - STEPS_PER_UNIT), min(top, lo + STEPS_PER_UNIT) + 1))
+    window |= {
+        j
+        for j in (
+            _nearest_valid(key, lo, -1, gamma, unit),
+            _nearest_valid(key, lo, +1, gamma, unit, top),
+        )
+        if j is not None
+    }
+    found = [
+        (j, n) for j in sorted(window) if (n := packed_count(key, j / unit, gamma)) is not None
+    ]
     if not found:
         raise ValueError(f"no valid alpha up to {max_alpha} for M={m}, gamma={gamma}")
     j, n = min(found, key=lambda c: (abs(c[1] - budget), c[0]))
@@ -249,6 +263,19 @@ def solve_alpha(
             "thin take whole channels, so raise alpha_tolerance or widen the backbone"
         )
     return j / unit
+
+
+def _nearest_valid(
+    key: tuple, start: int, step: int, gamma: int, unit: int, top: int | None = None
+) -> int | None:
+    """The first j from ``start`` (exclusive when walking down) in direction ``step`` whose
+    α = j/unit the layers accept, or None before 1 / after ``top``."""
+    j = start - 1 if step < 0 else start
+    while j >= 1 and (top is None or j <= top):
+        if packed_count(key, j / unit, gamma) is not None:
+            return j
+        j += step
+    return None
 
 
 def resolve_alpha(ctx: BuildContext, hp: PackedHparams) -> float:
@@ -290,6 +317,18 @@ def check(hp: PackedHparams, num_members: int) -> list[str]:
     return []
 
 
+def check_build(ctx: BuildContext, hp: PackedHparams) -> list[str]:
+    """``alpha: auto`` solved for the cell's backbone, K and M at validation: a budget no α can
+    meet within ``alpha_tolerance`` is a problem of the suite, not of a cell that starts later."""
+    if hp.alpha != "auto" or check(hp, ctx.num_members):
+        return []
+    try:
+        resolve_alpha(ctx, hp)
+    except ValueError as err:
+        return [str(err)]
+    return []
+
+
 register_method(
     MethodSpec(
         name="packed_ensemble",
@@ -298,5 +337,6 @@ register_method(
         families=(*TU_FAMILIES, "transformer"),
         reference="Laurent et al., ICLR 2023",
         check=check,
+        check_build=check_build,
     )
 )

@@ -63,6 +63,39 @@ def test_unreachable_budget_is_an_error_naming_the_closest_alpha() -> None:
     assert model.alpha == 2.75
 
 
+def test_auto_alpha_finds_a_valid_alpha_far_from_the_crossing() -> None:
+    """At M=8 the 16-channel Fashion-MNIST CNN accepts α only in steps of 0.5 (64 of the
+    solver's steps): the α just above the budget (3.0: 17,504 vs σN-Ens's 16,218, +7.9%) must
+    be a candidate, not only the one below it (2.5: 12,440, -23%)."""
+    ctx = BuildContext("fmnist_cnn", (1, 28, 28), 10, 8)
+    with torch.device("meta"):
+        model = _auto(ctx, gamma=1, alpha_reference="sigma_ens", alpha_tolerance=0.1)
+    assert model.alpha == 3.0
+    assert count_parameters(model) == 17_504
+    assert reference_count(_ctx_key(ctx), "sigma_ens") == 16_218
+
+
+def test_validate_names_an_unreachable_budget_before_any_cell_runs(tmp_path) -> None:
+    """``alpha: auto`` is solved at validation for every backbone × dataset × M of the entry;
+    an override that makes the budget unreachable is the one named."""
+    from harness.config.includes import SuiteError
+    from harness.config.suite import load_suite
+
+    suite = tmp_path / "m8.yaml"
+    suite.write_text(
+        "name: m8\ngrid:\n  datasets: [digits]\n  backbones: [digits_cnn]\n  M: [4, 8]\n"
+        "  methods:\n    - {name: packed_ensemble, hparams: {alpha: auto, gamma: 1,\n"
+        "       alpha_reference: sigma_ens, alpha_tolerance: 0.1}}\n"
+    )
+    assert len(load_suite(suite).cells()) == 2  # within 10% at M = 4 and 8
+    key = "grid.methods[0].hparams.alpha_tolerance"
+    with pytest.raises(SuiteError) as err:
+        load_suite(suite, [f"{key}=0.05"])
+    (line,) = err.value.problems
+    assert line.startswith(f"override {key}=0.05: grid.methods[0].hparams: digits_cnn on digits")
+    assert re.search(r"M=8: alpha: auto found no alpha within 5% of [\d,]+ parameters", line)
+
+
 @pytest.mark.parametrize(
     ("hp", "message"),
     [

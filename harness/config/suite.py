@@ -16,7 +16,12 @@ from typing import Any
 from harness.config.expand import expand_all
 from harness.config.includes import Origins, SuiteError, load_suite_yaml
 from harness.config.overrides import apply_overrides
-from harness.config.validator import attribute, backbone_option_problems, suite_problems
+from harness.config.validator import (
+    attribute,
+    backbone_option_problems,
+    method_build_problems,
+    suite_problems,
+)
 from harness.contract.build import build_dataclass, check_constraints, coerce, unknown_keys
 from harness.contract.config import (
     BackboneEntry,
@@ -250,6 +255,24 @@ def _check_entries(
                 )
 
 
+def _check_builds(
+    methods: list[MethodEntry],
+    backbones: list[BackboneEntry],
+    datasets: list[str],
+    grid_m: tuple[int, ...],
+) -> list:
+    """Each method's ``check_build`` over its backbones × datasets × M × settings."""
+    problems: list = []
+    for i, me in enumerate(methods):
+        spec = METHODS.get(me.name)
+        if spec.check_build:
+            members = members_for(spec, me, grid_m)
+            bbs = method_backbones(me, backbones)
+            settings = expand_hparams(spec, me.hparams)
+            problems += method_build_problems(spec, settings, i, bbs, datasets, members)
+    return problems
+
+
 def _parse_evaluation(
     raw: Any, datasets: list[str], recipe: Recipe | None, errors: list[str]
 ) -> Evaluation | None:
@@ -328,6 +351,8 @@ def parse_suite(
     seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
 
     _check_entries(methods, backbones, grid_m, errors)
+    if not errors:  # problems only sizing the model shows (Packed's alpha: auto)
+        errors += _check_builds(methods, backbones, datasets, grid_m)
 
     recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
     evaluation = _parse_evaluation(data.get("evaluation"), datasets, recipe, errors)

@@ -145,6 +145,43 @@ def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
     return []
 
 
+def method_build_problems(
+    spec: Any,
+    settings: list[dict[str, Any]],
+    index: int,
+    backbones: list[Any],
+    datasets: list[str],
+    members: Any,
+) -> list[Problem]:
+    """What a method's ``check_build`` finds for each backbone × dataset × M × hyper-parameter
+    setting of ``grid.methods[index]``: problems only sizing the model shows, found before any
+    cell trains instead of when that cell starts.
+
+    Args:
+        spec: the method's :class:`methods.base.MethodSpec` (with ``check_build`` set).
+        settings: the entry's hyper-parameter settings, sweeps expanded, defaults filled in.
+        index: the entry's position in ``grid.methods``, for the key path.
+        backbones: the :class:`BackboneEntry` list the entry runs on.
+        datasets: the grid's dataset names (input shape and class count of each).
+        members: the entry's M values.
+    """
+    from harness.contract.config import hparams_values
+    from harness.registry import DATASETS
+    from methods.base import BuildContext
+
+    key = f"grid.methods[{index}].hparams"
+    # Any of the entry's hyper-parameters may be the cause: an override of one is named.
+    related = tuple(f"{key}.{k}" for k in sorted({k for hp in settings for k in hp}))
+    problems: list[Problem] = []
+    for bb, name, m in itertools.product(backbones, datasets, members):
+        ds = DATASETS.get(name)
+        ctx = BuildContext(bb.name, tuple(ds.in_shape), ds.num_classes or 2, m, dict(bb.kwargs))
+        for hp in settings:
+            for text in spec.check_build(ctx, spec.hparams(**hparams_values(hp))):
+                problems.append(Problem(key, f"{bb.name} on {name}, M={m}: {text}", related))
+    return list(dict.fromkeys(problems))
+
+
 def _named_options(build: Any) -> list[str]:
     import inspect
 
