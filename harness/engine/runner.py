@@ -282,7 +282,7 @@ def _run_leased(
     atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = resolve_device(cell.recipe.device)
-    started, t0 = now(), time.perf_counter()
+    started, t0, cpu0 = now(), time.perf_counter(), time.process_time()
     # The engine knows the method's defaults: the label and shown hparams are fixed here, at
     # run time, and written into the record (the reporter never re-derives them).
     cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
@@ -330,6 +330,9 @@ def _run_leased(
         log_event(cell_dir, "failed", phase=phase, error=type(exc).__name__)
         log.warning("cell %s failed: %s: %s", cell.label, type(exc).__name__, exc)
     rec["timings"]["total_s"] = time.perf_counter() - t0
+    # CPU seconds (user + system, every thread of this process) beside the wall time: on a
+    # shared machine wall time overstates a cell's cost, and CPU-hour budgets need this figure.
+    rec["timings"]["cpu_s"] = time.process_time() - cpu0
     rec["finished_at"] = now()
     write_record(cell_dir, rec)
     if rec["status"] == "done":
