@@ -62,9 +62,19 @@ def resolve_device(name: str) -> torch.device:
     raise ValueError(f"unknown device {name!r}; valid: {', '.join(DEVICE_NAMES)}")
 
 
+#: What decides a cell's numbers, relative to the checkout (the suite is in the record).
+CODE_PATHS = ("harness", "methods", "reports", "pyproject.toml")
+
+
 @cache
 def git_commit() -> str:
-    """The harness checkout's commit (with '+dirty' for local changes), or 'unknown'."""
+    """The harness checkout's commit (with '+dirty' for local changes to its code), or
+    'unknown'.
+
+    Only the code that computes results counts (``CODE_PATHS``): a grid that writes its records
+    into a tracked folder of the checkout (``docs/results``) rewrites tracked ``suite.json`` and
+    failed records there, which said "+dirty" of every record though the code was the commit's.
+    """
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"],
@@ -75,7 +85,7 @@ def git_commit() -> str:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS],
             cwd=REPO,
             capture_output=True,
             text=True,
