@@ -260,9 +260,13 @@ def test_ctrl_c_stops_the_local_executor(tmp_path):
     hold = tmp_path / "hold"
     hold.touch()
     cmd = harness_cmd(suite, results, "--executor", "local", "--workers", "2", "--threads", "1")
-    # PYTHONFAULTHANDLER: if the parent hangs after SIGINT (seen twice in CI on a loaded
-    # machine, never reproduced alone), SIGABRT makes it print every thread's stack.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # PYTHONFAULTHANDLER: if the run hangs after SIGINT (seen in CI on a loaded machine, never
+    # reproduced alone), SIGABRT to its process group makes the parent and the workers print
+    # every thread's stack. Output goes to files, not pipes: workers inherit the descriptors,
+    # and a pipe a live worker holds never reaches EOF, so the stacks would be lost.
+    out_file, err_file = (tmp_path / "out.txt").open("w"), (tmp_path / "err.txt").open("w")
+    proc = subprocess.Popen(cmd, stdout=out_file, stderr=err_file, text=True,
+                            start_new_session=True,
                             env={**clean_env(), "PYTHONFAULTHANDLER": "1",
                                  "HARNESS_FAULT_HOLD": f"checkpoint.pt:{hold}"})  # fmt: skip
     folder = results / "ctrlc"
@@ -274,11 +278,14 @@ def test_ctrl_c_stops_the_local_executor(tmp_path):
     sent = time.time()
     proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)
-        _, err = proc.communicate(timeout=30)
-        pytest.fail(f"no exit 60 s after SIGINT; the parent's stacks:\n{err[-6000:]}")
+        os.killpg(proc.pid, signal.SIGABRT)
+        time.sleep(5)
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"no exit 60 s after SIGINT; the stacks:\n{_tail(tmp_path)}")
+    out_file.close(), err_file.close()
+    err = (tmp_path / "err.txt").read_text()
     assert proc.returncode == 130, err[-2000:]
     assert time.time() - sent < 30
     assert "interrupted" in err
@@ -287,6 +294,10 @@ def test_ctrl_c_stops_the_local_executor(tmp_path):
     assert len({e["pid"] for e in starts}) <= 2
     assert not list(folder.glob("*/record.json"))  # held: none finished, none half-written
     assert not list(folder.glob("*/.*.tmp")) and not list(folder.glob("*/lease.json"))
+
+
+def _tail(folder: Path, n: int = 8000) -> str:
+    return (folder / "err.txt").read_text()[-n:]
 
 
 # ----------------------------------------------------------------- pre-flight and folder errors
@@ -361,3 +372,22 @@ def test_commands_reading_a_results_folder_fail_clearly(tmp_path):
         assert rc == 2, (argv, out, err)
         assert needle in err and len(err.strip().splitlines()) == 1, (argv, err)
         assert "Traceback" not in err
+
+
+def test_the_parent_defers_ctrl_c_to_a_safe_point():
+    """While the local executor waits on its pools, SIGINT only sets a flag (the loop raises
+    KeyboardInterrupt between waits, holding no pool lock); the handler before is restored."""
+    from harness.executors.interrupt import deferred_sigint
+
+    before = signal.getsignal(signal.SIGINT)
+    with deferred_sigint() as interrupted:
+        assert not interrupted.is_set()
+        os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt here otherwise
+        deadline = time.monotonic() + 5
+        while not interrupted.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert interrupted.is_set()
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt, match="stop"), deferred_sigint():
+        raise KeyboardInterrupt("stop")  # still propagates, and the handler comes back
+    assert signal.getsignal(signal.SIGINT) is before

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -42,6 +43,28 @@ def check_not_stopping() -> None:
     """Raise KeyboardInterrupt in a worker that was interrupted: no new cell starts."""
     if _stopping:
         raise KeyboardInterrupt("interrupted: no new cell starts")
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[threading.Event]:
+    """In the parent: SIGINT sets the yielded event instead of raising ``KeyboardInterrupt``
+    wherever the main thread happens to be, and the caller checks it at a safe point.
+
+    A ``KeyboardInterrupt`` raised inside ``concurrent.futures.wait`` can land between acquiring
+    a future's condition lock and the ``try`` that releases it; the pool's manager thread then
+    blocks on that lock for good and the interpreter hangs at exit joining it (a loaded CI
+    machine saw the parent neither exit nor print for 60 s after ``kill -INT``). Outside the
+    main thread (where handlers cannot be installed) this yields an event nothing sets.
+    """
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def stop_pool(

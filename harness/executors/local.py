@@ -141,6 +141,9 @@ def run_local(
     return records
 
 
+WAIT_POLL_S = 0.2  # how often the parent looks at the Ctrl-C flag while cells run
+
+
 def _run_on_slots(
     cells: list[Cell],
     slots: list[str | None],
@@ -153,7 +156,7 @@ def _run_on_slots(
     worker be replaced: after a cell whose failure is a sticky CUDA error (the process's CUDA
     context is broken, every later cell in it would fail too), that slot's worker is shut down
     and a fresh one started on the same devices; the other workers go on."""
-    from harness.executors.interrupt import stop_pool
+    from harness.executors.interrupt import deferred_sigint, stop_pool
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
 
@@ -173,22 +176,26 @@ def _run_on_slots(
         if queue:
             running[pools[i].submit(task, queue.pop().to_json(), *common)] = i
 
-    try:
-        for i in range(len(pools)):
-            submit(i)
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                i = running.pop(fut)
-                records.append(fut.result())
-                bar.update(1)
-                if records[-1].get("worker", {}).get("poisoned"):
-                    pools[i].shutdown(wait=True)  # the worker exits; its devices get a new one
-                    pools[i] = start(slots[i])
+    # Ctrl-C sets `interrupted`; it is acted on between waits, never inside the pool's locks.
+    with deferred_sigint() as interrupted:
+        try:
+            for i in range(len(pools)):
                 submit(i)
-    except KeyboardInterrupt:
-        stop_pool(pools)  # running cells stop at a safe point, queued ones never start
-        raise
+            while running:
+                done, _ = wait(running, timeout=WAIT_POLL_S, return_when=FIRST_COMPLETED)
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
+                for fut in done:
+                    i = running.pop(fut)
+                    records.append(fut.result())
+                    bar.update(1)
+                    if records[-1].get("worker", {}).get("poisoned"):
+                        pools[i].shutdown(wait=True)  # the worker exits; its devices: a new one
+                        pools[i] = start(slots[i])
+                    submit(i)
+        except KeyboardInterrupt:
+            stop_pool(pools)  # running cells stop at a safe point, queued ones never start
+            raise
     for pool in pools:
         pool.shutdown()
     return records
