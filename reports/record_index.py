@@ -3,15 +3,24 @@
 ``load_rows(results_dir, cell_dirs, index=True)`` stats every ``<cell>/record.json``; a record
 whose relative path, size and modification time (ns) match an entry of ``.report-index.npz`` is
 taken from there, every other one is read and checked (:func:`harness.contract.read_record`) and
-flattened (:func:`reports.rows.record_row`), and the index is rewritten when anything changed. So
-a report of 10,000 records of which 10 changed parses 10 JSON files.
+flattened (:func:`reports.rows.record_row`). So a report of 10,000 records of which 10 changed
+parses 10 JSON files. The rows read since the index was last written whole go to a small delta
+beside it (``.report-index-delta.npz``, the same format, naming the index it extends by the time
+that index was written): a report of 10 changed records writes 10 rows, not 10,000 (rewriting the
+whole index was a tenth of a warm report). The index is written whole again when it has none, when
+the delta would pass :data:`DELTA_MAX` rows or a tenth of the index, or when the rows' columns or
+types differ from the index's (a record with a new column, say). The delta holds the rows read as
+they stand among all the rows (the types of all, not of those few alone), so index and delta
+decode to the rows, columns and types a whole rewrite would have stored.
 
 The index is a cache, never a source: it is a NumPy ``.npz`` archive read with
 ``allow_pickle=False`` (no code in it can run), whose header names this format, its version and
 a hash of the code that flattens records; an archive that cannot be read, names another format
-or code, or whose columns disagree in length is ignored and rebuilt. Records modified within two
-seconds of the index write are stored but re-read next time (a rewrite within the file system's
-timestamp granularity, with the same size, would otherwise go unseen). Invalid records are never
+or code, or whose columns disagree in length is ignored and rebuilt (a delta that is not for this
+index, or whose columns differ from it, is ignored: its records are read again). Records modified
+within two seconds of the write of the index (or delta) holding them are stored but re-read next
+time (a rewrite within the file system's timestamp granularity, with the same size, would
+otherwise go unseen). Invalid records are never
 stored: they are read, and named, on every report.
 """
 
@@ -33,8 +42,10 @@ from reports.results import Problem
 from reports.rows import record_row, rows_frame
 
 INDEX_FILE = ".report-index.npz"
+DELTA_FILE = ".report-index-delta.npz"
 FORMAT = "harness-report-index"
-VERSION = 1
+VERSION = 2  # 2: a delta beside the index
+DELTA_MAX = 2000  # rows in the delta at most (and a tenth of the index's)
 _RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
 _KEY = ("_path", "_size", "_mtime")
 _CODE = ("flatten.py", "rows.py", "record_extras.py", "ood_groups.py", "record_index.py")
@@ -51,7 +62,7 @@ def code_stamp() -> str:
     return h.hexdigest()
 
 
-def _encode(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def _encode(frame: pd.DataFrame, base: int | None = None) -> dict[str, np.ndarray]:
     """Columns → arrays: numbers and booleans as they are, anything else as a JSON list."""
     arrays: dict[str, np.ndarray] = {}
     columns = []
@@ -66,19 +77,20 @@ def _encode(frame: pd.DataFrame) -> dict[str, np.ndarray]:
             arrays[f"c{i}"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
         columns.append([str(name), dtype])
     header = {"format": FORMAT, "version": VERSION, "code": code_stamp(), "columns": columns,
-              "rows": len(frame), "written_ns": time.time_ns()}  # fmt: skip
+              "rows": len(frame), "written_ns": time.time_ns(), "base": base}  # fmt: skip
     arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
     return arrays
 
 
-def _decode(path: Path) -> pd.DataFrame | None:
-    """The stored rows, or None for anything that is not an index this code wrote."""
+def _decode(path: Path, base: int | None = None) -> tuple[pd.DataFrame, int] | None:
+    """(the stored rows, the time they were written), or None for anything that is not an index
+    this code wrote (``base``: a delta of the index written then)."""
     try:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(bytes(data["header"]).decode("utf-8"))
             if (header.get("format"), header.get("version")) != (FORMAT, VERSION):
                 return None
-            if header.get("code") != code_stamp():
+            if header.get("code") != code_stamp() or header.get("base") != base:
                 return None
             n = int(header["rows"])
             racy = int(header["written_ns"]) - _RACY_NS
@@ -97,7 +109,26 @@ def _decode(path: Path) -> pd.DataFrame | None:
     frame = pd.DataFrame(columns)
     if not set(_KEY) <= set(frame.columns) or frame["_path"].duplicated().any():
         return None
-    return frame[frame["_mtime"].astype("int64") < racy]
+    return frame[frame["_mtime"].astype("int64") < racy], int(header["written_ns"])
+
+
+def _same_columns(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    return list(a.columns) == list(b.columns) and list(a.dtypes) == list(b.dtypes)
+
+
+def _cached(results_dir: Path) -> tuple[pd.DataFrame, int, pd.DataFrame | None] | None:
+    """(the index's rows with its delta's over them, when it was written, the delta's rows), or
+    None without a usable index."""
+    stored = _decode(results_dir / INDEX_FILE)
+    if stored is None:
+        return None
+    base, written = stored
+    delta_path = results_dir / DELTA_FILE
+    delta = _decode(delta_path, written) if delta_path.is_file() else None
+    if delta is None or not _same_columns(base, delta[0]):
+        return base, written, None
+    rows = pd.concat([base, delta[0]], ignore_index=True)
+    return rows.drop_duplicates("_path", keep="last"), written, delta[0]
 
 
 def _read(cell_dir: Path, problems: list[Problem]) -> dict[str, Any] | None:
@@ -119,8 +150,8 @@ def load_rows(
     results_dir: Path, cell_dirs: list[Path], *, index: bool = True
 ) -> tuple[pd.DataFrame, list[Problem]]:
     """The rows of every usable record of ``cell_dirs`` in their order, and the problems."""
-    path = results_dir / INDEX_FILE
-    cached = _decode(path) if index and path.is_file() else None
+    stored = _cached(results_dir) if index and (results_dir / INDEX_FILE).is_file() else None
+    cached = None if stored is None else stored[0]
     known = {} if cached is None else dict(zip(cached["_path"], range(len(cached)), strict=True))
     problems: list[Problem] = []
     keep, fresh, order = [], [], []  # positions into cached, new rows, (source, position)
@@ -148,21 +179,49 @@ def load_rows(
         order.append((1, len(fresh)))
         fresh.append(row)
     parts = [] if cached is None else [cached.iloc[keep]]
-    if fresh or not parts:
-        parts.append(rows_frame(fresh))
+    new = rows_frame(fresh) if fresh or not parts else None
+    if new is not None:
+        parts.append(new)
     rows = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     rows = rows.iloc[[p if s == 0 else len(keep) + p for s, p in order]].reset_index(drop=True)
     if index and (fresh or cached is None or len(keep) != len(cached)):
-        _write(path, rows)
+        # The rows read this time as they stand in ``rows`` (its columns and types: what a
+        # whole rewrite would store), not as ``new`` (the types of those rows alone).
+        at = [i for i, (source, _) in enumerate(order) if source == 1]
+        _store(results_dir, rows, stored, rows.iloc[at] if fresh else None)
     return rows, problems
 
 
-def _write(path: Path, rows: pd.DataFrame) -> None:
-    """Write the index atomically; a folder that cannot take it just goes without one."""
+def _store(
+    results_dir: Path,
+    rows: pd.DataFrame,
+    stored: tuple[pd.DataFrame, int, pd.DataFrame | None] | None,
+    fresh: pd.DataFrame | None,
+) -> None:
+    """The rows read this time added to the delta, or every row written as the index (see the
+    module docstring for when)."""
+    if stored is not None and fresh is not None:
+        merged, written, delta = stored
+        frames = [fresh] if delta is None else [delta, fresh]
+        new = pd.concat(frames, ignore_index=True) if len(frames) > 1 else fresh
+        new = new.drop_duplicates("_path", keep="last")
+        small = len(new) <= min(DELTA_MAX, len(merged) // 10)
+        if small and _same_columns(merged, rows):  # (a delta has the index's: _cached)
+            _write(results_dir / DELTA_FILE, new, written)
+            return
+    if _write(results_dir / INDEX_FILE, rows):
+        (results_dir / DELTA_FILE).unlink(missing_ok=True)
+
+
+def _write(path: Path, rows: pd.DataFrame, base: int | None = None) -> bool:
+    """Write the index (or its delta) atomically; a folder that cannot take it just goes without
+    one."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **_encode(rows))
+            np.savez(f, **_encode(rows, base))
         os.replace(tmp, path)
+        return True
     except (OSError, TypeError, ValueError):
         tmp.unlink(missing_ok=True)
+        return False
