@@ -256,6 +256,22 @@ def run_cell(
         lease.release()
 
 
+def _clear_for_run(cell_dir: Path, existing: dict[str, Any] | None, force: bool) -> None:
+    """What a (re)run of the cell must not find: a killed writer's temporary files; with
+    ``force`` every product of an earlier run; after a failure its record (and the checkpoint
+    of a diverged run, which would diverge again from the same state)."""
+    for tmp in cell_dir.glob(".*.tmp"):  # left by a killed writer; under the lease, ours to clear
+        tmp.unlink(missing_ok=True)
+    if force:
+        for name in ("checkpoint.pt", "final.pt", TRAINED_FILE, "record.json"):
+            (cell_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(cell_dir / "pretrain", ignore_errors=True)
+    elif existing:  # a failed cell: keep what its training produced (final.pt, checkpoint.pt)
+        (cell_dir / "record.json").unlink(missing_ok=True)
+        if (existing.get("error") or {}).get("type") == DivergenceError.__name__:
+            (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
+
+
 def _run_leased(
     cell: Cell,
     cell_dir: Path,
@@ -268,17 +284,7 @@ def _run_leased(
     existing = record_or_set_aside(cell_dir)  # under the lease: another run may just have finished
     if existing and existing["status"] == "done" and not force:
         return existing
-    for tmp in cell_dir.glob(".*.tmp"):  # left by a killed writer; under the lease, ours to clear
-        tmp.unlink(missing_ok=True)
-    if force:
-        for name in ("checkpoint.pt", "final.pt", TRAINED_FILE, "record.json"):
-            (cell_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(cell_dir / "pretrain", ignore_errors=True)
-    elif existing:  # a failed cell: keep what its training produced (final.pt, checkpoint.pt)
-        (cell_dir / "record.json").unlink(missing_ok=True)
-        if (existing.get("error") or {}).get("type") == DivergenceError.__name__:
-            # Resuming would diverge again from the same state: that training starts over.
-            (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
+    _clear_for_run(cell_dir, existing, force)
     atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = resolve_device(cell.recipe.device)
@@ -330,9 +336,7 @@ def _run_leased(
         log_event(cell_dir, "failed", phase=phase, error=type(exc).__name__)
         log.warning("cell %s failed: %s: %s", cell.label, type(exc).__name__, exc)
     rec["timings"]["total_s"] = time.perf_counter() - t0
-    # CPU seconds (user + system, every thread of this process) beside the wall time: on a
-    # shared machine wall time overstates a cell's cost, and CPU-hour budgets need this figure.
-    rec["timings"]["cpu_s"] = time.process_time() - cpu0
+    rec["timings"]["cpu_s"] = time.process_time() - cpu0  # a shared machine inflates wall time
     rec["finished_at"] = now()
     write_record(cell_dir, rec)
     if rec["status"] == "done":
