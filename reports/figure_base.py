@@ -67,7 +67,7 @@ def _panels(n_settings: int, k: int, width: float = 4.2, height: float = 3.2):
     """
     per_row = max(1, min(MAX_PANELS_PER_ROW // k, n_settings))
     nrows = -(-n_settings // per_row)
-    fig = Figure(figsize=(width * per_row * k + 2.2, height * nrows), layout="constrained")
+    fig = Figure(figsize=(width * per_row * k + 0.4, height * nrows), layout="constrained")
     axes = fig.subplots(nrows, per_row * k, squeeze=False)
     out = [[axes[i // per_row, (i % per_row) * k + j] for j in range(k)] for i in range(n_settings)]
     used = {id(ax) for row in out for ax in row}
@@ -86,10 +86,22 @@ def _png(fig: Figure) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+#: Legend text size (points) and the width of one of its characters there (inches, DejaVu Sans).
+LEGEND_PT, LEGEND_CHAR_IN = 7.5, 0.058
+
+
 def _figure_legend(fig: Figure, axes: Iterable) -> None:
-    """One legend for the whole figure (right of the panels), entries merged from every panel."""
+    """One legend for the whole figure, below the panels, entries merged from every panel.
+
+    Below, not to the right: a configuration's label can be 100 characters long, and a legend
+    beside the panels took the width from them (titles ran into the next panel). The figure
+    grows by the legend's rows, in as many columns as the longest label allows; panel titles
+    are set a little smaller than matplotlib's default for the same reason.
+    """
     entries: dict[str, object] = {}
+    axes = list(axes)
     for ax in axes:
+        ax.title.set_fontsize(9)
         leg = ax.get_legend()
         if leg is not None:
             pairs = zip(leg.legend_handles, [t.get_text() for t in leg.get_texts()])
@@ -99,11 +111,17 @@ def _figure_legend(fig: Figure, axes: Iterable) -> None:
         for handle, label in pairs:
             entries.setdefault(label, handle)
     if entries:
+        width = fig.get_figwidth()
+        longest = max(len(label) for label in entries) * LEGEND_CHAR_IN + 0.5  # + marker, gap
+        ncols = max(1, min(len(entries), int(width // longest)))
+        rows = -(-len(entries) // ncols)
+        fig.set_figheight(fig.get_figheight() + rows * LEGEND_PT * 1.6 / 72 + 0.1)
         fig.legend(
             list(entries.values()),
             list(entries),
-            loc="outside right upper",
-            fontsize=7.5,
+            loc="outside lower center",
+            ncols=ncols,
+            fontsize=LEGEND_PT,
             frameon=False,
         )
 
