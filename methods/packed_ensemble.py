@@ -211,8 +211,9 @@ def solve_alpha(
 
     The count grows with α (up to torch-uncertainty lowering γ where groups get too thin), so a
     bisection over j (α = j/(16·M)) finds where the count crosses the budget, and the α the
-    layers accept (channels divisible by γ·M) within 1/M of it are compared; among equal counts
-    the smallest α wins (int() truncation makes neighbouring α identical networks).
+    layers accept (channels divisible by γ·M) within 1/M of it, and the nearest accepted on
+    either side, are compared; among equal counts the smallest α wins (int() truncation makes
+    neighbouring α identical networks).
 
     Raises:
         ValueError: when the closest count is not within ``tolerance`` of the budget.
@@ -221,19 +222,11 @@ def solve_alpha(
     unit = STEPS_PER_UNIT * m
     top = int(max_alpha * unit)
 
-    def first_valid(j: int) -> int | None:
-        while j <= top:
-            n = packed_count(key, j / unit, gamma)
-            if n is not None:
-                return n
-            j += 1
-        return None
-
     lo, hi = 1, top
     while lo < hi:  # smallest j whose next valid count reaches the budget
         mid = (lo + hi) // 2
-        n = first_valid(mid)
-        if n is not None and n >= budget:
+        j = _nearest_valid(key, mid, +1, gamma, unit, top)
+        if j is not None and packed_count(key, j / unit, gamma) >= budget:
             hi = mid
         else:
             lo = mid + 1
