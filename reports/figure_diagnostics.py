@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 
 from reports.figure_base import (
@@ -16,9 +15,11 @@ from reports.figure_base import (
     _figure_legend,
     _finite,
     _m_text,
+    _mean_sd_lines,
     _panels,
     _settings,
     _style,
+    _tab10,
 )
 
 
@@ -40,15 +41,13 @@ def diagnostic_vs_hparam(cells: pd.DataFrame, declared: dict) -> Figure | None:
         return None
     d = d.assign(size=d["M"].map(_m_text))
     sizes = [_m_text(m) for m in sorted(d["M"].unique())]
-    pal = dict(zip(sizes, sns.color_palette("tab10", len(sizes))))
+    pal = dict(zip(sizes, _tab10(len(sizes))))
     settings = _settings(d)
     with _style():
         fig, panels = _panels(len(settings), 1, width=4.6, height=3.4)
+        legend: dict = {}
         for (ax,), (title, s) in zip(panels, settings):
-            sns.lineplot(
-                data=s, x=x, y=column, hue="size", hue_order=sizes, palette=pal, marker="o",
-                errorbar="sd", ax=ax,
-            )  # fmt: skip
+            legend = _mean_sd_lines(ax, s, x, column, "size", pal)
             for ref in fig_spec.get("reference_lines") or ():
                 for level in sorted(s["M"].dropna().unique()) if ref == "M" else [ref]:
                     ax.axhline(float(level), ls=":", color="0.5", lw=0.8)
@@ -56,7 +55,7 @@ def diagnostic_vs_hparam(cells: pd.DataFrame, declared: dict) -> Figure | None:
                 ax.set_xscale("log")
             ylabel = fig_spec.get("y_label") or declared.get("label") or column
             ax.set(title=title, xlabel=fig_spec.get("x_label") or x, ylabel=_text(ylabel))
-        _figure_legend(fig, (row[0] for row in panels))
+        _figure_legend(fig, (row[0] for row in panels), legend)
         return fig
 
 

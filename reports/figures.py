@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -41,6 +40,7 @@ from reports.figure_base import (
     _png,
     _settings,
     _style,
+    _styled_points,
     _tau,
     pareto_front,
 )
@@ -136,13 +136,13 @@ def quality_vs_members(cells: pd.DataFrame) -> Figure | None:
     ys = (("acc100", "Accuracy (%)  ↑"), ("nll", "NLL  ↓"))
     with _style():
         fig, panels = _panels(len(settings), 2)
-        _lines(panels, settings, "M", ys, _palette(d["label"]), "ensemble size M")
+        legend = _lines(panels, settings, "M", ys, _palette(d["label"]), "ensemble size M")
         ms = sorted(d["M"].unique())
         for ax in (ax for row in panels for ax in row):
             ax.set_xscale("log", base=2)
             ax.set_xticks(ms, [f"{m:g}" for m in ms])
             ax.minorticks_off()
-        _figure_legend(fig, (ax for row in panels for ax in row))
+        _figure_legend(fig, (ax for row in panels for ax in row), legend)
         return fig
 
 
@@ -167,10 +167,11 @@ def corruption_severity(cells: pd.DataFrame) -> Figure | None:
     ys = (("acc100", "Accuracy (%)  ↑"), ("ece100", "ECE (%)  ↓"))
     with _style():
         fig, panels = _panels(len(settings), 2)
-        _lines(panels, settings, "severity", ys, _palette(long["label"]), "corruption severity")
+        pal = _palette(long["label"])
+        legend = _lines(panels, settings, "severity", ys, pal, "corruption severity")
         for ax in (ax for row in panels for ax in row):
             ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
-        _figure_legend(fig, (ax for row in panels for ax in row))
+        _figure_legend(fig, (ax for row in panels for ax in row), legend)
         return fig
 
 
@@ -200,7 +201,8 @@ def ood_auroc(cells: pd.DataFrame) -> Figure | None:
                 if sc.empty:
                     ax.set_axis_off()
                     continue
-                _bars(ax, sc, "ood_set", "auroc100", pal, [h for h in pal if h in set(sc["label"])])
+                drawn = set(sc["label"])
+                _bars(ax, sc, "ood_set", "auroc100", pal, [h for h in pal if h in drawn])
                 ax.axhline(50, ls=":", color="0.4", lw=1)
                 ax.set_ylim(max(0.0, sc["auroc100"].min() - 10), 100)
                 ax.set(title=f"{title} · {score}", xlabel="OOD set", ylabel="AUROC (%)  ↑")
@@ -226,23 +228,14 @@ def quality_vs_cost(cells: pd.DataFrame) -> Figure | None:
     pal = _palette(pts["method"])
     sizes = [_m_text(m) for m in sorted(pts["M"].unique())]
     settings = _settings(pts)
+    legend: dict = {}
     with _style():
         fig, panels = _panels(len(settings), len(costs))
         for row, (title, s) in zip(panels, settings):
             for ax, (c, name) in zip(row, costs):
                 sc = _finite(s, c)
-                sns.scatterplot(
-                    data=sc,
-                    x=c,
-                    y="acc100",
-                    hue="method",
-                    hue_order=list(pal),
-                    palette=pal,
-                    style="size",
-                    style_order=sizes,
-                    s=60,
-                    ax=ax,
-                )
+                drawn = _styled_points(ax, sc, c, "acc100", "method", pal, "size", sizes, s=60)
+                legend = legend or drawn
                 if len(sc) and (sc[c] > 0).all():
                     ax.set_xscale("log")
                     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -251,7 +244,7 @@ def quality_vs_cost(cells: pd.DataFrame) -> Figure | None:
                     )
                     ax.xaxis.set_minor_formatter(NullFormatter())
                 ax.set(title=title, xlabel=name, ylabel="Accuracy (%)  ↑")
-        _figure_legend(fig, (ax for row in panels for ax in row))
+        _figure_legend(fig, (ax for row in panels for ax in row), legend)
         return fig
 
 

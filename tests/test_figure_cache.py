@@ -125,8 +125,9 @@ def test_every_figure_has_its_reads_and_the_sigma_name_matches():
 
 def test_bars_draw_what_seaborn_barplot_draws():
     """The OOD figure's bars (drawn directly, for speed) are seaborn.barplot's: positions,
-    widths, heights, colours, error bars, ticks and limits."""
+    widths, heights, colours, error bars, ticks and limits, and the pixels."""
     import seaborn as sns
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import LineCollection
     from matplotlib.figure import Figure
 
@@ -150,7 +151,13 @@ def test_bars_draw_what_seaborn_barplot_draws():
                     for s in c.get_segments()] + [ln.get_xydata() for ln in ax.lines]  # fmt: skip
             segs = [(np.round(s, 9) + 0.0).tolist() for s in segs if np.isfinite(s).all()]
             ticks = [(t, lbl.get_text()) for t, lbl in zip(ax.get_xticks(), ax.get_xticklabels())]
-            return sorted(bars), sorted(segs), ticks, ax.get_xlim()
+            if ax.get_legend() is not None:  # seaborn's, merged into the figure's legend
+                ax.get_legend().remove()
+            ax.set(xlabel="OOD set", ylabel="AUROC")  # seaborn's column names, set over
+            canvas = FigureCanvasAgg(ax.figure)
+            canvas.draw()
+            pixels = np.asarray(canvas.buffer_rgba()).tobytes()
+            return sorted(bars), sorted(segs), ticks, ax.get_xlim(), pixels
 
     ours = drawn(lambda ax: _bars(ax, data, "ood_set", "auroc100", pal, order))
     theirs = drawn(
