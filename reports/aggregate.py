@@ -78,13 +78,15 @@ def load_results(
     ignore: Iterable[Path] = (),
     *,
     index: bool = False,
+    parallel: bool = False,
 ) -> Results:
     """Read a suite's results folder (or a folder of suite folders) into :class:`Results`.
 
     A cell folder without ``record.json`` is listed as missing (pending, running or killed), an
     unreadable or invalid record as invalid; ``expected`` adds cells that have no folder at all.
     With ``index``, the flattened rows are kept in ``.report-index.npz`` beside the results and
-    only records whose path, size or mtime changed are read again (:mod:`reports.record_index`).
+    only records whose path, size or mtime changed are read again (:mod:`reports.record_index`);
+    with ``parallel``, many records are read by forked workers too (:mod:`reports.forked`).
     """
     from reports.record_index import load_rows
     from reports.rows import results_from_rows
@@ -92,7 +94,8 @@ def load_results(
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise FileNotFoundError(f"results folder {results_dir} does not exist")
-    rows, problems = load_rows(results_dir, _cell_dirs(results_dir, ignore), index=index)
+    cell_dirs = _cell_dirs(results_dir, ignore)
+    rows, problems = load_rows(results_dir, cell_dirs, index=index, parallel=parallel)
     return results_from_rows(rows, expected=expected, problems=problems, source=str(results_dir))
 
 

@@ -14,7 +14,7 @@ FORMATS = ("html", "csv", "md", "latex")
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--reference --format --interval --test --holm --mce-baseline --no-figures
-    --no-index --published``."""
+    --no-index --serial --published``."""
     parser.add_argument(
         "--reference",
         help="reference for the paired differences: a method, or method:key=value,... "
@@ -67,6 +67,13 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         "(.report-figures.json beside the page: only figures whose data changed are redrawn)",
     )
     parser.add_argument(
+        "--serial",
+        action="store_true",
+        help="do everything in this process (default: on a machine with two or more cores, "
+        "forked workers read the records and draw the figures while the tables are written; "
+        "the same files)",
+    )
+    parser.add_argument(
         "--published",
         help="CSV of published values (dataset,backbone,method,M,hparams,metric,value,source) "
         "to show next to the measured ones (default: <suite>.published.csv beside the suite)",
@@ -94,4 +101,5 @@ def report_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "published": Path(args.published) if args.published else None,
         "figures": not getattr(args, "no_figures", False),
         "index": not getattr(args, "no_index", False),
+        "parallel": not getattr(args, "serial", False),
     }

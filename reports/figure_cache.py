@@ -20,13 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from reports.figure_selection import RenderedFigure, declared_figure_meta, figure_cells
+from reports.figure_selection import (
+    FIGURE_IDS,
+    RenderedFigure,
+    declared_figure_meta,
+    figure_cells,
+)
 
 CACHE_FILE = ".report-figures.json"
 FORMAT = "harness-report-figures/1"
@@ -53,7 +59,16 @@ READS: dict[str, tuple[Any, bool]] = {
 }
 
 
-__all__ = ["CACHE_FILE", "READS", "RenderedFigure", "figure_key", "report_figures"]
+__all__ = [
+    "CACHE_FILE",
+    "READS",
+    "FigurePlan",
+    "RenderedFigure",
+    "draw_figure",
+    "figure_key",
+    "plan_figures",
+    "report_figures",
+]
 
 
 def code_stamp() -> str:
@@ -141,44 +156,76 @@ def report_figures(
     """Every figure of :func:`reports.figures.figure_specs` for the page, each also written as
     ``<id>.png`` and ``<id>.pdf`` in ``out_dir``; with ``cache``, only those whose key or files
     changed are drawn (see the module docstring). A failed figure is never cached."""
-    path = out_dir / CACHE_FILE
-    stamp = code_stamp()
-    static, entries = _load(path, stamp) if cache else (None, [])
-    cached = {e["id"]: e for e in entries}
-    if static is None:  # the stamp covers figures.py: a cached list of its figures is its list
-        from reports.figures import FIGURES
+    plan = plan_figures(cells, out_dir, cache=cache)
+    return plan.finish({fid: draw_figure(fid, cells, out_dir) for fid in plan.todo})
 
-        static = [spec.id for spec in FIGURES]
+
+@dataclass
+class FigurePlan:
+    """A report's figures before drawing: those the cache holds, and ``todo``, the ids to draw
+    (:func:`draw_figure`, here or in a worker) and hand to :meth:`finish`."""
+
+    out_dir: Path
+    cache: bool
+    stamp: str
+    static: list[str]
+    ids: list[str]
+    keys: dict[str, str]
+    cached: dict[str, RenderedFigure]
+    todo: list[str]
+
+    def finish(self, drawn: dict[str, RenderedFigure]) -> list[RenderedFigure]:
+        """The page's figures in order, the cached ones and ``drawn`` (every id of ``todo``);
+        the cache rewritten when something was drawn."""
+        out = {**self.cached, **drawn}
+        figures = [out[fid] for fid in self.ids if fid in out]
+        if self.cache and self.todo:
+            # A failed figure stays in the list (the next report keeps showing it) but never
+            # matches.
+            entries = [
+                _entry(f, "" if f.note.startswith("failed") else self.keys[f.id], self.out_dir)
+                for f in figures
+            ]
+            data = {"format": FORMAT, "code": self.stamp, "static": self.static,
+                    "figures": entries}  # fmt: skip
+            _write(self.out_dir / CACHE_FILE, data)
+        return figures
+
+
+def plan_figures(cells: pd.DataFrame, out_dir: Path, *, cache: bool = True) -> FigurePlan:
+    """Which figures of ``cells`` the cache in ``out_dir`` holds and which to draw (all of them
+    without ``cache``); no plotting library imported."""
+    stamp = code_stamp()
+    static, entries = _load(out_dir / CACHE_FILE, stamp) if cache else (None, [])
+    by_id = {e["id"]: e for e in entries}
+    if static is None:  # the stamp covers figures.py: a cached list of its figures is its list
+        static = list(FIGURE_IDS)
     declared = {fid: d for fid, *_, d in declared_figure_meta(cells)}
     ids = [*static, *(fid for fid in declared if fid not in static)]
-    out: list[RenderedFigure | None] = []
-    keys, todo = {}, []
+    keys, cached, todo = {}, {}, []
     for fid in ids:
         if fid in declared:  # a sweep: every cell
             keys[fid] = figure_key(fid, cells, "", stamp, declared[fid])
         else:
             data, note = figure_cells(cells, fid)
             keys[fid] = figure_key(fid, data, note, stamp)
-        e = cached.get(fid)
+        e = by_id.get(fid)
         if e is not None and _usable(e, keys[fid], out_dir):
-            out.append(RenderedFigure(fid, e["title"], e["caption"], e["png"], e["note"]))
+            cached[fid] = RenderedFigure(fid, e["title"], e["caption"], e["png"], e["note"])
         else:
-            out.append(None)
             todo.append(fid)
-    if todo:
-        from reports.figures import figure_specs, render_one, write_figure_files
+    return FigurePlan(out_dir, cache, stamp, static, ids, keys, cached, todo)
 
-        specs = {spec.id: spec for spec in figure_specs(cells)}
-        drawn = {fid: render_one(specs[fid], cells) for fid in todo}
-        write_figure_files(list(drawn.values()), out_dir)
-        out = [f if f is not None else drawn[fid] for f, fid in zip(out, ids, strict=True)]
-    figures = [f for f in out if f is not None]
-    if cache and todo:
-        # A failed figure stays in the list (the next report keeps showing it) but never matches.
-        entries = [_entry(f, "" if f.note.startswith("failed") else keys[f.id], out_dir)
-                   for f in figures]  # fmt: skip
-        _write(path, {"format": FORMAT, "code": stamp, "static": static, "figures": entries})
-    return figures
+
+def draw_figure(fid: str, cells: pd.DataFrame, out_dir: Path) -> RenderedFigure:
+    """Draw the figure ``fid`` of ``cells`` and write its ``<id>.png`` and ``<id>.pdf``; the page's
+    part of it (the matplotlib figure itself is not kept: it may come back from a worker)."""
+    from reports.figures import figure_specs, render_one, write_figure_files
+
+    spec = next(s for s in figure_specs(cells) if s.id == fid)
+    drawn = render_one(spec, cells)
+    write_figure_files([drawn], out_dir)
+    return replace(drawn, figure=None)
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MAX_CONFIGS = 24
+#: The ids of :data:`reports.figures.FIGURES`, in order, known without importing matplotlib (a
+#: report whose figures are drawn elsewhere or cached never imports it; a test holds them equal).
+FIGURE_IDS = ("fig-tau-frontier", "fig-quality-vs-m", "fig-corruption", "fig-ood", "fig-cost")
 SWEEPS = ("fig-tau-frontier", "fig-keff")  # drawn along τ: one point per setting, no legend
 _SWEEP = ["dataset", "backbone", "method", "M", "variant"]
 _CONFIG = [*_SWEEP, "hparams"]

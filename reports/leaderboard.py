@@ -46,12 +46,12 @@ import jinja2
 import pandas as pd
 
 from harness.contract import RECORD_FILE
+from reports import report_jobs
 from reports.aggregate import load_results
-from reports.csv_cache import write_csv
-from reports.figure_cache import RenderedFigure, report_figures
+from reports.figure_cache import RenderedFigure, plan_figures
 from reports.markdown import render_markdown as _markdown
 from reports.page import ReportOptions, context
-from reports.paired_view import PairedStats, paired_stats
+from reports.paired_view import PairedStats, paired_stats, resolve_reference
 from reports.results import Results
 from reports.row_cache import RowCache
 
@@ -110,10 +110,26 @@ def render_html(
         from reports.figures import render_figures  # matplotlib: only when drawing
 
         figures = render_figures(results.cells)
+    page = _page_context(results, paired, options, published, row_cache, title)
+    return _render_page({**page, "figures": figures})
+
+
+def _page_context(
+    results: Results,
+    paired: PairedStats,
+    options: ReportOptions,
+    published: pd.DataFrame | None,
+    row_cache: RowCache | None,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """What the page's template renders but the figures (:func:`reports.page.context`)."""
     from reports.published import published_context
 
     extra = {"published": published_context(published)}
-    ctx = context(results, figures, _title(results, title), paired, options, extra, row_cache)
+    return context(results, [], _title(results, title), paired, options, extra, row_cache)
+
+
+def _render_page(ctx: dict[str, Any]) -> str:
     return _environment().get_template("leaderboard.html.j2").render(**ctx)
 
 
@@ -147,6 +163,7 @@ def write_report(
     formats: Iterable[str] = ("html", "csv", "md"),
     published: Path | str | None = None,
     index: bool = True,
+    parallel: bool = False,
 ) -> Path:
     """Write the report files (see the module docstring) to ``out_dir``; return leaderboard.html.
 
@@ -162,6 +179,9 @@ def write_report(
     ``.report-figures.json`` beside the page, so it draws only those whose data changed
     (:mod:`reports.figure_cache`), and the leaderboard's HTML and Markdown rows in
     ``.report-rows.json`` (:mod:`reports.row_cache`); ``figures`` False draws none.
+    ``parallel`` lets forked workers read the records and draw the figures while this process
+    writes the tables, where forking is safe (:mod:`reports.forked`; ``harness report`` does):
+    the same files.
     """
     from reports.published import compare, find_published, read_published
 
@@ -171,7 +191,9 @@ def write_report(
         raise ValueError(f"unknown format(s) {', '.join(unknown)}; expected: {', '.join(FORMATS)}")
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir
-    results = load_results(results_dir, expected=expected, ignore=[out], index=index)
+    results = load_results(
+        results_dir, expected=expected, ignore=[out], index=index, parallel=parallel
+    )
     for p in results.problems:  # damaged records: named on the terminal too, not only the page
         if p.status == "invalid":
             why = p.reason.removeprefix("DamagedRecord: ")  # it names the file already
@@ -179,34 +201,28 @@ def write_report(
                 why = f"{results_dir / p.cell_id / RECORD_FILE}: {why}"
             print(f"warning: {why}; left out of the report", file=sys.stderr)
     # Everything that can fail on bad input before anything is written.
-    results, paired, options = _prepare(results, reference, None, options)
+    options = options or ReportOptions()
+    if results.mce_baseline != options.mce_baseline:
+        results = results.with_mce_baseline(options.mce_baseline)
+    reference = resolve_reference(results, reference, options.test)
     pub_path = Path(published) if published is not None else find_published(results_dir)
     pub = compare(results, read_published(pub_path), options) if pub_path else None
     out.mkdir(parents=True, exist_ok=True)
-    # Next to the HTML (a sub-folder would read as a cell); with the index, only the figures
-    # whose data changed are drawn (reports.figure_cache).
-    rendered = report_figures(results.cells, out, cache=index) if figures else []
-    html_path = out / "leaderboard.html"
     rows = RowCache(out, enabled=index)  # the rows of the last report in this folder
-    html = render_html(results, rendered, paired=paired, options=options, published=pub,
-                       row_cache=rows)  # fmt: skip
-    html_path.write_text(html, encoding="utf-8")
-    if "csv" in formats:
-        # The rows that did not change since the last report are not formatted again.
-        write_csv(results.summary, out / "leaderboard.csv", rows)
-        write_csv(results.cells, out / "cells.csv", rows)
-        paired.frame.to_csv(out / "paired.csv", index=False)
-        if pub is not None:
-            pub.to_csv(out / "published.csv", index=False)
-    if "md" in formats:
-        md = render_markdown(results, paired=paired, options=options, published=pub,
-                             row_cache=rows)  # fmt: skip
-        (out / "leaderboard.md").write_text(md, encoding="utf-8")
-    if "latex" in formats:
-        from reports.latex import render_latex
-
-        tex = render_latex(results, paired, options)
-        (out / "leaderboard.tex").write_text(tex, encoding="utf-8")
+    # Next to the HTML (a sub-folder would read as a cell); with the index, only the figures
+    # whose data changed are drawn (reports.figure_cache); with ``parallel``, the figures and the
+    # tables are made by forked workers while this process computes the statistics and builds
+    # the page (reports.report_jobs).
+    plan = plan_figures(results.cells, out, cache=index) if figures else None
+    title = _title(results, None)
+    base = report_jobs.Report(results, None, options, pub, out, formats, rows, title)
+    with report_jobs.started(base, plan, parallel) as jobs:
+        paired = paired_stats(results, reference, test=options.test, holm=options.holm)
+        page, rendered = jobs.finish(
+            paired, lambda: _page_context(results, paired, options, pub, rows)
+        )
+    html_path = out / "leaderboard.html"
+    html_path.write_text(_render_page({**page, "figures": rendered}), encoding="utf-8")
     rows.save()
     return html_path
 

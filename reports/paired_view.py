@@ -78,6 +78,23 @@ class PairedStats:
         return text + ". " + LEVEL_CAVEAT
 
 
+def resolve_reference(results: Results, reference: str | None, test: str) -> str | None:
+    """The reference :func:`paired_stats` compares with (``None``: the default, or none), and
+    the test checked: a :class:`UsageError` for a reference without done cells or an unknown
+    test, before a report writes anything."""
+    check_test(test)
+    cells = results.cells
+    if reference is None:
+        return default_reference(cells)
+    if not reference_mask(cells[cells["status"] == "done"], reference).any():
+        methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
+        raise UsageError(
+            f"--reference {reference}: no done cells of that method in these results "
+            f"(methods: {', '.join(methods) or 'none'})"
+        )
+    return reference
+
+
 def paired_stats(
     results: Results,
     reference: str | None = None,
@@ -92,16 +109,8 @@ def paired_stats(
     (no statistics). A named reference without done cells is an error, not a silent omission.
     ``test`` (``signflip`` or ``t``) decides the marks, ``holm`` adjusts them across the table.
     """
-    check_test(test)
+    reference = resolve_reference(results, reference, test)
     cells = results.cells
-    if reference is None:
-        reference = default_reference(cells)
-    elif not reference_mask(cells[cells["status"] == "done"], reference).any():
-        methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
-        raise UsageError(
-            f"--reference {reference}: no done cells of that method in these results "
-            f"(methods: {', '.join(methods) or 'none'})"
-        )
     if reference is None:
         frame = pd.DataFrame(columns=list(PAIRED_COLUMNS))
     else:
@@ -238,9 +247,20 @@ def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
 
 def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     """(configuration key, metric) → [(class, symbol, title)] of its significant differences."""
-    key = ("marks", tuple((c.key, c.kind) for c in columns))
+    wanted = tuple((c.key, c.kind) for c in columns)
+    key = ("marks", wanted)
     if key not in paired.memo:
-        paired.memo[key] = _significance_marks(paired, columns)
+        # The marks of a subset of columns already marked (the Markdown's of the page's) are
+        # theirs, filtered: one pass over the paired rows, not one per output.
+        superset = next(
+            (v for k, v in paired.memo.items() if k[0] == "marks" and set(wanted) <= set(k[1])),
+            None,
+        )
+        if superset is None:
+            paired.memo[key] = _significance_marks(paired, columns)
+        else:
+            keys = {c.key for c in columns}
+            paired.memo[key] = {k: v for k, v in superset.items() if k[-1] in keys}
     return paired.memo[key]
 
 

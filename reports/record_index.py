@@ -26,18 +26,21 @@ stored: they are read, and named, on every report.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness.contract import RECORD_FILE, RecordError, read_record
+from harness.contract import RECORD_FILE, RecordError, fastjson, read_record
 from harness.contract.done_index import file_key
+from reports import forked
 from reports.results import Problem
 from reports.rows import record_row, rows_frame
 
@@ -100,7 +103,7 @@ def _decode(path: Path, base: int | None = None) -> tuple[pd.DataFrame, int] | N
                 if dtype in ("float64", "int64", "bool"):
                     values = pd.Series(raw, dtype=dtype)
                 else:
-                    values = pd.Series(json.loads(bytes(raw).decode("utf-8")), dtype=dtype)
+                    values = pd.Series(fastjson.loads(bytes(raw)), dtype=dtype)
                 if len(values) != n:
                     return None
                 columns[name] = values
@@ -147,14 +150,14 @@ def _read(cell_dir: Path, problems: list[Problem]) -> dict[str, Any] | None:
 
 
 def load_rows(
-    results_dir: Path, cell_dirs: list[Path], *, index: bool = True
+    results_dir: Path, cell_dirs: list[Path], *, index: bool = True, parallel: bool = False
 ) -> tuple[pd.DataFrame, list[Problem]]:
-    """The rows of every usable record of ``cell_dirs`` in their order, and the problems."""
+    """The rows of every usable record of ``cell_dirs`` in their order, and the problems; with
+    ``parallel``, a forked worker reads half of them when there are many (:func:`_read_rows`)."""
     stored = _cached(results_dir) if index and (results_dir / INDEX_FILE).is_file() else None
     cached = None if stored is None else stored[0]
     known = {} if cached is None else dict(zip(cached["_path"], range(len(cached)), strict=True))
-    problems: list[Problem] = []
-    keep, fresh, order = [], [], []  # positions into cached, new rows, (source, position)
+    keep, todo, order = [], [], []  # positions into cached, records to read, (source, position)
     sizes = [] if cached is None else cached["_size"].astype("int64").tolist()
     mtimes = [] if cached is None else cached["_mtime"].astype("int64").tolist()
     base = os.path.join(os.fspath(results_dir), "")
@@ -170,14 +173,16 @@ def load_rows(
         if at is not None and st is not None and st == (sizes[at], mtimes[at]):
             order.append((0, len(keep)))
             keep.append(at)
-            continue
-        rec = _read(cell_dir, problems)
-        if rec is None:
-            continue
-        row = record_row(rec)
-        row["_path"], row["_size"], row["_mtime"] = rel, *(st or (-1, -1))
-        order.append((1, len(fresh)))
-        fresh.append(row)
+        else:
+            order.append((1, len(todo)))
+            todo.append((cell_dir, rel, st))
+    read, problems = _read_rows(todo, parallel)
+    fresh = [row for row in read if row is not None]
+    # Positions among the rows read that are usable (unusable ones leave the order).
+    usable = np.cumsum([row is not None for row in read]) - 1 if read else []
+    order = [
+        (s, p if s == 0 else int(usable[p])) for s, p in order if s == 0 or read[p] is not None
+    ]
     parts = [] if cached is None else [cached.iloc[keep]]
     new = rows_frame(fresh) if fresh or not parts else None
     if new is not None:
@@ -189,6 +194,57 @@ def load_rows(
         # whole rewrite would store), not as ``new`` (the types of those rows alone).
         at = [i for i, (source, _) in enumerate(order) if source == 1]
         _store(results_dir, rows, stored, rows.iloc[at] if fresh else None)
+    return rows, problems
+
+
+#: Records to read before a forked worker shares the reading (below, forking costs more).
+PARALLEL_MIN = 500
+
+_ToRead = list[tuple[Path, str, "tuple[int, int] | None"]]  # (cell folder, relative path, key)
+
+
+def _read_rows(todo: _ToRead, parallel: bool) -> tuple[list[dict[str, Any] | None], list[Problem]]:
+    """The row of each record of ``todo`` (None where unusable) and the problems, in order; with
+    ``parallel`` and 2 × :data:`PARALLEL_MIN` or more, forked workers read all but the first
+    share of them while this process reads that (one share per core; :mod:`reports.forked`: a
+    failed worker's share is read here)."""
+    parts = min(forked.cores(), len(todo) // PARALLEL_MIN) if parallel else 1
+    if parts < 2:
+        return _read_chunk(todo)
+    bounds = [len(todo) * i // parts for i in range(parts + 1)]
+    with forked.pool(parts - 1, shared=todo) as executor:
+        shares = list(pairwise(bounds))[1:]  # the first is this process's
+        futures = [forked.start(executor, _read_shared, a, b) for a, b in shares]
+        rows, problems = _read_chunk(todo[: bounds[1]])
+        for future, (a, b) in zip(futures, shares, strict=True):
+            more, more_problems = forked.collect(future, _read_chunk, todo[a:b])
+            rows += more
+            problems += more_problems
+    return rows, problems
+
+
+def _read_shared(start: int, stop: int) -> tuple[list[dict[str, Any] | None], list[Problem]]:
+    """:func:`_read_chunk` in a forked worker, of the list it inherited, ``start:stop``."""
+    return _read_chunk(forked.shared()[start:stop])
+
+
+def _read_chunk(todo: _ToRead) -> tuple[list[dict[str, Any] | None], list[Problem]]:
+    problems: list[Problem] = []
+    rows: list[dict[str, Any] | None] = []
+    # Records are trees (no reference cycles), and the collector's passes over the ~100 objects
+    # each of 10,000 of them adds up to a fifth of the reading: it waits until they are read.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for cell_dir, rel, st in todo:
+            rec = _read(cell_dir, problems)
+            row = None if rec is None else record_row(rec)
+            if row is not None:
+                row["_path"], row["_size"], row["_mtime"] = rel, *(st or (-1, -1))
+            rows.append(row)
+    finally:
+        if enabled:
+            gc.enable()
     return rows, problems
 
 

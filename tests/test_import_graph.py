@@ -24,7 +24,9 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGES = ("harness", "methods", "reports")
-CONTRACT_THIRD_PARTY = {"yaml"}  # parse_name_values reads YAML scalars (lazily imported)
+#: parse_name_values reads YAML scalars (lazily imported); fastjson parses with orjson where it
+#: is installed (the standard library otherwise).
+CONTRACT_THIRD_PARTY = {"yaml", "orjson"}
 
 #: Folder (as a module prefix) → layer. Every module of harness/ but its __init__ lives in one.
 LAYERS = {

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.contract import fastjson
 from harness.contract.config import Cell
 
 SUITE_FILE = "suite.json"
@@ -69,7 +70,7 @@ def read_manifest_file(path: Path) -> dict[str, Any]:
     from harness.contract.errors import DamagedFile
 
     try:
-        data = json.loads(Path(path).read_text())
+        data = fastjson.loads(Path(path).read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DamagedFile(path, f"unreadable suite manifest ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells", {}), dict):

@@ -6,8 +6,8 @@ from the method's defaults), both computed by the engine when the cell runs, so 
 needs the methods' code to name a configuration and a later change of a default never relabels
 old results. Schema-1 records still read: their shown hyper-parameters are all of them.
 
-Standard library only (the reporter imports this module without torch). Atomic writing lives with
-the engine in ``harness.storage.records``.
+Standard library and orjson (the reporter imports this module without torch). Atomic writing
+lives with the engine in ``harness.storage.records``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.contract import fastjson
 from harness.contract.config import Cell, cell_label, format_hparams, jsonable
 from harness.contract.errors import DamagedFile
 
@@ -203,7 +204,7 @@ def check_record_file(path: Path) -> dict[str, Any]:
     if len(raw) > MAX_RECORD_BYTES:
         raise DamagedRecord(path, f"larger than {MAX_RECORD_BYTES // 2**20} MiB")
     try:
-        rec = json.loads(raw.decode("utf-8"))
+        rec = fastjson.loads(raw)
     except UnicodeDecodeError as exc:
         raise DamagedRecord(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
