@@ -10,16 +10,21 @@ No fork where it is unsafe or useless (:func:`can_fork`): not POSIX, one core, a
 alive in this process (a thread holding a lock at the fork leaves the child's copy locked
 forever), or torch loaded (its thread pools are not Python's threads). Callers then do the work
 here, in order; a worker that fails or dies is never trusted with the result either — the caller
-redoes that part in this process (:func:`collect`). The standard library's
+redoes that part in this process (:func:`collect`), and a pool that cannot start (a fork
+refused, no semaphores in a sandbox) leaves all of it here. Workers ignore Ctrl-C (the report
+stops them) and are killed with the report (``PR_SET_PDEATHSIG`` on Linux): a report killed by
+the OOM killer leaves none behind holding its memory. The standard library's
 :class:`concurrent.futures.ProcessPoolExecutor` does the process management: with the fork start
-method it forks every worker before starting its own manager thread.
+method it forks every worker, at the first job, before starting its own manager thread.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -53,27 +58,77 @@ def shared() -> Any:
     return _SHARED
 
 
+def _worker_setup(parent: int) -> None:
+    """In each worker, first: die with the report (a report killed by the OOM killer or SIGKILL
+    must not leave workers holding a copy of its memory), and leave Ctrl-C to the report, which
+    stops them (their tracebacks would bury its message)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: killed when the report exits
+        except (OSError, AttributeError):  # no prctl: the check below still catches a dead one
+            pass
+    if os.getppid() != parent:  # the report died before the signal was asked for
+        os._exit(1)
+
+
+def _ready() -> None:
+    """A job that does nothing: its answer says every worker was forked."""
+
+
 @contextmanager
 def pool(workers: int, shared: Any = None) -> Iterator[ProcessPoolExecutor | None]:
     """``workers`` forked processes that inherit ``shared`` (:func:`shared`), or None where
-    :func:`can_fork` says no. Leaving the block waits for them."""
+    :func:`can_fork` says no or they could not be started (no fork possible now, no semaphores:
+    the caller does the work itself). Leaving the block waits for them."""
     global _SHARED
-    if workers < 1 or not can_fork():
+    if workers < 1 or _SHARED is not None or not can_fork():  # (one pool at a time)
         yield None
         return
     _SHARED = shared
     # The workers' garbage collections would walk every object the parent holds (the records'
     # rows), writing to each one's header and so copying every page of them: frozen, they skip.
     gc.freeze()
-    sys.stdout.flush()  # what the parent buffered would otherwise be the workers' to write too
-    sys.stderr.flush()
-    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    executor = None
     try:
+        executor = _started(workers)
         yield executor
     finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
         _SHARED = None
         gc.unfreeze()
+
+
+def _started(workers: int) -> ProcessPoolExecutor | None:
+    """A pool of ``workers`` forked processes, all started; None if they could not be (a fork
+    refused, no semaphores): the caller then works alone."""
+    executor = None
+    try:
+        for stream in (sys.stdout, sys.stderr):  # buffered text would be the workers' to write too
+            if stream is not None:
+                stream.flush()
+        executor = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_worker_setup,
+            initargs=(os.getpid(),),
+        )
+        executor.submit(_ready).result()  # every worker is forked at the first job: here
+        return executor
+    except Exception:
+        if executor is not None:
+            _stop(executor)
+        return None
+
+
+def _stop(executor: ProcessPoolExecutor) -> None:
+    """Stop a pool whose start failed part-way (its manager thread may not exist to do it)."""
+    for process in list(getattr(executor, "_processes", {}).values()):
+        process.kill()
+        process.join()
+    executor.shutdown(wait=False, cancel_futures=True)
 
 
 def start(
@@ -84,7 +139,7 @@ def start(
         return None
     try:
         return executor.submit(fn, *args)
-    except RuntimeError:  # a pool already broken by a dead worker
+    except Exception:  # a pool broken by a dead worker: the caller does it
         return None
 
 

@@ -44,13 +44,17 @@ LEVEL_CAVEAT = (
 )
 
 
+#: The confidence level of the paired intervals; 1 − LEVEL is the marks' and bold cells' alpha.
+LEVEL = 0.95
+
+
 @dataclass
 class PairedStats:
     """The paired differences a report shows: against which method, with which test and level."""
 
     reference: str | None  # None: no reference method in the results, no statistics section
     frame: pd.DataFrame  # reports.stats.paired_differences (empty without a reference)
-    level: float = 0.95
+    level: float = LEVEL
     test: str = "signflip"
     holm: bool = False
     # Computed once per report for every output (page, Markdown, LaTeX): see bold_cells().
@@ -99,7 +103,7 @@ def paired_stats(
     results: Results,
     reference: str | None = None,
     *,
-    level: float = 0.95,
+    level: float = LEVEL,
     test: str = "signflip",
     holm: bool = False,
 ) -> PairedStats:
@@ -234,15 +238,24 @@ def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
     """:func:`reports.bolding.bold_rows` of every leaderboard column of ``results``, computed
     once per report (the page, Markdown and LaTeX each show a subset of the columns; a column's
     bold cells do not depend on which other columns are shown)."""
-    from reports.bolding import bold_rows
-
     key = ("bold", id(results.summary))
     if key not in paired.memo:
-        columns = leaderboard_columns(results.summary)
-        paired.memo[key] = bold_rows(
-            results.summary, results.cells, columns, test=paired.test, alpha=paired.alpha
-        )
+        paired.memo[key] = compute_bold(results, paired.test, paired.alpha)
     return paired.memo[key]
+
+
+def compute_bold(results: Results, test: str, alpha: float) -> dict[str, set[Any]]:
+    """:func:`bold_cells` without a :class:`PairedStats` (it needs only the results, the test and
+    the level: a report's worker computes them while the paired table is computed)."""
+    from reports.bolding import bold_rows
+
+    columns = leaderboard_columns(results.summary)
+    return bold_rows(results.summary, results.cells, columns, test=test, alpha=alpha)
+
+
+def set_bold(paired: PairedStats, results: Results, bold: dict[str, set[Any]]) -> None:
+    """Give ``paired`` the bold cells of ``results`` computed elsewhere (:func:`compute_bold`)."""
+    paired.memo[("bold", id(results.summary))] = bold
 
 
 def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
@@ -267,7 +280,10 @@ def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple
 def _significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     out: dict[tuple, list] = {}
     kinds = {c.key: c.kind for c in columns}
-    for _, r in iter_rows(paired.frame):
+    frame = paired.frame
+    if len(frame):  # only significant rows carry a mark (_sig): the others are not read
+        frame = frame[frame["significant"].to_numpy(dtype=bool) & frame["metric"].isin(kinds)]
+    for _, r in iter_rows(frame):
         sig = _sig(r)
         if sig is None or r["metric"] not in kinds:
             continue

@@ -153,7 +153,7 @@ def load_rows(
     results_dir: Path, cell_dirs: list[Path], *, index: bool = True, parallel: bool = False
 ) -> tuple[pd.DataFrame, list[Problem]]:
     """The rows of every usable record of ``cell_dirs`` in their order, and the problems; with
-    ``parallel``, a forked worker reads half of them when there are many (:func:`_read_rows`)."""
+    ``parallel``, forked workers share the reading when there are many (:func:`_read_rows`)."""
     stored = _cached(results_dir) if index and (results_dir / INDEX_FILE).is_file() else None
     cached = None if stored is None else stored[0]
     known = {} if cached is None else dict(zip(cached["_path"], range(len(cached)), strict=True))

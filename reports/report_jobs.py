@@ -28,7 +28,15 @@ from reports.csv_cache import write_csv
 from reports.figure_cache import FigurePlan, RenderedFigure, draw_figure
 from reports.markdown import render_markdown
 from reports.page import ReportOptions
-from reports.paired_view import PairedStats, bold_cells, paired_context, significance_marks
+from reports.paired_view import (
+    LEVEL,
+    PairedStats,
+    bold_cells,
+    compute_bold,
+    paired_context,
+    set_bold,
+    significance_marks,
+)
 from reports.results import Results
 from reports.row_cache import RowCache
 
@@ -77,6 +85,10 @@ def _figure_in_worker(fid: str) -> RenderedFigure:
     return draw_figure(fid, r.results.cells, r.out)
 
 
+def _bold_in_worker(test: str, alpha: float) -> dict[str, set[Any]]:
+    return compute_bold(forked.shared().results, test, alpha)
+
+
 def _statistics(r: Report) -> None:
     """The statistics the page and the tables both show (bold cells, marks, the paired table),
     computed once, here, before the tables go to a worker (:mod:`reports.paired_view` keeps
@@ -97,6 +109,7 @@ class Jobs:
     figures: FigurePlan | None
     executor: Any
     drawing: dict[str, Any]
+    bold: tuple[str, float, Any] | None = None  # (test, alpha, the worker's bold cells)
 
     def finish(
         self, paired: PairedStats, page: Callable[[], dict[str, Any]]
@@ -104,6 +117,9 @@ class Jobs:
         """(``page()``, the report's figures), the tables written (with ``paired``): in a worker
         while ``page()`` runs here when no figure is being drawn, else here after it."""
         r = replace(self.base, paired=paired)
+        if self.bold is not None and self.bold[:2] == (paired.test, paired.alpha):
+            bold = forked.collect(self.bold[2], compute_bold, r.results, *self.bold[:2])
+            set_bold(paired, r.results, bold)
         tables = None
         if self.executor is not None and not self.drawing:
             _statistics(r)
@@ -128,4 +144,8 @@ def started(base: Report, figures: FigurePlan | None, parallel: bool) -> Iterato
     workers = min(len(todo) or 1, forked.cores()) if parallel else 0
     with forked.pool(workers, shared=base) as executor:
         drawing = {fid: forked.start(executor, _figure_in_worker, fid) for fid in todo}
-        yield Jobs(base, figures, executor, drawing)
+        bold = None
+        if executor is not None and not todo:  # an idle worker: the bold cells, meanwhile
+            test, alpha = base.options.test, 1 - LEVEL  # what paired_stats will use
+            bold = (test, alpha, forked.start(executor, _bold_in_worker, test, alpha))
+        yield Jobs(base, figures, executor, drawing, bold)
