@@ -56,3 +56,19 @@ def test_fails_with_the_standard_library_exception_and_message(text):
         assert str(raised.value) == str(expected)
     else:  # pragma: no cover - every text above is invalid
         raise AssertionError(f"{text!r} is valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("text", "long"),
+    [
+        (b"[1, 18446744073709551617]", True),
+        (b"18446744073709551617", True),
+        (b'{"a":-18446744073709551617}', True),
+        (b"[0.00012345678901234567, 1.2345678901234567e-05]", False),  # a float's digits
+        (b"[9223372036854775807]", True),  # 19 digits: in 64 bits, but the standard library's
+        (b'{"cell": "a1b2", "seed": 123456789012345678}', False),
+    ],
+)
+def test_only_texts_that_may_hold_a_long_integer_skip_orjson(text, long):
+    assert fastjson._may_hold_a_long_integer(text) is long
+    assert fastjson.loads(text) == json.loads(text)
