@@ -26,10 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.batched import paired as paired_tests
 from reports.batched import unpaired
 from reports.columns import Column, m_text
-from reports.significance import min_pvalue
+from reports.significance import min_pvalue, pvalue
 
 KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
 
@@ -53,81 +52,72 @@ def config_keys(frame: pd.DataFrame) -> list[tuple]:
     return list(zip(*parts, strict=True))
 
 
-def per_seed(cells: pd.DataFrame, metrics: Iterable[str]) -> dict[tuple, pd.DataFrame]:
-    """Configuration → its done cells' values, one row per seed (duplicates averaged)."""
-    arrays = _per_seed_arrays(cells, metrics)
-    return {k: pd.DataFrame(v, index=s, columns=cols) for k, (s, v, cols) in arrays.items()}
-
-
-def _per_seed_arrays(cells: pd.DataFrame, metrics: Iterable[str]) -> dict[tuple, tuple]:
-    """Configuration → (sorted seeds, values (seeds × metrics), metrics): one groupby in all."""
+def _per_seed_table(
+    cells: pd.DataFrame, metrics: Iterable[str]
+) -> tuple[list[tuple], np.ndarray, np.ndarray, list[str]]:
+    """(configurations, the sorted seeds of all, values (configurations × seeds × metrics; NaN:
+    no finite value for that seed), the metrics found): one groupby over all done cells."""
     done = cells[cells["status"] == "done"] if "status" in cells else cells
     metrics = [m for m in metrics if m in done]
     if done.empty or not metrics:
-        return {}
+        return [], np.empty(0), np.empty((0, 0, len(metrics))), metrics
     values = done[metrics].apply(pd.to_numeric, errors="coerce").astype(float)
     values = values.where(np.isfinite(values))
-    keys = config_keys(done)
-    codes, uniques = pd.factorize(pd.Series(keys, dtype=object), sort=False)
+    codes, uniques = pd.factorize(pd.Series(config_keys(done), dtype=object), sort=False)
     means = values.groupby([codes, done["seed"].to_numpy()]).mean()  # one pass over all cells
-    first = means.index.get_level_values(0).to_numpy()
-    seeds = means.index.get_level_values(1).to_numpy()
-    array = means.to_numpy(dtype=float)
-    bounds = np.searchsorted(first, np.arange(len(uniques) + 1))
-    return {
-        key: (seeds[bounds[i] : bounds[i + 1]], array[bounds[i] : bounds[i + 1]], metrics)
-        for i, key in enumerate(uniques)
-    }
+    config = means.index.get_level_values(0).to_numpy()
+    seeds, seed_at = np.unique(means.index.get_level_values(1).to_numpy(), return_inverse=True)
+    table = np.full((len(uniques), len(seeds), len(metrics)), np.nan)
+    table[config, seed_at] = means.to_numpy(dtype=float)
+    return list(uniques), seeds, table, metrics
 
 
-_EMPTY = (np.empty(0), np.empty(0))
+def _rows_of(values: np.ndarray, keep: np.ndarray, n: int) -> np.ndarray:
+    """The kept entries of each row of ``values`` (k × seeds), n per row, in seed order."""
+    return values[keep].reshape(len(values), n)
 
 
-def _column(seeds: dict[tuple, tuple], column: str) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-    """Configuration → (seeds, values) of one metric with its NaN seeds left out."""
-    out = {}
-    for key, (s, v, cols) in seeds.items():
-        col = v[:, cols.index(column)]
-        finite = ~np.isnan(col)
-        out[key] = (s[finite], col[finite])
-    return out
-
-
-def distinguishable(
-    comparisons: list[tuple[tuple, tuple, bool]], test: str, alpha: float
+def _distinguishable(
+    a: np.ndarray, b: np.ndarray, is_paired: np.ndarray, test: str, alpha: float
 ) -> np.ndarray:
-    """For each ((seeds, values) a, (seeds, values) b, paired): does ``test`` find a difference
-    at p ≤ ``alpha``?
+    """For each row of ``a`` and ``b`` (k × seeds: one metric of two configurations per seed,
+    NaN where a seed has no value) and whether the two are paired: does ``test`` find a
+    difference at p ≤ ``alpha``?
 
     Paired (same backbone and variant) on the common seeds when there are any; otherwise
     unpaired, where one value on a side never differs (Welch's t has no variance for it, and the
-    permutation test's smallest p-value, 2/(k+1), is out of reach of usual alphas).
+    permutation test's smallest p-value, 2/(k+1), is out of reach of usual alphas). Seeds are in
+    ascending order, as the tests have always seen them.
     """
-    out = np.zeros(len(comparisons), dtype=bool)
-    diffs, diff_at, pairs, pair_at = [], [], [], []
-    for i, ((sa, av), (sb, bv), is_paired) in enumerate(comparisons):
-        if is_paired:
-            common, ia, ib = np.intersect1d(sa, sb, assume_unique=True, return_indices=True)
-            if len(common):
-                if min_pvalue(test, len(common)) <= alpha:
-                    diffs.append(av[ia] - bv[ib])
-                    diff_at.append(i)
+    out = np.zeros(len(a), dtype=bool)
+    has_a, has_b = ~np.isnan(a), ~np.isnan(b)
+    common = has_a & has_b
+    n_common = common.sum(axis=1)
+    paired_rows = is_paired & (n_common > 0)
+    for n in np.unique(n_common[paired_rows]):
+        if min_pvalue(test, int(n)) > alpha:
+            continue  # the test cannot reach alpha with n pairs: not different
+        rows = np.flatnonzero(paired_rows & (n_common == n))
+        diffs = _rows_of(a[rows] - b[rows], common[rows], int(n))
+        out[rows] = pvalue(diffs, test) <= alpha
+    n_a, n_b = has_a.sum(axis=1), has_b.sum(axis=1)
+    unpaired_rows = ~paired_rows & (n_a >= 2) & (n_b >= 2)
+    sizes = np.unique(np.stack([n_a, n_b], axis=1)[unpaired_rows], axis=0)
+    for size_a, size_b in sizes:
+        rows = np.flatnonzero(unpaired_rows & (n_a == size_a) & (n_b == size_b))
+        av = _rows_of(a[rows], has_a[rows], int(size_a))
+        bv = _rows_of(b[rows], has_b[rows], int(size_b))
+        if test == "t":
+            # No spread at all: different iff the values differ. (The std, not min == max: a
+            # mean of equal values can round off them, and Welch's t then decides, as it
+            # always has.)
+            flat = (av.std(axis=1) == 0) & (bv.std(axis=1) == 0)
+            out[rows[flat]] = av[flat, 0] != bv[flat, 0]
+            rows, av, bv = rows[~flat], av[~flat], bv[~flat]
+            if not len(rows):
                 continue
-        if len(av) < 2 or len(bv) < 2:
-            continue
-        # No spread at all: different iff the values differ. (The std, not min == max: a mean
-        # of equal values can round off them, and Welch's t then decides, as it always has.)
-        if test == "t" and av.std() == 0 and bv.std() == 0:
-            out[i] = av[0] != bv[0]
-            continue
-        pairs.append((av, bv))
-        pair_at.append(i)
-    if diffs:
-        p = paired_tests(diffs, test, 0.95)[3]
-        out[diff_at] = p <= alpha
-    if pairs:
-        p = unpaired(pairs, test)
-        out[pair_at] = np.isfinite(p) & (p <= alpha)
+        p = unpaired(list(zip(av, bv, strict=True)), test)
+        out[rows] = np.isfinite(p) & (p <= alpha)
     return out
 
 
@@ -146,33 +136,42 @@ def bold_rows(
     for the best are all best. ``cells`` is the per-cell frame the summary was built from.
     """
     columns = [c for c in columns if c.better is not None]
-    seeds = _per_seed_arrays(cells, [c.key for c in columns])
-    keys = dict(zip(summary.index, config_keys(summary), strict=True))
-    groups = summary.groupby(within, dropna=False).groups.items() if len(summary) else []
-    groups = list(groups)
+    keys, _, table, found = _per_seed_table(cells, [c.key for c in columns])
+    # One row more, all NaN: a summary row without done cells (no values to compare).
+    table = np.concatenate([table, np.full((1, *table.shape[1:]), np.nan)])
+    at = {k: i for i, k in enumerate(keys)}
+    summary_keys = config_keys(summary)
+    config = np.array([at.get(k, len(keys)) for k in summary_keys], dtype=np.intp)
+    pairing = [(k[1], k[5]) for k in summary_keys]  # backbone and variant
+    labels = summary.index
+    groups = list(summary.groupby(within, dropna=False).indices.values()) if len(summary) else []
     out: dict[str, set[Any]] = {}
-    comparisons: list[tuple[tuple, tuple, bool]] = []
-    asked: list[tuple[str, Any]] = []
+    mine, ref, metric, is_paired, asked = [], [], [], [], []
     for c in columns:
-        values = summary[f"{c.key}_mean"].astype(float)
-        by_config = _column(seeds, c.key) if seeds else {}
-        for _, idx in groups:
-            v = values.loc[idx]
-            v = v[np.isfinite(v)]
-            if len(v) < 2:
+        values = summary[f"{c.key}_mean"].to_numpy(dtype=float)
+        j = found.index(c.key) if c.key in found else None
+        for idx in groups:
+            idx = idx[np.isfinite(values[idx])]
+            if len(idx) < 2:
                 continue
+            v = values[idx]
             best_value = v.max() if c.better == "higher" else v.min()
-            best = list(v.index[v == best_value])
-            out.setdefault(c.key, set()).update(best)
-            ref = keys[best[0]]
-            ref_values = by_config.get(ref, _EMPTY)
-            for other in v.index.difference(best):
-                mine = by_config.get(keys[other], _EMPTY)
-                is_paired = (keys[other][1], keys[other][5]) == (ref[1], ref[5])
-                comparisons.append((mine, ref_values, is_paired))
+            best = idx[v == best_value]
+            out.setdefault(c.key, set()).update(labels[best])
+            if j is None:  # no per-seed values: nothing tells the others apart from the best
+                out[c.key].update(labels[idx])
+                continue
+            for other in idx[v != best_value]:
+                mine.append(config[other])
+                ref.append(config[best[0]])
+                metric.append(j)
+                is_paired.append(pairing[other] == pairing[best[0]])
                 asked.append((c.key, other))
-    differs = distinguishable(comparisons, test, alpha)
-    for (key, other), different in zip(asked, differs, strict=True):
-        if not different:
-            out[key].add(other)
+    if asked:
+        mine_v = table[np.asarray(mine), :, np.asarray(metric)]
+        ref_v = table[np.asarray(ref), :, np.asarray(metric)]
+        differs = _distinguishable(mine_v, ref_v, np.asarray(is_paired), test, alpha)
+        for (key, other), different in zip(asked, differs, strict=True):
+            if not different:
+                out[key].add(labels[other])
     return out

@@ -205,7 +205,7 @@ def write_report(
     if results.mce_baseline != options.mce_baseline:
         results = results.with_mce_baseline(options.mce_baseline)
     reference = resolve_reference(results, reference, options.test)
-    pub_path = Path(published) if published is not None else find_published(results_dir)
+    pub_path = Path(published) if published is not None else find_published(results_dir, keep=index)
     pub = compare(results, read_published(pub_path), options) if pub_path else None
     out.mkdir(parents=True, exist_ok=True)
     rows = RowCache(out, enabled=index)  # the rows of the last report in this folder

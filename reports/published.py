@@ -139,12 +139,13 @@ def compare(results: Results, published: pd.DataFrame, options: ReportOptions) -
     return out
 
 
-def find_published(results_dir: Path | str) -> Path | None:
-    """``<suite-stem>.published.csv`` beside the suite named in ``suite.json``, if it exists."""
-    from reports.manifest_cache import manifest_of  # parsed once per report
+def find_published(results_dir: Path | str, *, keep: bool = True) -> Path | None:
+    """``<suite-stem>.published.csv`` beside the suite named in ``suite.json``, if it exists
+    (``keep``: through the manifest's digest, :func:`reports.manifest_cache.manifest_digest`)."""
+    from reports.manifest_cache import manifest_digest  # read once per report
 
     try:
-        source = manifest_of(results_dir).get("source")
+        source = manifest_digest(results_dir, keep=keep)["source"]
     except (OSError, ValueError, AttributeError):  # absent or damaged (DamagedFile: ValueError)
         return None
     if not source:

@@ -47,7 +47,7 @@ from reports.rows import record_row, rows_frame
 INDEX_FILE = ".report-index.npz"
 DELTA_FILE = ".report-index-delta.npz"
 FORMAT = "harness-report-index"
-VERSION = 2  # 2: a delta beside the index
+VERSION = 3  # 2: a delta beside the index; 3: text columns as distinct values and codes
 DELTA_MAX = 2000  # rows in the delta at most (and a tenth of the index's)
 _RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
 _KEY = ("_path", "_size", "_mtime")
@@ -66,7 +66,8 @@ def code_stamp() -> str:
 
 
 def _encode(frame: pd.DataFrame, base: int | None = None) -> dict[str, np.ndarray]:
-    """Columns → arrays: numbers and booleans as they are, anything else as a JSON list."""
+    """Columns → arrays: numbers and booleans as they are, text as its distinct values (a JSON
+    list) and each row's code among them, anything else as a JSON list."""
     arrays: dict[str, np.ndarray] = {}
     columns = []
     for i, name in enumerate(frame.columns):
@@ -74,6 +75,11 @@ def _encode(frame: pd.DataFrame, base: int | None = None) -> dict[str, np.ndarra
         dtype = str(col.dtype)
         if dtype in ("float64", "int64", "bool"):
             arrays[f"c{i}"] = col.to_numpy()
+        elif dtype == "str":  # each distinct text once (most repeat: method, device, …), codes
+            codes, uniques = pd.factorize(col)  # (-1: missing)
+            arrays[f"c{i}"] = codes.astype(np.int32)
+            text = json.dumps(uniques.tolist())
+            arrays[f"u{i}"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
         else:
             values = [None if v is pd.NA else v for v in col.tolist()]
             text = json.dumps(values, default=lambda o: o.item() if hasattr(o, "item") else str(o))
@@ -102,6 +108,9 @@ def _decode(path: Path, base: int | None = None) -> tuple[pd.DataFrame, int] | N
                 raw = data[f"c{i}"]
                 if dtype in ("float64", "int64", "bool"):
                     values = pd.Series(raw, dtype=dtype)
+                elif dtype == "str":  # codes out of range: IndexError, not an index
+                    uniques = pd.array(fastjson.loads(bytes(data[f"u{i}"])), dtype="str")
+                    values = pd.Series(uniques.take(raw.astype(np.intp), allow_fill=True))
                 else:
                     values = pd.Series(fastjson.loads(bytes(raw)), dtype=dtype)
                 if len(values) != n:

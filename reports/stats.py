@@ -156,7 +156,7 @@ def _per_seed_blocks(
     averaged over their finite values; one groupby over every cell."""
     means = done[metrics].groupby([codes, done["seed"].to_numpy()]).mean()
     first = means.index.get_level_values(0).to_numpy()
-    seeds = means.index.get_level_values(1)
+    seeds = means.index.get_level_values(1).to_numpy()  # (an Index sliced 1,000 times: slow)
     values = means.to_numpy(dtype=float).reshape(len(means), len(metrics))
     bounds = np.searchsorted(first, np.arange(n_groups + 1))
     return [(seeds[bounds[g] : bounds[g + 1]], values[bounds[g] : bounds[g + 1]]) for g in
@@ -289,8 +289,7 @@ def _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust) 
 
     mean, lo, hi, p = paired(diffs, test, level)
     # Each value computed column by column (a reference's label, a metric's direction: once
-    # each, not once per row of 30,000 at 1,000 configurations), then put into rows as before,
-    # so the frame and its types are the same.
+    # each, not once per row of 30,000 at 1,000 configurations).
     g, r, metrics, seeds = (list(x) for x in zip(*meta, strict=True)) if meta else ([],) * 4
     ident = [keys[i] for i in g]
     dirs = {m: direction(m) for m in set(metrics)}
@@ -319,8 +318,7 @@ def _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust) 
             for m, d in zip(metrics, mean, strict=True)
         ],
     }
-    rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values())]
-    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out = pd.DataFrame(columns if meta else [], columns=list(COLUMNS))  # (empty: object columns)
     p_values = out["p_value"].to_numpy(dtype=float)
     out["p_adjusted"] = holm(p_values) if holm_adjust else p_values
     out["reachable"] = out["reachable"].astype(bool)

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.contract import expected_cells
 from reports.aggregate import load_results
 from reports.columns import Column, format_cell, leaderboard_columns
-from reports.manifest_cache import manifest_of
+from reports.manifest_cache import manifest_digest
 from reports.results import Results
 from reports.summary import aggregate
 
@@ -73,12 +72,15 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     return "\n".join([*text, footer])
 
 
-def expected_of(results_dir: Path | str) -> list[dict] | None:
-    """The cells the results folder's manifest expects (None when it has no manifest)."""
+def expected_of(results_dir: Path | str, *, keep: bool = True) -> list[dict] | None:
+    """The cells the results folder's manifest expects, as ``{"cell_id", "label"}`` (None when
+    it has no manifest); ``keep``: through the digest kept beside the manifest
+    (:func:`reports.manifest_cache.manifest_digest`)."""
     try:
-        return expected_cells(manifest_of(results_dir))
+        digest = manifest_digest(results_dir, keep=keep)
     except FileNotFoundError:
         return None
+    return [{"cell_id": cell_id, "label": label} for cell_id, label in digest["expected"]]
 
 
 def _table(results: Results) -> str:

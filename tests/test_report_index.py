@@ -78,14 +78,27 @@ def test_warm_report_reads_only_changed_records_and_equals_a_cold_one(tmp_path, 
     assert first.cells.shape == warm.cells.shape
 
 
+def _text_code_out_of_range(path: Path) -> None:
+    """A text column whose codes point past its distinct values (a damaged or forged index)."""
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    header = json.loads(bytes(arrays["header"]))
+    i = next(i for i, (_, dtype) in enumerate(header["columns"]) if dtype == "str")
+    arrays[f"c{i}"] = arrays[f"c{i}"].copy()
+    arrays[f"c{i}"][0] = 10_000
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
         lambda p: p.write_bytes(b"not an npz at all"),
+        _text_code_out_of_range,
         lambda p: np.savez(p.open("wb"), header=np.frombuffer(b'{"format": "x"}', np.uint8)),
         lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
     ],
-    ids=["garbage", "foreign", "truncated"],
+    ids=["garbage", "text-codes", "foreign", "truncated"],
 )
 def test_a_damaged_or_foreign_index_is_rebuilt(tmp_path, monkeypatch, damage):
     results = _folder(tmp_path)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,49 @@ def test_a_report_parses_the_manifest_once_and_again_when_it_changes(tmp_path, m
     assert len(parses) == 2
     assert "ffff0000" in (out / "leaderboard.html").read_text(encoding="utf-8")
     assert manifest_of(results)["current"][-1] == "ffff0000"
+
+
+def test_the_manifest_is_digested_beside_it_and_the_digest_never_trusted(tmp_path, monkeypatch):
+    from reports import manifest_cache
+    from reports.manifest_cache import DIGEST_FILE
+
+    def run(args: list[str]) -> int:
+        manifest_cache._parsed.cache_clear()  # as in a new process
+        return main(args)
+
+    results = _results_with_manifest(tmp_path)
+    parses = []
+    real = Path.read_bytes
+    monkeypatch.setattr(
+        Path,
+        "read_bytes",
+        lambda p: (parses.append(p) if p.name == "suite.json" else None) or real(p),
+    )
+    out = tmp_path / "page"
+    report = ["report", str(results), "--no-figures", "-o", str(out)]
+    assert run(report) == 0
+    assert not (results / DIGEST_FILE).exists()  # a manifest written within 2 s: not digested
+    old = time.time() - 60
+    os.utime(results / "suite.json", (old, old))
+    assert run(report) == 0
+    digest = json.loads((results / DIGEST_FILE).read_text())
+    assert digest["source"] == str(tmp_path / "toy.yaml") and len(digest["expected"]) == 4
+    parses.clear()
+    assert run(report) == 0 and run(["report", str(results), "--no-figures"]) == 0
+    assert parses == []  # expected cells and the published values' suite: from the digest
+    assert (out / "published.csv").is_file()
+    # A forged digest (another manifest's key, or a cell that is not a string) is ignored.
+    for forged in ({**digest, "manifest": [1, 2]}, {**digest, "expected": [[1, "x"]]}):
+        (results / DIGEST_FILE).write_text(json.dumps(forged))
+        parses.clear()
+        assert run(report) == 0
+        assert len(parses) == 1
+        assert json.loads((results / DIGEST_FILE).read_text()) == digest  # rewritten
+    # --no-index neither reads nor writes it.
+    (results / DIGEST_FILE).write_text("not json")
+    parses.clear()
+    assert run([*report, "--no-index"]) == 0
+    assert len(parses) == 1 and (results / DIGEST_FILE).read_text() == "not json"
 
 
 def _page_and_md(out) -> tuple[str, str]:
