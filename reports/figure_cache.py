@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.contract import fastjson
 from reports.figure_selection import (
     FIGURE_IDS,
     RenderedFigure,
@@ -123,7 +124,7 @@ def _load(path: Path, stamp: str) -> tuple[list[str] | None, list[dict[str, Any]
     """(the ids of :data:`reports.figures.FIGURES`, the cached entries), or (None, []) for
     anything this code did not write."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = fastjson.loads(path.read_bytes())
         if data.get("format") != FORMAT or data.get("code") != stamp:
             return None, []
         static, entries = data["static"], data["figures"]
@@ -232,7 +233,7 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     """Write the cache atomically; a folder that cannot take it just goes without one."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp.write_bytes(fastjson.dumps(data))
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

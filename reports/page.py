@@ -257,17 +257,26 @@ def leaderboard_rows(
         context = [[(h["key"], h["type"]) for h in identity], options.interval,
                    [(c.key, c.kind, c.group, h["hidden"]) for c, h in metric_headers]]  # fmt: skip
         extras = row_extras(summary, columns, best, significance)
-        rows = row_cache.rows("html", value_digests(summary), extras, context, make, _cached_ok)
+        valid = _cached_shape if row_cache.private else _cached_ok
+        rows = row_cache.rows("html", value_digests(summary), extras, context, make, valid)
     # Markup: the template writes the cells as they are (each value was escaped in Python).
     return [{**r, "cells_html": Markup(r["cells_html"])} for r in rows]
 
 
+def _cached_shape(row: Any) -> bool:
+    """A cached leaderboard row has the entries this code writes, all text."""
+    keys = ("dataset", "backbone", "m", "config", "cells_html")
+    return (
+        isinstance(row, dict)
+        and len(row) == len(keys)
+        and all(isinstance(row.get(k), str) for k in keys)
+    )
+
+
 def _cached_ok(row: Any) -> bool:
-    """A cached leaderboard row is used only if it holds nothing but this code's markup."""
-    keys = {"dataset", "backbone", "m", "config", "cells_html"}
-    return (isinstance(row, dict) and set(row) == keys
-            and all(isinstance(row[k], str) for k in keys)
-            and is_leaderboard_markup(row["cells_html"]))  # fmt: skip
+    """A cached leaderboard row is used only if it holds nothing but this code's markup (from
+    a cache file someone else could have written: :attr:`reports.row_cache.RowCache.private`)."""
+    return _cached_shape(row) and is_leaderboard_markup(row["cells_html"])
 
 
 def row_extras(summary: pd.DataFrame, columns: list, best: dict, significance: dict) -> list:
@@ -340,7 +349,7 @@ def context(
         "interval": options.interval,
         "interval_words": {k: interval_words(k) for k in INTERVALS},
         "bold_rule": bold_rule(paired),
-        "paired": paired_context(paired, summary),
+        "paired": paired_context(paired, summary, row_cache),
         "corruption_table": corruption_table(results, options),
         "selection": selection_context(summary, cell_text),
         "directions": {

@@ -12,18 +12,17 @@ from typing import Any
 import pandas as pd
 
 from harness.contract.errors import UsageError
-from reports.bolding import config_key
 from reports.columns import (
     CORRUPTION,
     QUALITY,
     Column,
-    format_number,
     iter_rows,
     leaderboard_columns,
     m_text,
 )
+from reports.paired_rows import delta_text, paired_rows, sig_of
 from reports.results import Results
-from reports.row_html import paired_cells
+from reports.row_cache import RowCache
 from reports.stats import COLUMNS as PAIRED_COLUMNS
 from reports.stats import (
     TEST_NAMES,
@@ -129,32 +128,6 @@ def group_key(row: Any) -> tuple:
     )
 
 
-def format_delta(value: Any, kind: str) -> str:
-    """A signed difference in a column's format (``pct``: percentage points): ``+5.00``."""
-    text = format_number(value, kind)
-    if text not in ("–", "inf") and float(value) > 0:
-        text = "+" + text
-    return text
-
-
-def _delta_text(r: Any, kind: str) -> str:
-    text = format_delta(r["mean_diff"], kind)
-    if pd.isna(r["ci_lo"]):
-        return f"{text} [–]"
-    return f"{text} [{format_delta(r['ci_lo'], kind)}, {format_delta(r['ci_hi'], kind)}]"
-
-
-def _sig(r: Any) -> tuple[str, str, str] | None:
-    """(class, symbol, words) for a significant difference; None otherwise."""
-    if not r["significant"]:
-        return None
-    if pd.isna(r["better"]):
-        return "neutral", "◆", "significant difference (metric without a better direction)"
-    if r["better"]:
-        return "better", "▲", "significantly better than the reference"
-    return "worse", "▼", "significantly worse than the reference"
-
-
 def _delta_label(column: Column) -> str:
     label = column.label.replace(" (%)", "")
     return f"Δ {label} (pp)" if column.kind == "pct" else f"Δ {label}"
@@ -164,74 +137,6 @@ def _paired_columns(paired: PairedStats, summary: pd.DataFrame) -> list[Column]:
     known = {c.key: c for c in (*QUALITY, *CORRUPTION, *leaderboard_columns(summary))}
     metrics = list(dict.fromkeys(paired.frame["metric"]))
     return [known.get(m, Column(m, m, "", "f3")) for m in metrics]
-
-
-def _paired_rows(paired: PairedStats, columns: list[Column]) -> list[dict[str, Any]]:
-    """One row per configuration × reference configuration, one cell per metric."""
-    frame = paired.frame
-    if frame.empty:
-        return []
-    rows = []
-    keys = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
-    kinds = {c.key: c.kind for c in columns}
-    groups: dict[tuple, list[dict[str, Any]]] = {}  # first-appearance order, as groupby's
-    for _, r in iter_rows(frame):
-        key = tuple(m_text(r[k]) if k == "M" else r[k] for k in keys)  # NaN M groups as one
-        groups.setdefault(key, []).append(r)
-    for part in groups.values():
-        first = part[0]
-        by_metric = {r["metric"]: r for r in part}
-        n = max(int(r["n_pairs"]) for r in part)
-        cells = []
-        for c in columns:
-            r = by_metric.get(c.key)
-            if r is None:
-                cells.append({"key": c.key, "text": "–", "value": "", "lo": "", "hi": ""})
-                cells[-1].update({"n": "", "sig": None, "title": "no paired seeds", "extra": ""})
-                continue
-            sig = _sig(r)
-            lo, hi = r["ci_lo"], r["ci_hi"]
-            ci = (
-                "no interval from a single pair"
-                if pd.isna(lo)
-                else f"{100 * paired.level:g}% CI [{lo:.6g}, {hi:.6g}]"
-            )
-            ci += f", p = {r['p_value']:.3g}" if pd.notna(r["p_value"]) else ""
-            if paired.holm and pd.notna(r["p_adjusted"]):
-                ci += f" (Holm-adjusted {r['p_adjusted']:.3g})"
-            if not r["reachable"]:
-                need = min_pairs(paired.test, paired.alpha)
-                ci += f"; no mark possible: the test needs ≥ {need} pairs"
-            cells.append(
-                {
-                    "key": c.key,
-                    "text": _delta_text(r, kinds[c.key]),
-                    "value": repr(float(r["mean_diff"])),
-                    "lo": "" if pd.isna(lo) else repr(float(lo)),
-                    "hi": "" if pd.isna(hi) else repr(float(hi)),
-                    "n": str(int(r["n_pairs"])),
-                    "sig": None if sig is None else {"cls": sig[0], "symbol": sig[1]},
-                    "title": f"Δ {r['mean_diff']:.6g}, {ci}, n {int(r['n_pairs'])} paired "
-                    f"seeds ({r['seeds']})" + (f"; {sig[2]}" if sig else ""),
-                    "extra": f"({int(r['n_pairs'])})" if int(r["n_pairs"]) != n else "",
-                }
-            )
-        rows.append(
-            {
-                "dataset": first["dataset"],
-                "backbone": first["backbone"],
-                "method": first["method"],
-                "m": m_text(first["M"]),
-                "hparams": first["hparams"],
-                "variant": first["variant"],
-                "reference": first["reference"],
-                "config": " | ".join(config_key(first)),  # the leaderboard row's data-config
-                "n": n,
-                "cells": cells,
-                "cells_html": paired_cells(cells),
-            }
-        )
-    return rows
 
 
 def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
@@ -284,28 +189,33 @@ def _significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tupl
     if len(frame):  # only significant rows carry a mark (_sig): the others are not read
         frame = frame[frame["significant"].to_numpy(dtype=bool) & frame["metric"].isin(kinds)]
     for _, r in iter_rows(frame):
-        sig = _sig(r)
+        sig = sig_of(r)
         if sig is None or r["metric"] not in kinds:
             continue
         title = (
-            f"Δ vs {r['reference']}: {_delta_text(r, kinds[r['metric']])}"
+            f"Δ vs {r['reference']}: {delta_text(r, kinds[r['metric']])}"
             f"{' pp' if kinds[r['metric']] == 'pct' else ''}, n {int(r['n_pairs'])}; {sig[2]}"
         )
         out.setdefault((*group_key(r), r["metric"]), []).append((sig[0], sig[1], title))
     return out
 
 
-def paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any] | None:
-    """The paired table as the page and Markdown show it (computed once per report)."""
+def paired_context(
+    paired: PairedStats, summary: pd.DataFrame, row_cache: RowCache | None = None
+) -> dict[str, Any] | None:
+    """The paired table as the page and Markdown show it (computed once per report; its rows
+    through ``row_cache`` where given: :func:`reports.paired_rows.paired_rows`)."""
     if paired.reference is None:
         return None
     key = ("context", id(summary))
     if key not in paired.memo:
-        paired.memo[key] = _paired_context(paired, summary)
+        paired.memo[key] = _paired_context(paired, summary, row_cache)
     return paired.memo[key]
 
 
-def _paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any]:
+def _paired_context(
+    paired: PairedStats, summary: pd.DataFrame, row_cache: RowCache | None
+) -> dict[str, Any]:
     columns = _paired_columns(paired, summary)
     return {
         "title": paired.title,
@@ -321,7 +231,7 @@ def _paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any
             {"key": c.key, "label": _delta_label(c), "better": c.better, "group": c.group}
             for c in columns
         ],
-        "rows": _paired_rows(paired, columns),
+        "rows": paired_rows(paired, columns, row_cache),
     }
 
 

@@ -24,7 +24,8 @@ import pandas as pd
 
 from reports.columns import CORRUPTION, COST, QUALITY, Column, format_number, iter_rows, m_text
 from reports.page import ReportOptions, cell_text, interval_words
-from reports.paired_view import format_delta, md_escape
+from reports.paired_rows import format_delta
+from reports.paired_view import md_escape
 from reports.results import Results
 
 HEADER = ("dataset", "backbone", "method", "M", "hparams", "metric", "value", "source")

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,11 @@ def _read(cell_dir: Path, problems: list[Problem]) -> dict[str, Any] | None:
 
 
 def load_rows(
-    results_dir: Path, cell_dirs: list[Path], *, index: bool = True, parallel: bool = False
+    results_dir: Path,
+    cell_dirs: Sequence[Path | str],
+    *,
+    index: bool = True,
+    parallel: bool = False,
 ) -> tuple[pd.DataFrame, list[Problem]]:
     """The rows of every usable record of ``cell_dirs`` in their order, and the problems; with
     ``parallel``, forked workers share the reading when there are many (:func:`_read_rows`)."""
@@ -176,7 +181,7 @@ def load_rows(
         if where.startswith(base):
             rel = f"{where[len(base) :]}/{RECORD_FILE}"
         else:
-            rel = str(cell_dir.relative_to(results_dir) / RECORD_FILE)
+            rel = str(Path(cell_dir).relative_to(results_dir) / RECORD_FILE)
         st = file_key(os.path.join(where, RECORD_FILE))
         at = known.get(rel)
         if at is not None and st is not None and st == (sizes[at], mtimes[at]):
@@ -184,7 +189,7 @@ def load_rows(
             keep.append(at)
         else:
             order.append((1, len(todo)))
-            todo.append((cell_dir, rel, st))
+            todo.append((Path(cell_dir), rel, st))
     read, problems = _read_rows(todo, parallel)
     fresh = [row for row in read if row is not None]
     # Positions among the rows read that are usable (unusable ones leave the order).

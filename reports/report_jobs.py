@@ -98,7 +98,7 @@ def _statistics(r: Report) -> None:
         bold_cells(r.paired, r.results)
         for hidden in (True, False):  # the page's columns, the Markdown's
             significance_marks(r.paired, leaderboard_columns(summary, hidden=hidden))
-        paired_context(r.paired, summary)
+        paired_context(r.paired, summary, r.rows)
 
 
 @dataclass

@@ -19,6 +19,21 @@ _SPAN = r' ?<span class="[\w -]*"(?: aria-label="shared device")?>[^<>]*</span>'
 _CELLS = re.compile(rf"(?:<td{_ATTR}*>(?:{_SPAN})*</td>)*")
 
 
+_TEXT = r'[^<>"]*'
+_PAIRED = re.compile(
+    rf'(?:<td data-col="{_TEXT}" data-value="{_TEXT}" data-lo="{_TEXT}" data-hi="{_TEXT}" '
+    rf'data-n="{_TEXT}" class="delta num(?: sig [\w-]+)?" title="{_TEXT}">[^<>]*'
+    rf'(?: <span class="n">[^<>]*</span>)?(?: <span class="sig-mark [\w-]+">[^<>]*</span>)?'
+    r"</td>)*"
+)
+
+
+def is_paired_markup(html: str) -> bool:
+    """Whether ``html`` is markup :func:`paired_cells` can write (as
+    :func:`is_leaderboard_markup`, for a cached paired-table row)."""
+    return _PAIRED.fullmatch(html) is not None
+
+
 def is_leaderboard_markup(html: str) -> bool:
     """Whether ``html`` is markup :func:`leaderboard_cells` can write: only its tags and
     attributes, every value and text without a raw ``<``, ``>`` or ``"`` (it escapes them).

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from reports import flatten as agg
@@ -86,20 +87,37 @@ def _with_variant(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def _texts(column: pd.Series | None) -> list[str]:
+    """The non-empty texts of ``column`` (None: none)."""
+    if column is None:
+        return []
+    if column.dtype == "str":
+        return column[column.notna() & (column != "")].to_numpy(dtype=object).tolist()
+    return [s for s in column if isinstance(s, str) and s]
+
+
 def _provenance(rows: pd.DataFrame) -> dict[str, list[str]]:
     """:func:`reports.provenance.provenance` from the rows' ``_env`` and time columns."""
 
-    def counted(values: Iterable[Any]) -> list[str]:
-        counts = Counter(str(v) for v in values if v is not None and v == v and v != "")
-        return [f"{v} ({n} cells)" if len(counts) > 1 else v for v, n in counts.most_common()]
+    def counted(values: pd.Series) -> list[str]:
+        """Each distinct text, most frequent first (ties: first seen), with its count when
+        there are several."""
+        if values.dtype == "str":  # the usual case, at C speed (10,000 rows × 15 columns)
+            values = values[values.notna() & (values != "")]
+            codes, uniques = pd.factorize(values)
+            n = np.bincount(codes, minlength=len(uniques))
+            pairs = [(uniques[i], int(n[i])) for i in np.argsort(-n, kind="stable")]
+        else:
+            found = Counter(str(v) for v in values if v is not None and v == v and v != "")
+            pairs = found.most_common()  # (a stable sort: ties in the order first seen)
+        return [f"{v} ({k} cells)" if len(pairs) > 1 else v for v, k in pairs]
 
     env = [c[len(ENV) :] for c in rows.columns if c.startswith(ENV)]
     keys = [*_ENV_FIRST, *sorted(set(env) - {*_ENV_FIRST, "hostname"}), "hostname"]
     out = {"suite": counted(rows["_suite"]) if "_suite" in rows else []}
     for k in keys:
         out[k] = counted(rows[ENV + k]) if ENV + k in rows else []
-    started = [s for s in rows.get("started_at", []) if isinstance(s, str) and s]
-    finished = [s for s in rows.get("finished_at", []) if isinstance(s, str) and s]
+    started, finished = _texts(rows.get("started_at")), _texts(rows.get("finished_at"))
     if started and finished:
         out["runs"] = [f"{min(started)} → {max(finished)}"]
     out["report generated"] = [datetime.now(timezone.utc).isoformat(timespec="seconds")]

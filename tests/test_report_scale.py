@@ -17,6 +17,7 @@ from record_factory import make_record, write_records
 
 import reports.csv_cache as csv_cache
 import reports.page as page
+import reports.paired_rows as paired_rows
 from harness.cli import main
 from reports.csv_cache import write_csv
 from reports.leaderboard import write_report
@@ -125,11 +126,15 @@ def test_cached_rows_give_the_page_and_markdown_of_an_uncached_report(tmp_path, 
     warm, cold = tmp_path / "warm", tmp_path / "cold"
     write_report(results, warm, figures=False)
     assert (warm / ROWS_FILE).is_file()
-    made = []
+    made, made_paired = [], []  # leaderboard rows and paired-table rows formatted
     real = page.leaderboard_cells
     monkeypatch.setattr(page, "leaderboard_cells", lambda cells: made.append(1) or real(cells))
+    real_row = paired_rows._row
+    monkeypatch.setattr(
+        paired_rows, "_row", lambda *a: made_paired.append(a[1][0]["method"]) or real_row(*a)
+    )
     write_report(results, warm, figures=False)
-    assert made == []  # every row from the cache
+    assert made == [] and made_paired == []  # every row from the cache
     write_report(results, cold, figures=False, index=False)
     assert _page_and_md(warm) == _page_and_md(cold)
     # mimo M=2 seed 0 changes: its row (and only it: the reference is deep_ensemble) is written
@@ -138,16 +143,18 @@ def test_cached_rows_give_the_page_and_markdown_of_an_uncached_report(tmp_path, 
     changed["metrics"]["clean"]["acc"] = 0.5
     write_records(results, [changed])
     made.clear()
+    made_paired.clear()
     write_report(results, warm, figures=False)
-    assert len(made) == 1
+    assert len(made) == 1 and made_paired == ["mimo"]
     write_report(results, cold, figures=False, index=False)
     assert _page_and_md(warm) == _page_and_md(cold)
     assert "0.5" in _page_and_md(warm)[0] or "50.00" in _page_and_md(warm)[0]
     # A damaged cache is rebuilt, not trusted.
     (warm / ROWS_FILE).write_text('{"format": "harness-report-rows/1", "rows": 3}')
     made.clear()
+    made_paired.clear()
     write_report(results, warm, figures=False)
-    assert len(made) == 4
+    assert len(made) == 4 and sorted(made_paired) == ["mimo", "mimo", "single"]
     assert _page_and_md(warm) == _page_and_md(cold)
 
 
@@ -215,10 +222,42 @@ def test_a_row_cache_written_by_someone_else_cannot_put_markup_into_the_page(tmp
             row["cells_html"] = evil
         else:
             cache["rows"][key] = "| <img src=x onerror=alert(3)> |"
-    (out / ROWS_FILE).write_text(json.dumps(cache), encoding="utf-8")
-    write_report(results, out, figures=False)
-    page_text = (out / "leaderboard.html").read_text(encoding="utf-8")
-    md = (out / "leaderboard.md").read_text(encoding="utf-8")
-    assert "alert(" not in page_text and "onerror" not in md
+    forged = json.dumps(cache)
+    # Written by someone else: a file others may write, or (where this test may give files
+    # away) one another user owns.
+    owners = [lambda p: p.chmod(0o666)]
+    if os.geteuid() == 0:
+        owners.append(lambda p: os.chown(p, 65534, 65534))
+    for give_away in owners:
+        (out / ROWS_FILE).write_text(forged, encoding="utf-8")
+        give_away(out / ROWS_FILE)
+        assert not RowCache(out).private
+        write_report(results, out, figures=False)
+        page_text = (out / "leaderboard.html").read_text(encoding="utf-8")
+        md = (out / "leaderboard.md").read_text(encoding="utf-8")
+        assert "alert(" not in page_text and "onerror" not in md
     assert page.is_leaderboard_markup(str(page.leaderboard_cells([])))
     assert not page.is_leaderboard_markup(evil)
+
+
+def test_a_row_cache_only_this_user_could_write_is_not_checked_again(tmp_path, monkeypatch):
+    results, out = tmp_path / "toy", tmp_path / "page"
+    write_records(
+        results, [make_record(method=m, seed=s) for m in ("single", "mimo") for s in (0, 1)]
+    )
+    umask = os.umask(0o022)  # (a umask of 002 leaves the file group-writable: not private)
+    try:
+        write_report(results, out, figures=False)
+    finally:
+        os.umask(umask)
+    assert RowCache(out).private  # written by this report, 0644
+    checked = []
+    real = page.is_leaderboard_markup
+    monkeypatch.setattr(page, "is_leaderboard_markup", lambda h: checked.append(h) or real(h))
+    first = _page_and_md(out)
+    write_report(results, out, figures=False)
+    assert checked == []
+    (out / ROWS_FILE).chmod(0o664)  # a group that may write it: every cached row checked
+    write_report(results, out, figures=False)
+    assert len(checked) == 2
+    assert _page_and_md(out) == first

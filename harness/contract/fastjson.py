@@ -42,3 +42,13 @@ def loads(raw: bytes | str) -> Any:
         except _orjson.JSONDecodeError:
             pass  # the standard library decides, and says why
     return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+
+
+def dumps(value: Any) -> bytes:
+    """UTF-8 JSON of ``value`` — for the report's caches, whose values are text, integers and
+    containers of them: orjson where installed (a tenth of :func:`json.dumps`' time for the 10 MB
+    of cached rows of 10,000 records; it would write a float NaN as null, which these caches do
+    not hold), else the standard library."""
+    if _orjson is not None:
+        return _orjson.dumps(value)
+    return json.dumps(value).encode("utf-8")
