@@ -1,11 +1,13 @@
-"""The work of a report besides its statistics — the figures, the tables (CSV, Markdown,
-LaTeX), the page's rows — done side by side in forked workers where that is safe.
+"""The work of a report besides its statistics — the figures, the tables (CSV, Markdown, LaTeX), the
+page's rows — done side by side in forked workers where that is safe.
 
 The figures need only the records, so :func:`started` hands each figure still to draw
 (:func:`reports.figure_cache.plan_figures`) to a forked worker (:mod:`reports.forked`: at most one
-per core) as soon as the records are read, while this process computes the paired statistics;
-then :meth:`Jobs.finish` writes the tables — in a worker too when no figure is being drawn, the
-statistics sent along — while this process builds the page's rows. At 10,000 records that is
+per core) as soon as the records are read, while this process computes the paired statistics; then
+:meth:`Jobs.finish` writes the tables — in a worker too when no figure is being drawn, the
+statistics sent along — while this process builds the page's rows. With no figure to draw, the idle
+worker first computes the bold cells and writes the tables that need no statistics (``cells.csv``,
+``leaderboard.csv``) while this process computes the paired statistics. At 10,000 records that is
 most of a report's time. Workers inherit the records by the fork; what comes back is small: each
 figure's page part, and the row cache's new entries (the Markdown lines and CSV spans a worker
 wrote, so the next report finds them). Without a fork, or for any job whose worker failed, this
@@ -53,15 +55,29 @@ class Report:
     formats: set[str]
     rows: RowCache
     title: str
+    results_written: bool = False  # cells.csv and leaderboard.csv already (write_result_tables)
 
 
-def write_tables(r: Report) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The CSVs, the Markdown and the LaTeX (those ``r.formats`` asks); returns the row cache's
-    entries (rows, CSV spans) for the next report."""
+_RESULT_TABLES = ("leaderboard.csv", "cells.csv")
+
+
+def write_result_tables(r: Report) -> dict[str, Any]:
+    """``leaderboard.csv`` and ``cells.csv`` (if ``r.formats`` asks for CSV): the tables that
+    need no statistics; returns their CSV spans for the row cache."""
     if "csv" in r.formats:
         # The rows that did not change since the last report are not formatted again.
         write_csv(r.results.summary, r.out / "leaderboard.csv", r.rows)
         write_csv(r.results.cells, r.out / "cells.csv", r.rows)
+    return {k: r.rows.new_csv[k] for k in _RESULT_TABLES if k in r.rows.new_csv}
+
+
+def write_tables(r: Report) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The CSVs, the Markdown and the LaTeX (those ``r.formats`` asks; cells.csv and
+    leaderboard.csv unless ``r.results_written``); returns the row cache's entries (rows, CSV
+    spans) for the next report."""
+    if not r.results_written:
+        write_result_tables(r)
+    if "csv" in r.formats:
         r.paired.frame.to_csv(r.out / "paired.csv", index=False)
         if r.published is not None:
             r.published.to_csv(r.out / "published.csv", index=False)
@@ -76,8 +92,10 @@ def write_tables(r: Report) -> tuple[dict[str, Any], dict[str, Any]]:
     return r.rows.new, r.rows.new_csv
 
 
-def _tables_in_worker(paired: PairedStats) -> tuple[dict[str, Any], dict[str, Any]]:
-    return write_tables(replace(forked.shared(), paired=paired))
+def _tables_in_worker(
+    paired: PairedStats, results_written: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return write_tables(replace(forked.shared(), paired=paired, results_written=results_written))
 
 
 def _figure_in_worker(fid: str) -> RenderedFigure:
@@ -85,8 +103,14 @@ def _figure_in_worker(fid: str) -> RenderedFigure:
     return draw_figure(fid, r.results.cells, r.out)
 
 
-def _bold_in_worker(test: str, alpha: float) -> dict[str, set[Any]]:
-    return compute_bold(forked.shared().results, test, alpha)
+def _results_job(r: Report, test: str, alpha: float) -> tuple[dict[str, set[Any]], dict]:
+    """What needs only the results: the bold cells and the tables of :func:`write_result_tables`
+    (their CSV spans returned)."""
+    return compute_bold(r.results, test, alpha), write_result_tables(r)
+
+
+def _results_in_worker(test: str, alpha: float) -> tuple[dict[str, set[Any]], dict]:
+    return _results_job(forked.shared(), test, alpha)
 
 
 def _statistics(r: Report) -> None:
@@ -117,13 +141,16 @@ class Jobs:
         """(``page()``, the report's figures), the tables written (with ``paired``): in a worker
         while ``page()`` runs here when no figure is being drawn, else here after it."""
         r = replace(self.base, paired=paired)
-        if self.bold is not None and self.bold[:2] == (paired.test, paired.alpha):
-            bold = forked.collect(self.bold[2], compute_bold, r.results, *self.bold[:2])
-            set_bold(paired, r.results, bold)
+        if self.bold is not None:
+            bold, spans = forked.collect(self.bold[2], _results_job, r, *self.bold[:2])
+            self.base.rows.new_csv.update(spans)
+            r.results_written = True
+            if self.bold[:2] == (paired.test, paired.alpha):
+                set_bold(paired, r.results, bold)
         tables = None
         if self.executor is not None and not self.drawing:
             _statistics(r)
-            tables = forked.start(self.executor, _tables_in_worker, paired)
+            tables = forked.start(self.executor, _tables_in_worker, paired, r.results_written)
         context = page()
         rows, csv_spans = forked.collect(tables, write_tables, r)
         self.base.rows.new.update(rows)  # (the same dicts when this process wrote the tables)
@@ -145,7 +172,7 @@ def started(base: Report, figures: FigurePlan | None, parallel: bool) -> Iterato
     with forked.pool(workers, shared=base) as executor:
         drawing = {fid: forked.start(executor, _figure_in_worker, fid) for fid in todo}
         bold = None
-        if executor is not None and not todo:  # an idle worker: the bold cells, meanwhile
+        if executor is not None and not todo:  # an idle worker: bold cells, CSVs, meanwhile
             test, alpha = base.options.test, 1 - LEVEL  # what paired_stats will use
-            bold = (test, alpha, forked.start(executor, _bold_in_worker, test, alpha))
+            bold = (test, alpha, forked.start(executor, _results_in_worker, test, alpha))
         yield Jobs(base, figures, executor, drawing, bold)

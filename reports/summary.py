@@ -88,8 +88,11 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
     grouped = values.groupby([done[k] for k in keys], dropna=False, sort=True)
     parts = {"mean": grouped.mean(), "std": grouped.std(ddof=1), "n": grouped.count()}
     parts["ci"] = parts["std"] * t_factor(parts["n"])
+    # One index for all (the parts share the groupby's): a dict of Series would align 400
+    # columns' indexes one by one.
     stats = pd.DataFrame(
-        {f"{c}_{s}": parts[s][c] for c in metrics for s in ("mean", "std", "n", "ci")}
+        {f"{c}_{s}": parts[s][c].to_numpy() for c in metrics for s in ("mean", "std", "n", "ci")},
+        index=parts["mean"].index,
     )
     by_key = done.groupby(keys, dropna=False, sort=True)
     failed = cells[cells["status"] == "failed"].groupby(keys, dropna=False).size()

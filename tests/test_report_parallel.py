@@ -107,11 +107,12 @@ def test_workers_write_what_one_process_writes(tmp_path, figures):
     jobs.mkdir()
     _in_fresh_process(_report_code(results, tmp_path / "parallel", figures), jobs)
     parallel = _files(tmp_path / "parallel")
-    # Done by workers: the records read, and the figures, or the bold cells and the tables.
+    # Done by workers: the records read, and the figures, or the bold cells with the tables of
+    # the results (_results_job) and the other tables.
     done = (
         {"_read_chunk", "draw_figure"}
         if figures
-        else {"_read_chunk", "compute_bold", "write_tables"}
+        else {"_read_chunk", "_results_job", "write_tables"}
     )
     assert {p.name for p in jobs.iterdir()} == done
     assert sorted(parallel) == sorted(serial)
@@ -161,7 +162,7 @@ def test_a_failed_worker_is_redone_here_with_the_same_files(tmp_path, failure, f
 def failing(*args):
     {failure}
 report_jobs._tables_in_worker = report_jobs._figure_in_worker = failing
-report_jobs._bold_in_worker = record_index._read_shared = failing
+report_jobs._results_in_worker = record_index._read_shared = failing
 """
     _in_fresh_process(patch + _report_code(results, tmp_path / "parallel", figures))
     assert _files(tmp_path / "parallel") == _files(tmp_path / "serial")
