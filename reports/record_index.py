@@ -48,7 +48,7 @@ from reports.rows import record_row, rows_frame
 INDEX_FILE = ".report-index.npz"
 DELTA_FILE = ".report-index-delta.npz"
 FORMAT = "harness-report-index"
-VERSION = 3  # 2: a delta beside the index; 3: text columns as distinct values and codes
+VERSION = 4  # 2: a delta beside the index; 3: text as distinct values and codes; 4: stacked
 DELTA_MAX = 2000  # rows in the delta at most (and a tenth of the index's)
 _RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
 _KEY = ("_path", "_size", "_mtime")
@@ -66,30 +66,58 @@ def code_stamp() -> str:
     return h.hexdigest()
 
 
+_NUMERIC = {"float64": "f", "int64": "i", "bool": "b"}  # dtype → the array holding its columns
+
+
+def _json_array(value: Any) -> np.ndarray:
+    return np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
+
+
 def _encode(frame: pd.DataFrame, base: int | None = None) -> dict[str, np.ndarray]:
-    """Columns → arrays: numbers and booleans as they are, text as its distinct values (a JSON
-    list) and each row's code among them, anything else as a JSON list."""
+    """Columns → a few arrays (one member each of the archive: each member costs a header parse
+    to read, and 160 of them were half the index's reading): the float, int and bool columns
+    each stacked in one 2-D array, text as each row's code (int32, stacked) among its column's
+    distinct values (one JSON list of lists), anything else as a JSON list of its own."""
+    stacks: dict[str, list[np.ndarray]] = {"f": [], "i": [], "b": [], "s": []}
+    uniques_of: list[list[Any]] = []
     arrays: dict[str, np.ndarray] = {}
     columns = []
     for i, name in enumerate(frame.columns):
         col = frame[name]
         dtype = str(col.dtype)
-        if dtype in ("float64", "int64", "bool"):
-            arrays[f"c{i}"] = col.to_numpy()
-        elif dtype == "str":  # each distinct text once (most repeat: method, device, …), codes
+        kind = _NUMERIC.get(dtype) or ("s" if dtype == "str" else "o")
+        if kind == "s":  # each distinct text once (most repeat: method, device, …), codes
             codes, uniques = pd.factorize(col)  # (-1: missing)
-            arrays[f"c{i}"] = codes.astype(np.int32)
-            text = json.dumps(uniques.tolist())
-            arrays[f"u{i}"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            stacks["s"].append(codes.astype(np.int32))
+            uniques_of.append(uniques.tolist())
+        elif kind != "o":
+            stacks[kind].append(col.to_numpy(dtype=dtype))
         else:
             values = [None if v is pd.NA else v for v in col.tolist()]
             text = json.dumps(values, default=lambda o: o.item() if hasattr(o, "item") else str(o))
-            arrays[f"c{i}"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-        columns.append([str(name), dtype])
+            arrays[f"o{i}"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        columns.append([str(name), dtype, kind, len(stacks[kind]) - 1 if kind != "o" else i])
+    for kind, parts in stacks.items():
+        if parts:
+            arrays[kind] = np.stack(parts)  # (columns × rows): each column contiguous
+    arrays["u"] = _json_array(uniques_of)
     header = {"format": FORMAT, "version": VERSION, "code": code_stamp(), "columns": columns,
               "rows": len(frame), "written_ns": time.time_ns(), "base": base}  # fmt: skip
-    arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
+    arrays["header"] = _json_array(header)
     return arrays
+
+
+def _column(data: Any, stacks: dict[str, np.ndarray], uniques: list, spec: list) -> pd.Series:
+    """One stored column (``spec``: its name, dtype, kind and place)."""
+    _, dtype, kind, at = spec
+    if kind in ("f", "i", "b"):
+        if str(stacks[kind].dtype) != dtype:
+            raise ValueError(f"{kind} holds {stacks[kind].dtype}, not {dtype}")
+        return pd.Series(stacks[kind][at], dtype=dtype)
+    if kind == "s":  # codes out of range: IndexError, not an index
+        values = pd.array(uniques[at], dtype="str")
+        return pd.Series(values.take(stacks["s"][at].astype(np.intp), allow_fill=True))
+    return pd.Series(fastjson.loads(bytes(data[f"o{at}"])), dtype=dtype)
 
 
 def _decode(path: Path, base: int | None = None) -> tuple[pd.DataFrame, int] | None:
@@ -104,19 +132,14 @@ def _decode(path: Path, base: int | None = None) -> tuple[pd.DataFrame, int] | N
                 return None
             n = int(header["rows"])
             racy = int(header["written_ns"]) - _RACY_NS
+            stacks = {k: data[k] for k in ("f", "i", "b", "s") if k in data.files}
+            uniques = fastjson.loads(bytes(data["u"]))
             columns = {}
-            for i, (name, dtype) in enumerate(header["columns"]):
-                raw = data[f"c{i}"]
-                if dtype in ("float64", "int64", "bool"):
-                    values = pd.Series(raw, dtype=dtype)
-                elif dtype == "str":  # codes out of range: IndexError, not an index
-                    uniques = pd.array(fastjson.loads(bytes(data[f"u{i}"])), dtype="str")
-                    values = pd.Series(uniques.take(raw.astype(np.intp), allow_fill=True))
-                else:
-                    values = pd.Series(fastjson.loads(bytes(raw)), dtype=dtype)
+            for spec in header["columns"]:
+                values = _column(data, stacks, uniques, spec)
                 if len(values) != n:
                     return None
-                columns[name] = values
+                columns[spec[0]] = values
     except Exception:
         return None
     frame = pd.DataFrame(columns)

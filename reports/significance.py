@@ -11,9 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# scipy.special, not scipy.stats: Student's t quantile and tail are the functions scipy.stats.t
-# calls (stdtrit, stdtr), without the 0.4 s import of scipy.stats that every report paid.
-from scipy.special import stdtr, stdtrit
+from reports.t_table import T_975
+
+# scipy.special (imported where needed), not scipy.stats: Student's t quantile and tail are the
+# functions scipy.stats.t calls (stdtrit, stdtr), without the 0.4 s import of scipy.stats that
+# every report paid; the 95% intervals' quantiles come from a table of scipy's own values.
 
 TESTS = ("signflip", "t")  # see the module docstring
 TEST_NAMES = {
@@ -26,7 +28,18 @@ _CHUNK_ELEMENTS = 262_144  # comparisons × sign patterns per product (2 MB)
 
 
 def t_quantile(q: float, df: np.ndarray | float) -> np.ndarray:
-    """Student's t quantile: ``scipy.stats.t.ppf(q, df)`` (the same ``stdtrit``, NaN for NaN df)."""
+    """Student's t quantile: ``scipy.stats.t.ppf(q, df)`` (the same ``stdtrit``, NaN for NaN df);
+    at q = 0.975 and whole df of 1–200, from :data:`reports.t_table.T_975` (scipy's values)."""
+    d = np.asarray(df, dtype=float)
+    if q == 0.975:
+        known = np.isfinite(d)
+        k = d[known]
+        if np.all((k == np.floor(k)) & (k >= 1) & (k <= len(T_975))):
+            out = np.full(d.shape, np.nan)
+            out[known] = np.asarray(T_975)[k.astype(np.intp) - 1]
+            return out[()]  # (a 0-d input: a scalar, as stdtrit gives)
+    from scipy.special import stdtrit
+
     return stdtrit(df, q)
 
 
@@ -71,6 +84,8 @@ def t_pvalue(diffs: np.ndarray | Sequence[float]) -> np.ndarray:
     s = np.where(d.max(axis=-1) == d.min(axis=-1), 0.0, d.std(axis=-1, ddof=1))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.abs(mean) / (s / math.sqrt(n))
+    from scipy.special import stdtr
+
     p = 2 * stdtr(n - 1, -t)  # scipy.stats.t.sf(t, n - 1)
     return np.where(s == 0, np.where(d[..., 0] == 0, 1.0, 0.0), p)
 
