@@ -165,10 +165,15 @@ class Jobs:
 @contextmanager
 def started(base: Report, figures: FigurePlan | None, parallel: bool) -> Iterator[Jobs]:
     """The figures of ``figures`` being drawn by forked workers (``parallel``, where that is
-    safe), and a worker ready for the tables when there is none to draw; ``base`` is the report
-    without its statistics (``paired`` None). Leaving waits for the workers."""
+    safe), and a worker ready for the tables when there is none to draw and the row cache is
+    cold; ``base`` is the report without its statistics (``paired`` None). Leaving waits for the
+    workers."""
     todo = figures.todo if figures is not None else []
-    workers = min(len(todo) or 1, forked.cores()) if parallel else 0
+    # No figure to draw and the rows of the last report at hand: what is left (the statistics
+    # of a few changed configurations, the tables' few new rows) costs less than a worker's
+    # fork (its copy-on-write page faults slowed this process by more than the worker saved).
+    light = not todo and bool(base.rows.old)
+    workers = min(len(todo) or 1, forked.cores()) if parallel and not light else 0
     with forked.pool(workers, shared=base) as executor:
         drawing = {fid: forked.start(executor, _figure_in_worker, fid) for fid in todo}
         bold = None

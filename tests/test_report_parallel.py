@@ -124,6 +124,33 @@ def test_workers_write_what_one_process_writes(tmp_path, figures):
 
 
 @pytest.mark.slow  # a fresh interpreter
+def test_a_warm_report_without_figures_forks_no_worker(tmp_path):
+    """With the last report's rows at hand and no figure to draw, what is left is cheaper than
+    a fork: one process does it, and writes what a cold report writes."""
+    results = _folder(tmp_path)
+    write_report(results, tmp_path / "cold", index=False, parallel=False, formats=_FORMATS,
+                 figures=False)  # fmt: skip
+    code = f"""
+from reports.leaderboard import write_report
+for _ in range(2):
+    write_report(Path({str(results)!r}), Path({str(tmp_path / "warm")!r}), parallel=True,
+                 formats={_FORMATS}, figures=False)
+    if os.environ["JOBS_DIR"]:  # the first report's jobs (a cold row cache): done by workers
+        done = sorted(p.name for p in Path(os.environ["JOBS_DIR"]).iterdir())
+        assert done == ["_read_chunk", "_results_job", "write_tables"], done
+        for p in Path(os.environ["JOBS_DIR"]).iterdir():
+            p.unlink()
+        os.environ["JOBS_DIR"] = ""
+"""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    _in_fresh_process(code, jobs)
+    assert list(jobs.iterdir()) == []  # the second report: no job done by a worker
+    warm = {k: v for k, v in _files(tmp_path / "warm").items() if not k.startswith(".")}
+    assert warm == _files(tmp_path / "cold")  # (less the caches)
+
+
+@pytest.mark.slow  # a fresh interpreter
 def test_records_read_by_workers_are_the_rows_and_problems_of_one_process(tmp_path):
     results = _folder(tmp_path)
     marks, out = tmp_path / "marks", tmp_path / "results.pkl"
