@@ -182,6 +182,7 @@ def bench(root: Path, n: int) -> dict[str, tuple[float, float, float, float]]:
         shutil.rmtree(results.parent)
     t = time.perf_counter()
     suite_file, changed = write_folder(results, n)
+    os.sync()  # the folder's writeback is the generator's cost, not the first report's
     print(f"N={n}: wrote {len(list(results.glob('*/record.json')))} records in "
           f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
     out = _Rows(n)
@@ -191,8 +192,10 @@ def bench(root: Path, n: int) -> dict[str, tuple[float, float, float, float]]:
     out["report cold, one process (--serial)"] = timed([*report, "--no-index", "--serial"])
     timed(report)  # a report with the index: writes it, and the figure cache beside the page
     change(results, changed)
+    os.sync()
     out["report warm, 10 changed, no figures"] = timed([*report, "--no-figures"])
     change(results, changed)
+    os.sync()
     out["report warm, 10 changed"] = timed(report)
     out["validate"] = timed(["validate", str(suite_file), "--skip-data"])
     out["run plan (--dry-run)"] = timed(["run", str(suite_file), "--dry-run", "--results",

@@ -61,10 +61,12 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-index",
         action="store_true",
-        help="read every record and draw every figure, neither using nor writing the record "
-        "index (.report-index.npz beside the results, which keeps the flattened records so that "
-        "the next report reads only those that changed) or the figure cache "
-        "(.report-figures.json beside the page: only figures whose data changed are redrawn)",
+        help="read every record and the manifest and draw every figure, neither using nor "
+        "writing the record index (.report-index.npz beside the results, which keeps the "
+        "flattened records so that the next report reads only those that changed), the "
+        "manifest's digest (.report-manifest.json), the figure cache (.report-figures.json "
+        "beside the page: only figures whose data changed are redrawn) or the row cache "
+        "(.report-rows.json: only rows whose data changed are written again)",
     )
     parser.add_argument(
         "--serial",

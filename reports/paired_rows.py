@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -27,8 +27,19 @@ from reports.row_cache import RowCache, value_digests
 from reports.row_html import is_paired_markup, paired_cells
 from reports.stats import min_pairs
 
-if TYPE_CHECKING:
-    from reports.paired_view import PairedStats
+
+class PairedStats(Protocol):
+    """What these rows read of :class:`reports.paired_view.PairedStats` (named here, not
+    imported: that module imports this one)."""
+
+    frame: pd.DataFrame
+    level: float
+    test: str
+    holm: bool
+
+    @property
+    def alpha(self) -> float: ...
+
 
 _KEYS = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
 _TEXT = ("dataset", "backbone", "method", "m", "hparams", "variant", "reference", "config")
