@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from harness.contract.done_index import file_key
-from reports.row_cache import RowCache, value_digests
+from reports.row_cache import RowCache
 
 
 def _row_wise(frame: pd.DataFrame) -> bool:
@@ -62,7 +62,7 @@ def _texts(frame: pd.DataFrame, positions: list[int]) -> list[bytes]:
 
 def write_csv(frame: pd.DataFrame, path: Path, cache: RowCache | None) -> None:
     """``frame.to_csv(path, index=False)``, reusing the unchanged rows' text (module doc)."""
-    digests = value_digests(frame) if cache is not None and cache.path is not None else None
+    digests = cache.digests(frame) if cache is not None and cache.path is not None else None
     if digests is None or not _row_wise(frame):
         frame.to_csv(path, index=False)
         return

@@ -222,8 +222,9 @@ def write_report(
             paired, lambda: _page_context(results, paired, options, pub, rows)
         )
     html_path = out / "leaderboard.html"
-    html_path.write_text(_render_page({**page, "figures": rendered}), encoding="utf-8")
-    rows.save()
+    text = _render_page({**page, "figures": rendered})
+    html_path.write_text(text, encoding="utf-8")
+    rows.save(text)
     return html_path
 
 

@@ -23,7 +23,7 @@ from reports.paired_view import (
     significance_marks,
 )
 from reports.results import Results
-from reports.row_cache import RowCache, value_digests
+from reports.row_cache import RowCache
 from reports.selection import markdown_selection
 
 
@@ -73,7 +73,7 @@ def render_markdown_table(
         context = [head, options.interval, [(c.key, c.kind) for c in columns]]
         # md_escape writes no raw < or >: a cached line with one is not this code's.
         ok = lambda line: isinstance(line, str) and not set(line) & set("<>\n")  # noqa: E731
-        lines += row_cache.rows("md", value_digests(summary), extras, context, make, ok)
+        lines += row_cache.rows("md", row_cache.digests(summary), extras, context, make, ok)
     legend = f"{interval_words(options.interval).capitalize()} over seeds (n). ↑/↓: better "
     legend += "direction; **bold**: the best per dataset and every configuration not "
     legend += "significantly different from it"

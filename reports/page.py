@@ -37,7 +37,7 @@ from reports.paired_view import (
     significance_marks,
 )
 from reports.results import Results
-from reports.row_cache import RowCache, value_digests
+from reports.row_cache import RowCache
 from reports.row_html import is_leaderboard_markup, leaderboard_cells
 from reports.selection import selection_context
 from reports.significance import TEST_NAMES, check_test
@@ -258,7 +258,7 @@ def leaderboard_rows(
                    [(c.key, c.kind, c.group, h["hidden"]) for c, h in metric_headers]]  # fmt: skip
         extras = row_extras(summary, columns, best, significance)
         valid = _cached_shape if row_cache.private else _cached_ok
-        rows = row_cache.rows("html", value_digests(summary), extras, context, make, valid)
+        rows = row_cache.rows("html", row_cache.digests(summary), extras, context, make, valid)
     # Markup: the template writes the cells as they are (each value was escaped in Python).
     return [{**r, "cells_html": Markup(r["cells_html"])} for r in rows]
 

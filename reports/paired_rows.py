@@ -23,7 +23,7 @@ from markupsafe import Markup
 
 from reports.bolding import config_key
 from reports.columns import Column, format_number, iter_rows, m_text
-from reports.row_cache import RowCache, value_digests
+from reports.row_cache import RowCache
 from reports.row_html import is_paired_markup, paired_cells
 from reports.stats import min_pairs
 
@@ -173,7 +173,7 @@ def paired_rows(
         bounds = np.cumsum([0, *(len(g) for g in chosen)])
         return [_row(paired, rows[a:b], columns) for a, b in pairwise(bounds)]
 
-    digests = value_digests(frame) if row_cache is not None else None
+    digests = row_cache.digests(frame) if row_cache is not None else None
     if digests is None:
         rows = make(list(range(len(groups))))
     else:

@@ -78,7 +78,7 @@ def write_tables(r: Report) -> tuple[dict[str, Any], dict[str, Any]]:
     if not r.results_written:
         write_result_tables(r)
     if "csv" in r.formats:
-        r.paired.frame.to_csv(r.out / "paired.csv", index=False)
+        write_csv(r.paired.frame, r.out / "paired.csv", r.rows)
         if r.published is not None:
             r.published.to_csv(r.out / "published.csv", index=False)
     if "md" in r.formats:

@@ -7,14 +7,18 @@ each row's text under a digest of everything that row shows: the values of its s
 hash of every column, with the column names and dtypes), the bold cells and significance marks it
 carries, and what the caller passes as ``context`` (the columns shown, the interval), and the code
 that writes it (a hash of the modules). A row whose digest is known is taken from there, every
-other one is written as without the cache; :mod:`reports.csv_cache` keeps the CSV tables' row spans
-in the same file. The file is a cache, never a source: one that cannot be read or names another
-format or code is ignored and rewritten, and only the entries this report used are kept. The
-file sits in a folder others may be able to write: a cached row is used only if the caller's
-``valid`` accepts it (the page: nothing but the markup :mod:`reports.row_html` writes, checked
-unless the file is :attr:`RowCache.private` — owned by this user and writable by no one else, so
-only this user's reports wrote it: checking 1,000 rows of 12 kB each was a twentieth of a warm
-report; the Markdown: no raw ``<`` or ``>``), so it can never put a script into the page.
+other one is written as without the cache. The page's rows (the leaderboard's and the paired
+table's markup, 13 MB at 1,000 configurations) are not copied into the file: it holds where each
+one is in the page written beside it (``leaderboard.html``, checked by its SHA-1; a page edited or
+gone since: those rows are written again), so reading and writing the cache costs a tenth of what
+it did; :mod:`reports.csv_cache` keeps the CSV tables' row spans in the same file. The file is a
+cache, never a source: one that cannot be read or names another format or code is ignored and
+rewritten, and only the entries this report used are kept. The file sits in a folder others may be
+able to write: a cached row is used only if the caller's ``valid`` accepts it (the page: nothing
+but the markup :mod:`reports.row_html` writes, checked unless the file is :attr:`RowCache.private`
+— owned by this user and writable by no one else, so only this user's reports wrote it: checking
+1,000 rows of 12 kB each was a twentieth of a warm report; the Markdown: no raw ``<`` or ``>``), so
+it can never put a script into the page.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import pandas as pd
 from harness.contract import fastjson
 
 CACHE_FILE = ".report-rows.json"
+PAGE_FILE = "leaderboard.html"  # where the rows' markup is read back from (RowCache.save)
 FORMAT = "harness-report-rows/1"
 _CODE = ("page.py", "row_html.py", "columns.py", "markdown.py", "paired_view.py", "row_cache.py",
          "csv_cache.py")  # fmt: skip
@@ -65,6 +70,7 @@ class RowCache:
         self.old, self.old_csv = self._load() if self.path is not None else ({}, {})
         self.new: dict[str, Any] = {}
         self.new_csv: dict[str, Any] = {}  # per CSV file (reports.csv_cache)
+        self._digests: dict[int, tuple[pd.DataFrame, list[str] | None]] = {}
 
     def _load(self) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
@@ -79,9 +85,21 @@ class RowCache:
             if not isinstance(rows, dict) or not isinstance(csv, dict):
                 return {}, {}
             self.private = mine and not st.st_mode & 0o022
+            rows = _page_texts(rows, data.get("page"), self.path.parent / PAGE_FILE)
             return rows, {k: v for k, v in csv.items() if isinstance(v, dict)}
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return {}, {}
+
+    def digests(self, frame: pd.DataFrame) -> list[str] | None:
+        """:func:`value_digests` of ``frame``, computed once per frame (the summary's 400
+        columns are hashed for the page, the Markdown and leaderboard.csv alike); None without a
+        cache file."""
+        if self.path is None:
+            return None  # no cache: nothing to key
+        known = self._digests.get(id(frame))
+        if known is None or known[0] is not frame:  # (the frame is kept: its id stays its own)
+            known = self._digests[id(frame)] = (frame, value_digests(frame))
+        return known[1]
 
     def rows(
         self,
@@ -113,15 +131,67 @@ class RowCache:
         self.new.update(zip(keys, out, strict=True))
         return out
 
-    def save(self) -> None:
+    def save(self, page: str | None = None) -> None:
         """Keep the entries of this report (atomically; a folder that cannot take it goes
-        without)."""
-        if self.path is None or (self.new == self.old and self.new_csv == self.old_csv):
+        without); ``page``: the text of the page just written as :data:`PAGE_FILE` beside the
+        cache, which then holds where each row's markup is in it instead of the markup."""
+        if self.path is None:
+            return
+        rows, spans = self.new, None
+        if page is not None:
+            rows, spans = _page_spans(self.new, page)
+        elif self.new == self.old and self.new_csv == self.old_csv:
             return
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
-            data = {"format": FORMAT, "code": self.stamp, "rows": self.new, "csv": self.new_csv}
+            data = {"format": FORMAT, "code": self.stamp, "rows": rows, "csv": self.new_csv,
+                    "page": spans}  # fmt: skip
             tmp.write_bytes(fastjson.dumps(data))
             os.replace(tmp, self.path)
         except OSError:
             tmp.unlink(missing_ok=True)
+
+
+def _page_spans(rows: dict[str, Any], page: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``rows`` with each ``cells_html`` found in ``page`` replaced by its [start, end] there,
+    and what identifies the page (its SHA-1). The page holds the leaderboard's rows and the
+    paired table's, each kind in the order made: one scan of the page per kind."""
+    out = dict(rows)
+    for kind in ("config", "cells"):  # a leaderboard row has "config" only, a paired row "cells"
+        at = 0
+        for key, entry in rows.items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("cells_html"), str):
+                continue
+            if (kind == "cells") != ("cells" in entry):
+                continue
+            start = page.find(entry["cells_html"], at)
+            if start < 0:
+                continue  # (kept as text)
+            at = start + len(entry["cells_html"])
+            out[key] = {**entry, "cells_html": [start, at]}
+    return out, {"file": PAGE_FILE, "sha1": hashlib.sha1(page.encode("utf-8")).hexdigest()}
+
+
+def _page_texts(rows: dict[str, Any], spans: Any, page_path: Path) -> dict[str, Any]:
+    """``rows`` with each [start, end] ``cells_html`` read back from the page they were found
+    in; entries of a page that is gone or changed since are left out (made again)."""
+    spanned = [k for k, v in rows.items() if isinstance(v, dict)
+               and isinstance(v.get("cells_html"), list)]  # fmt: skip
+    if not spanned:
+        return rows
+    text = None
+    try:
+        raw = page_path.read_bytes()
+        if isinstance(spans, dict) and spans.get("sha1") == hashlib.sha1(raw).hexdigest():
+            text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    out = dict(rows)
+    for key in spanned:
+        span = rows[key]["cells_html"]
+        ok = text is not None and len(span) == 2 and all(type(x) is int for x in span)
+        if ok and 0 <= span[0] <= span[1] <= len(text):
+            out[key] = {**rows[key], "cells_html": text[span[0] : span[1]]}
+        else:
+            del out[key]
+    return out

@@ -158,6 +158,33 @@ def test_cached_rows_give_the_page_and_markdown_of_an_uncached_report(tmp_path, 
     assert _page_and_md(warm) == _page_and_md(cold)
 
 
+def test_the_row_cache_reads_the_rows_markup_back_from_the_page(tmp_path, monkeypatch):
+    """The cache holds where each row's markup is in the page, not the markup; a page edited
+    since (or gone) is not read from: its rows are written again, the same page results."""
+    results, warm, cold = tmp_path / "toy", tmp_path / "warm", tmp_path / "cold"
+    configs = (("deep_ensemble", 4), ("single", 1), ("mimo", 2))
+    recs = [make_record(method=m, M=M, seed=s, acc=0.8 + 0.01 * M + 0.002 * s)
+            for m, M in configs for s in range(6)]  # fmt: skip
+    write_records(results, recs)
+    write_report(results, warm, figures=False)
+    write_report(results, cold, figures=False, index=False)
+    cache = json.loads((warm / ROWS_FILE).read_bytes())
+    spans = [v["cells_html"] for v in cache["rows"].values() if isinstance(v, dict)]
+    assert len(spans) == 5 and all(isinstance(x, list) for x in spans)  # 3 + 2 paired rows
+    page_text = (warm / "leaderboard.html").read_text(encoding="utf-8")
+    assert all(page_text[a:b].startswith("<td data-col=") for a, b in spans)
+    made = []
+    real = page.leaderboard_cells
+    monkeypatch.setattr(page, "leaderboard_cells", lambda cells: made.append(1) or real(cells))
+    write_report(results, warm, figures=False)
+    assert made == [] and _page_and_md(warm) == _page_and_md(cold)
+    for damage in (lambda p: p.write_text(p.read_text().replace("digits", "DIGITS")), Path.unlink):
+        damage(warm / "leaderboard.html")
+        made.clear()
+        write_report(results, warm, figures=False)
+        assert len(made) == 3 and _page_and_md(warm) == _page_and_md(cold)
+
+
 def _frame(n: int, change: int | None = None) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     acc = rng.random(n)
