@@ -29,6 +29,7 @@ import pandas as pd
 from reports.batched import unpaired
 from reports.columns import Column, m_text
 from reports.significance import min_pvalue, pvalue
+from reports.stats import per_seed_table
 
 KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
 
@@ -54,22 +55,18 @@ def config_keys(frame: pd.DataFrame) -> list[tuple]:
 
 def _per_seed_table(
     cells: pd.DataFrame, metrics: Iterable[str]
-) -> tuple[list[tuple], np.ndarray, np.ndarray, list[str]]:
-    """(configurations, the sorted seeds of all, values (configurations × seeds × metrics; NaN:
-    no finite value for that seed), the metrics found): one groupby over all done cells."""
+) -> tuple[list[tuple], np.ndarray, list[str]]:
+    """(configurations, values (configurations × seeds × metrics; NaN: no finite value for that
+    seed), the metrics found) of the done cells (:func:`reports.stats.per_seed_table`)."""
     done = cells[cells["status"] == "done"] if "status" in cells else cells
     metrics = [m for m in metrics if m in done]
     if done.empty or not metrics:
-        return [], np.empty(0), np.empty((0, 0, len(metrics))), metrics
+        return [], np.empty((0, 0, len(metrics))), metrics
     values = done[metrics].apply(pd.to_numeric, errors="coerce").astype(float)
     values = values.where(np.isfinite(values))
     codes, uniques = pd.factorize(pd.Series(config_keys(done), dtype=object), sort=False)
-    means = values.groupby([codes, done["seed"].to_numpy()]).mean()  # one pass over all cells
-    config = means.index.get_level_values(0).to_numpy()
-    seeds, seed_at = np.unique(means.index.get_level_values(1).to_numpy(), return_inverse=True)
-    table = np.full((len(uniques), len(seeds), len(metrics)), np.nan)
-    table[config, seed_at] = means.to_numpy(dtype=float)
-    return list(uniques), seeds, table, metrics
+    _, table = per_seed_table(values, codes, done["seed"].to_numpy(), len(uniques))
+    return list(uniques), table, metrics
 
 
 def _rows_of(values: np.ndarray, keep: np.ndarray, n: int) -> np.ndarray:
@@ -136,7 +133,7 @@ def bold_rows(
     for the best are all best. ``cells`` is the per-cell frame the summary was built from.
     """
     columns = [c for c in columns if c.better is not None]
-    keys, _, table, found = _per_seed_table(cells, [c.key for c in columns])
+    keys, table, found = _per_seed_table(cells, [c.key for c in columns])
     # One row more, all NaN: a summary row without done cells (no values to compare).
     table = np.concatenate([table, np.full((1, *table.shape[1:]), np.nan)])
     at = {k: i for i, k in enumerate(keys)}

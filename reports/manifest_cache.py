@@ -20,7 +20,6 @@ go unseen).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -96,7 +95,7 @@ def manifest_digest(results_dir: Path | str, *, keep: bool = True) -> dict[str, 
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
             data = {"format": FORMAT, "manifest": list(key), **digest}
-            tmp.write_text(json.dumps(data), encoding="utf-8")
+            tmp.write_bytes(fastjson.dumps(data))
             os.replace(tmp, path)
         except OSError:  # a folder that cannot take it goes without
             tmp.unlink(missing_ok=True)

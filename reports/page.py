@@ -257,8 +257,8 @@ def leaderboard_rows(
         context = [[(h["key"], h["type"]) for h in identity], options.interval,
                    [(c.key, c.kind, c.group, h["hidden"]) for c, h in metric_headers]]  # fmt: skip
         extras = row_extras(summary, columns, best, significance)
-        valid = _cached_shape if row_cache.private else _cached_ok
-        rows = row_cache.rows("html", row_cache.digests(summary), extras, context, make, valid)
+        rows = row_cache.rows("html", row_cache.digests(summary), extras, context, make,
+                              _cached_shape, _cached_markup)  # fmt: skip
     # Markup: the template writes the cells as they are (each value was escaped in Python).
     return [{**r, "cells_html": Markup(r["cells_html"])} for r in rows]
 
@@ -273,10 +273,10 @@ def _cached_shape(row: Any) -> bool:
     )
 
 
-def _cached_ok(row: Any) -> bool:
-    """A cached leaderboard row is used only if it holds nothing but this code's markup (from
-    a cache file someone else could have written: :attr:`reports.row_cache.RowCache.private`)."""
-    return _cached_shape(row) and is_leaderboard_markup(row["cells_html"])
+def _cached_markup(row: dict[str, str]) -> bool:
+    """A cached leaderboard row holds nothing but this code's markup (asked of a cache file
+    someone else could have written: :attr:`reports.row_cache.RowCache.private`)."""
+    return is_leaderboard_markup(row["cells_html"])
 
 
 def row_extras(summary: pd.DataFrame, columns: list, best: dict, significance: dict) -> list:

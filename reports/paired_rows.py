@@ -153,8 +153,8 @@ def _shape_ok(row: Any) -> bool:
     )  # fmt: skip
 
 
-def _markup_ok(row: Any) -> bool:
-    return _shape_ok(row) and is_paired_markup(row["cells_html"])
+def _markup_ok(row: dict[str, Any]) -> bool:
+    return is_paired_markup(row["cells_html"])
 
 
 def paired_rows(
@@ -180,7 +180,7 @@ def paired_rows(
         keys = [hashlib.sha256("|".join(digests[i] for i in g).encode()).hexdigest()
                 for g in groups]  # fmt: skip
         context = [[(c.key, c.kind) for c in columns], paired.level, paired.test, paired.holm]
-        valid = _shape_ok if row_cache.private else _markup_ok
-        rows = row_cache.rows("paired", keys, [None] * len(groups), context, make, valid)
+        rows = row_cache.rows("paired", keys, [None] * len(groups), context, make, _shape_ok,
+                              _markup_ok)  # fmt: skip
     # Markup: the template writes the cells as they are (each value was escaped in Python).
     return [{**r, "cells_html": Markup(r["cells_html"])} for r in rows]

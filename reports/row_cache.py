@@ -109,6 +109,7 @@ class RowCache:
         context: Any,
         make: Callable[[list[int]], list[Any]],
         valid: Callable[[Any], bool] | None = None,
+        markup: Callable[[Any], bool] | None = None,
     ) -> list[Any]:
         """One entry per row: cached where its key is known, else from ``make(positions)``.
 
@@ -116,7 +117,9 @@ class RowCache:
         row, what else it shows (bold columns, marks), JSON-serialisable; ``context``: what
         every row shows alike; ``make`` gets the positions of the rows to write and returns
         their entries (JSON-serialisable) in that order; ``valid``: whether a cached entry may
-        be used (one that is not is made again: the file sits in a folder others may write)."""
+        be used (one that is not is made again: the file sits in a folder others may write);
+        ``markup``: whether a valid entry's markup is nothing but this code's, asked only when
+        the file is not :attr:`private`."""
         if self.path is None or digests is None:
             return make(list(range(len(extras))))
         base = json.dumps([kind, context], sort_keys=True, default=str)
@@ -124,7 +127,9 @@ class RowCache:
             hashlib.sha256(f"{base}|{d}|{json.dumps(e, default=str)}".encode()).hexdigest()
             for d, e in zip(digests, extras, strict=True)
         ]
-        ok = valid or (lambda entry: True)
+        checks = [valid, None if self.private else markup]
+        checks = [c for c in checks if c is not None]
+        ok = lambda entry: all(c(entry) for c in checks)  # noqa: E731
         missing = [i for i, k in enumerate(keys) if k not in self.old or not ok(self.old[k])]
         made = dict(zip(missing, make(missing), strict=True)) if missing else {}
         out = [made[i] if i in made else self.old[k] for i, k in enumerate(keys)]
@@ -157,12 +162,12 @@ def _page_spans(rows: dict[str, Any], page: str) -> tuple[dict[str, Any], dict[s
     and what identifies the page (its SHA-1). The page holds the leaderboard's rows and the
     paired table's, each kind in the order made: one scan of the page per kind."""
     out = dict(rows)
-    for kind in ("config", "cells"):  # a leaderboard row has "config" only, a paired row "cells"
+    for paired in (False, True):  # a paired-table row also has its cells as data ("cells")
         at = 0
         for key, entry in rows.items():
             if not isinstance(entry, dict) or not isinstance(entry.get("cells_html"), str):
                 continue
-            if (kind == "cells") != ("cells" in entry):
+            if ("cells" in entry) != paired:
                 continue
             start = page.find(entry["cells_html"], at)
             if start < 0:

@@ -149,19 +149,21 @@ def reference_label(reference: str, m, hparams: str) -> str:
     return f"{reference} M={m_text(m, '?')}" + (f" ({hparams})" if hparams else "")
 
 
-def _per_seed_table(
-    done: pd.DataFrame, codes: np.ndarray, n_groups: int, metrics: list[str]
+def per_seed_table(
+    values: pd.DataFrame, codes: np.ndarray, seeds: np.ndarray, n_groups: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(the sorted seeds of every group, values: groups × those seeds × metrics, NaN where a
-    group has no value), duplicate seeds averaged over their finite values; one groupby over
-    every cell. (A table, not a block per group: 1,000 groups' pairings are then array
-    operations, not 1,000 set intersections.)"""
-    means = done[metrics].groupby([codes, done["seed"].to_numpy()]).mean()
+    """(the sorted seeds of every group, values: groups × those seeds × columns, NaN where a
+    group has no value for a seed) of the numeric ``values``, one row per cell of group
+    ``codes[i]`` and seed ``seeds[i]``; duplicate seeds averaged over their finite values, in one
+    groupby. A table, not a block per group: pairing 1,000 groups is then array operations, not
+    1,000 set intersections (the paired table here, the bold cells in :mod:`reports.bolding`)."""
+    means = values.groupby([codes, seeds]).mean()
     group = means.index.get_level_values(0).to_numpy()
-    seeds, seed_at = np.unique(means.index.get_level_values(1).to_numpy(), return_inverse=True)
-    table = np.full((n_groups, len(seeds), len(metrics)), np.nan)
-    table[group, seed_at] = means.to_numpy(dtype=float).reshape(len(means), len(metrics))
-    return seeds, table
+    sorted_seeds, seed_at = np.unique(means.index.get_level_values(1).to_numpy(),
+                                      return_inverse=True)  # fmt: skip
+    table = np.full((n_groups, len(sorted_seeds), values.shape[1]), np.nan)
+    table[group, seed_at] = means.to_numpy(dtype=float).reshape(len(means), values.shape[1])
+    return sorted_seeds, table
 
 
 def paired_differences(
@@ -234,14 +236,15 @@ def _groups(
     done: pd.DataFrame, metrics: list[str]
 ) -> tuple[list, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Per configuration (sorted by its keys): its keys, M, whether it is a reference
-    configuration; and the per-seed table of all (:func:`_per_seed_table`)."""
+    configuration; and the per-seed table of all (:func:`per_seed_table`)."""
     key_cols = ["dataset", "backbone", "method", "_m", "hparams", "variant"]
     codes = done.groupby(key_cols, sort=True, dropna=False).ngroup().to_numpy()
     _, first_pos = np.unique(codes, return_index=True)  # each group's first cell
     keys = list(done[key_cols].iloc[first_pos].itertuples(index=False, name=None))
     m_of = done["M"].to_numpy(dtype=object)[first_pos]
     is_ref = done["_ref"].groupby(codes).all().to_numpy()
-    return keys, m_of, is_ref, _per_seed_table(done, codes, len(keys), metrics)
+    return keys, m_of, is_ref, per_seed_table(done[metrics], codes, done["seed"].to_numpy(),
+                                              len(keys))  # fmt: skip
 
 
 def _differences(
@@ -249,7 +252,7 @@ def _differences(
 ) -> tuple[list[tuple], list[np.ndarray]]:
     """Each configuration paired with its reference configurations (module docstring): per
     pair and metric with a finite difference, (group, reference group, metric, seeds) and the
-    per-seed differences (``seeds``, ``table``: :func:`_per_seed_table`)."""
+    per-seed differences (``seeds``, ``table``: :func:`per_seed_table`)."""
     refs: dict[tuple, list[int]] = {}  # (dataset, backbone, variant) → reference groups
     for g in np.flatnonzero(is_ref):
         refs.setdefault(keys[g][:2] + keys[g][5:], []).append(int(g))
@@ -346,6 +349,7 @@ __all__ = [
     "min_pvalue",
     "paired_differences",
     "parse_reference",
+    "per_seed_table",
     "pvalue",
     "reference_label",
     "reference_mask",
