@@ -48,3 +48,74 @@ def test_added_ood_set_is_evaluated_from_saved_weights(tmp_path, capsys):
     assert set(after["metrics"]["ood"]["digits_heldout"]) == {"msp", "entropy", "mi"}
     assert [c["severity"] for c in after["metrics"]["corruption"]["cells"]] == [1, 5]
     assert after["evaluation"]["ood"] == ["digits_heldout"]
+
+
+CALIBRATED = """
+name: recal
+grid:
+  datasets: [digits_hard]
+  backbones: [{name: digits_cnn, kwargs: {width: 8}}]
+  seeds: [0]
+  methods: [single, {name: deep_ensemble, M: [2]}]
+recipe: {epochs: 2, batch_size: 32}
+evaluation:
+  cost: false
+  ood: [digits_hard_heldout]
+  corruptions: [contrast]
+  severities: [1, 5]
+"""
+
+
+def _leaves(obj, prefix=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, f"{prefix}.{k}")
+    else:
+        yield prefix, json.dumps(obj)
+
+
+def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys):
+    """`harness evaluate --add-only` on finished records: the post-hoc calibration block and the
+    reliability bins are added from final.pt; every value the records held is byte-identical."""
+    suite = tmp_path / "recal.yaml"
+    suite.write_text(textwrap.dedent(CALIBRATED))
+    results = tmp_path / "results"
+    assert (
+        main(["run", str(suite), "--results", str(results), "-q", "--executor", "inprocess"]) == 0
+    )
+    folder = results / "recal"
+    paths = sorted(folder.glob("*/record.json"))
+    assert len(paths) == 2
+    before = {p: json.loads(p.read_text()) for p in paths}
+    texts = {p: p.read_text() for p in paths}
+    assert all("calibration" not in r["metrics"] for r in before.values())
+
+    calibrated = tmp_path / "recal_cal.yaml"
+    calibrated.write_text(textwrap.dedent(CALIBRATED) + "  calibrate: true\n  calibration: 200\n")
+    assert main(["evaluate", str(folder), "--suite", str(calibrated), "--add-only"]) == 0
+    assert "completed 2 cells" in capsys.readouterr().out
+    for p in paths:
+        old, new = before[p], json.loads(p.read_text())
+        new_leaves = dict(_leaves(new))
+        changed = [k for k, v in _leaves(old) if k not in new_leaves or new_leaves[k] != v]
+        # the evaluation block gains the calibration settings (absent before = defaults)
+        assert all(k.startswith(".evaluation.calibrat") for k in changed), changed
+        assert new["finished_at"] == old["finished_at"]
+        cal = new["metrics"]["calibration"]
+        assert cal["fitted_on"] == "calibration" and cal["n"] == 200
+        assert cal["temperature"] > 0
+        # a temperature changes no top label: accuracy bit-identical, raw and scaled
+        assert cal["ts"]["clean"]["acc"] == old["metrics"]["clean"]["acc"]
+        assert cal["ts"]["corruption"]["mean"]["acc"] == old["metrics"]["corruption"]["mean"]["acc"]
+        assert set(cal["ts"]["ood"]["digits_hard_heldout"]) == {"msp", "entropy"}
+        for name in ("thr", "aps", "raps"):
+            block = cal["conformal"][name]
+            assert 0 < block["clean"]["coverage"] <= 1 and block["clean"]["size"] >= 1
+            assert set(block["corruption"]["per_severity"]) == {"1", "5"}
+        bins = new["metrics"]["clean"]["reliability"]
+        assert sum(bins["count"]) == 289 and len(bins["count"]) == 15
+        assert new["evaluation"]["calibrate"] is True
+        # running it again adds nothing and changes nothing
+        texts[p] = p.read_text()
+    assert main(["evaluate", str(folder), "--suite", str(calibrated), "--add-only"]) == 0
+    assert all(p.read_text() == texts[p] for p in paths)

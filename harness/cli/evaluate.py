@@ -41,9 +41,15 @@ def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
 
 
 def reevaluate(
-    results_dir: Path, suite_path: str | None = None, data_root: str | None = None
+    results_dir: Path,
+    suite_path: str | None = None,
+    data_root: str | None = None,
+    add_only: bool = False,
 ) -> int:
-    """Re-evaluate every done cell of a results folder; returns a process exit status."""
+    """Re-evaluate every done cell of a results folder; returns a process exit status.
+
+    ``add_only``: keep every value the records hold, add only the metrics they lack
+    (:func:`harness.engine.reevaluate.reevaluate_cell`)."""
     from tqdm.auto import tqdm
 
     manifest = read_manifest(results_dir)
@@ -72,14 +78,15 @@ def reevaluate(
             text = json.dumps(cell.to_json(), indent=1) + "\n"
             atomic_write_text(cell_dir / "cell.json", text)
         try:
-            if reevaluate_cell(cell, cell_dir, rec, root) is None:
+            if reevaluate_cell(cell, cell_dir, rec, root, add_only) is None:
                 print(f"{cell_dir.name}: leased by another process, skipped", file=sys.stderr)
                 continue
         except DamagedFile as exc:  # the record stays as it is; only this cell is skipped
             print(f"warning: {exc}; skipped", file=sys.stderr)
             continue
         done += 1
-    print(f"re-evaluated {done} cells in {results_dir}")
+    verb = "completed" if add_only else "re-evaluated"
+    print(f"{verb} {done} cells in {results_dir}")
     return 0
 
 
@@ -87,4 +94,6 @@ def cmd_evaluate(args) -> int:
     """``harness evaluate RESULTS``: re-evaluate the done cells from their final weights."""
     from harness.config.validator import require_results
 
-    return reevaluate(require_results(Path(args.results_dir)), args.suite, args.data_root)
+    return reevaluate(
+        require_results(Path(args.results_dir)), args.suite, args.data_root, args.add_only
+    )

@@ -200,6 +200,12 @@ def _add_evaluate(sub) -> None:
         help="suite file whose evaluation block to apply (default: the one recorded in suite.json)",
     )
     e.add_argument("--data-root")
+    e.add_argument(
+        "--add-only",
+        action="store_true",
+        help="keep every value the records hold and add only the metrics they lack (post-hoc "
+        "calibration, reliability bins, a new OOD set); finished_at is kept",
+    )
     e.set_defaults(fn="harness.cli.evaluate:cmd_evaluate")
 
 

@@ -216,7 +216,47 @@ def suite_problems(suite: Any, check_files: bool = False) -> list[Problem | str]
         problems += _pretrained_problems(dict(me.hparams).get("pretrained"), i, check_files)
     if not suite.cells():
         problems.append(_empty_grid(suite.grid))
+    problems += calibration_problems(suite)
     return problems
+
+
+def calibration_problems(suite: Any) -> list[Problem]:
+    """Post-hoc calibration needs held-out images of the training distribution, never the test
+    set: the recipe's validation split (of every method) or ``evaluation.calibration`` images
+    drawn from each dataset's spare images (which must hold that many)."""
+    from harness.registry import DATASETS
+
+    ev = suite.evaluation
+    out: list[Problem] = []
+    if ev.calibration:
+        for name in suite.grid.datasets:
+            spare = DATASETS.get(name).spare_images
+            if ev.calibration > spare:
+                text = (
+                    f"{ev.calibration} images asked for, but {name} has "
+                    + (f"only {spare} spare images" if spare else "no spare images")
+                    + " (training-distribution images it never trains on); "
+                    + ("ask for fewer or " if spare else "")
+                    + "hold out a validation split instead (recipe.validation: N)"
+                )
+                out.append(Problem("evaluation.calibration", text))
+    if not ev.calibrate or ev.calibration:
+        return out
+    recipes = [("recipe", suite.recipe)] + [
+        (f"grid.methods[{i}].recipe", dataclasses.replace(suite.recipe, **dict(me.recipe)))
+        for i, me in enumerate(suite.grid.methods)
+        if me.recipe
+    ]
+    for where, recipe in recipes:
+        if not recipe.validation:
+            text = (
+                "needs held-out images to fit on (never the test set): add "
+                "`evaluation.calibration: N` (N spare images of the dataset) or "
+                f"`{where}.validation: N`"
+            )
+            out.append(Problem("evaluation.calibrate", text, (f"{where}.validation",)))
+            break
+    return out
 
 
 def _pretrained_problems(pretrained: Any, i: int, check_files: bool) -> list[str]:

@@ -127,6 +127,34 @@ class Evaluation:
     ood: tuple[str, ...] = field(default=(), metadata={"help": "OOD dataset names"})
     cost: bool = field(default=True, metadata={"help": "measure params, FLOPs, throughput"})
     cost_steps: int = field(default=5, metadata={"ge": 1, "help": "timed steps after warm-up"})
+    calibrate: bool = field(
+        default=False,
+        metadata={
+            "help": "post-hoc calibration: temperature scaling of the ensemble's predictive "
+            "distribution, conformal sets (THR, APS, RAPS) and reliability bins, fitted on the "
+            "recipe's validation split or on `calibration` held-out images, never the test set"
+        },
+    )
+    calibration: int = field(
+        default=0,
+        metadata={
+            "ge": 0,
+            "help": "images of the dataset's spare training-distribution images (never trained "
+            "on; stratified, seed 1, the same for every cell) to fit post-hoc calibration on; "
+            "0: the recipe's validation split",
+        },
+    )
+    calibrate_members: bool = field(
+        default=False,
+        metadata={
+            "help": "also calibrate-then-pool: one temperature per member before averaging "
+            "(pool-then-calibrate, one temperature on the mean, is always computed)"
+        },
+    )
+    conformal_alpha: float = field(
+        default=0.1,
+        metadata={"gt": 0, "lt": 1, "help": "conformal sets' target miscoverage (1 − coverage)"},
+    )
 
 
 @dataclass(frozen=True)

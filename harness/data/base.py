@@ -238,9 +238,11 @@ class DatasetSpec:
         in_shape: the model input's shape: (C, H, W) of its images, (L,) for token ids.
         num_classes: K for in-distribution use; None for OOD-only sets.
         mean / std: per-channel normalisation on the [0, 1] scale.
-        load: ``load(root) -> {"train", "test": Split}`` (the whole training pool and the test
-            set; a validation split is carved by :func:`training_splits`, only when a recipe
-            asks for one); OOD-only sets return "test".
+        load: ``load(root) -> {"train", "test"[, "spare"]: Split}`` (the whole training pool,
+            the test set and, for a dataset that trains on a subset, ``spare``: images of the
+            training distribution it never trains on; a validation or calibration split is
+            carved by :func:`training_splits`, only when a suite asks for one); OOD-only sets
+            return "test".
         location: ``location(root) -> Path`` the files it needs (for error messages).
         fetch: shell command that downloads it (empty for built-in data).
         augment: default training augmentation ("none" or "crop_flip").
@@ -250,6 +252,9 @@ class DatasetSpec:
         published_corruptions: its published corruption set (CIFAR-10-C), read by the
             corruption evaluation and fetched by ``harness data download <set name>``; None:
             corrupted copies are generated with torch-uncertainty's transforms.
+        spare_images: how many images its ``spare`` split holds (declared, so ``validate``
+            needs no data; 0: none, every training image is in the pool). Validation and
+            calibration splits are drawn from them.
     """
 
     name: str
@@ -265,6 +270,7 @@ class DatasetSpec:
     is_available: Callable[[Path], bool] = field(default=lambda root: True)
     download: Source | None = None
     published_corruptions: PublishedCorruptions | None = None
+    spare_images: int = 0
 
     @property
     def corruption_source(self) -> str | None:
@@ -348,27 +354,44 @@ def stratified_holdout(labels: Tensor, count: int, seed: int = VALIDATION_SEED) 
     return torch.cat(picked).sort().values
 
 
-def training_splits(
-    splits: dict[str, Split], validation: int, seed: int = VALIDATION_SEED
-) -> dict[str, Split]:
-    """The splits a run trains and selects on.
+#: Seed of the calibration carve-out (post-hoc calibration and conformal sets): fixed and
+#: independent of the cell's seed, so every method of a suite is calibrated on the same images.
+CALIBRATION_SEED = 1
 
-    Everything a loader returns besides ``test`` is the training pool (a loader's own fixed
-    ``val`` goes back into it). With ``validation == 0`` the whole pool trains and there is no
-    ``val`` split (published CIFAR numbers train on all 50,000 images; nothing may be selected
-    on the test set). With ``validation = n > 0``, exactly ``n`` pool images — stratified by class,
-    drawn with a fixed seed independent of the cell's seed — are held out as ``val``.
+
+def training_splits(
+    splits: dict[str, Split],
+    validation: int,
+    seed: int = VALIDATION_SEED,
+    calibration: int = 0,
+) -> dict[str, Split]:
+    """The splits a run trains, selects and calibrates on.
+
+    Everything a loader returns besides ``test`` and ``spare`` is the training pool (a loader's
+    own fixed ``val`` goes back into it). With ``validation == 0`` the whole pool trains and there
+    is no ``val`` split (published CIFAR numbers train on all 50,000 images; nothing may be
+    selected on the test set). With ``validation = n > 0``, exactly ``n`` images — stratified by
+    class, drawn with a fixed seed independent of the cell's seed — are held out as ``val``: from
+    the loader's ``spare`` images when it has them (a dataset that trains on a subset keeps its
+    whole pool, e.g. ``fashion_mnist_10k``'s 10,000), otherwise from the pool.
+
+    ``calibration = c > 0`` draws ``c`` further images (stratified, :data:`CALIBRATION_SEED`) from
+    the ``spare`` images left after ``val`` as ``calibration``: held-out images of the training
+    distribution on which post-hoc calibration is fitted, disjoint from ``train`` and ``val``.
 
     Args:
-        splits: ``{"train", "test"[, "val"]}`` as a dataset's ``load`` returns.
-        validation: number of training images to hold out (the recipe's ``validation``).
-        seed: seed of the hold-out.
+        splits: ``{"train", "test"[, "val"][, "spare"]}`` as a dataset's ``load`` returns.
+        validation: images to hold out for validation (the recipe's ``validation``).
+        seed: seed of the validation hold-out.
+        calibration: images to hold out for calibration (the evaluation's ``calibration``).
 
     Returns:
-        ``{"train", "test"}`` plus ``"val"`` when ``validation > 0``.
+        ``{"train", "test"}`` plus ``"val"`` when ``validation > 0`` and ``"calibration"``
+        when ``calibration > 0``.
 
     Raises:
-        ValueError: ``validation`` negative, not an integer, or not smaller than the pool.
+        ValueError: a count negative, not an integer, or not smaller than what it is drawn
+            from; ``calibration > 0`` for a dataset without spare images.
     """
     pool = splits["train"]
     if "val" in splits:
@@ -379,11 +402,34 @@ def training_splits(
             torch.cat([pool.labels, splits["val"].labels]),
         )
     out = {"train": pool, "test": splits["test"]}
-    if validation == 0:
-        return out
-    held = stratified_holdout(pool.labels, validation, seed)
-    keep = torch.ones(len(pool), dtype=torch.bool)
-    keep[held] = False
-    out["train"] = pool.subset(keep.nonzero().flatten())
-    out["val"] = pool.subset(held)
+    spare = splits.get("spare")
+    if validation:
+        source = spare if spare is not None else pool
+        held = stratified_holdout(source.labels, validation, seed)
+        rest = torch.ones(len(source), dtype=torch.bool)
+        rest[held] = False
+        out["val"] = source.subset(held)
+        if spare is not None:  # the pool trains whole; val and calibration never overlap
+            spare = spare.subset(rest.nonzero().flatten())
+        else:
+            out["train"] = pool.subset(rest.nonzero().flatten())
+    if calibration:
+        if spare is None:
+            raise ValueError(
+                "calibration: the dataset trains on every training image it has (no spare "
+                "images); fit post-hoc calibration on the recipe's validation split instead"
+            )
+        if isinstance(calibration, bool) or not isinstance(calibration, int):
+            raise ValueError(f"calibration must be an integer, got {calibration!r}")
+        if not 0 < calibration <= len(spare):
+            raise ValueError(
+                f"calibration must be in [1, {len(spare)}] (the spare images left after "
+                f"validation), got {calibration}"
+            )
+        held = (
+            torch.arange(len(spare))
+            if calibration == len(spare)
+            else stratified_holdout(spare.labels, calibration, CALIBRATION_SEED)
+        )
+        out["calibration"] = spare.subset(held)
     return out

@@ -32,6 +32,9 @@ SPLIT_SEED = 0
 SPLIT_FRACTIONS = (0.65, 0.15, 0.20)
 HARD_TRAIN_PER_CLASS = 15  # digits_hard: training images per class
 HARD_SIDE = 4  # digits_hard: effective resolution (pixels per side)
+# digits_hard: images of digits 0–7 outside its few-shot pool and test set (the `spare` split;
+# `digits`' 65/15/20 split of 1,439 images leaves 1,150 train + val, 120 of them trained on).
+HARD_SPARE = 1_034
 
 
 def _to_uint8(values: np.ndarray) -> torch.Tensor:
@@ -160,9 +163,16 @@ def load_digits_hard_splits(root: Path | None = None) -> dict[str, ImageSet]:
         keep.append(idx[torch.randperm(len(idx), generator=g)[:HARD_TRAIN_PER_CLASS]])
     idx = torch.cat(keep).sort().values
     few = ImageSet(train.images[idx], train.labels[idx])
+    rest = torch.ones(len(train), dtype=torch.bool)
+    rest[idx] = False
+    spare = ImageSet(
+        torch.cat([train.images[rest], full["val"].images]),
+        torch.cat([train.labels[rest], full["val"].labels]),
+    )
     # No "val": a loader's val joins the training pool (harness.data.base.training_splits), and
-    # the pool must stay few-shot; a recipe's `validation: n` carves n of these 120 images.
-    return {"train": _reduced(few), "test": _reduced(full["test"])}
+    # the pool must stay few-shot. The digits it does not train on are `spare`: a recipe's
+    # `validation: n` and an evaluation's `calibration: n` are drawn from them.
+    return {"train": _reduced(few), "test": _reduced(full["test"]), "spare": _reduced(spare)}
 
 
 @cache
@@ -234,6 +244,7 @@ register_dataset(
         std=HARD_STD,
         load=load_digits_hard_splits,
         location=_sklearn_path,
+        spare_images=HARD_SPARE,
         description=(
             f"built-in, unsaturated: digits 0–7 at {HARD_SIDE}×{HARD_SIDE} resolution, "
             f"{HARD_TRAIN_PER_CLASS} training images per class (offline)"

@@ -260,10 +260,19 @@ def subset_indices(labels: torch.Tensor, count: int = SUBSET_SIZE) -> torch.Tens
 
 
 def load_fashion_mnist_10k(root: Path) -> dict[str, ImageSet]:
-    """``fashion_mnist_10k``: 10,000 training images (1,000 per class, seed 0), full test set."""
+    """``fashion_mnist_10k``: 10,000 training images (1,000 per class, seed 0), full test set,
+    and the other 50,000 training images as ``spare`` (validation and calibration splits are
+    drawn from them: training keeps its 10,000)."""
     full = load_fashion_mnist(root)
     train = full["train"]
-    return {"train": train.subset(subset_indices(train.labels)), "test": full["test"]}
+    picked = subset_indices(train.labels)
+    rest = torch.ones(len(train), dtype=torch.bool)
+    rest[picked] = False
+    return {
+        "train": train.subset(picked),
+        "test": full["test"],
+        "spare": train.subset(rest.nonzero().flatten()),
+    }
 
 
 @dataclass(frozen=True)
@@ -295,8 +304,9 @@ def _location(root: Path) -> Path:
     return paths[TRAIN_IMAGES].parent if paths else Path(root) / RAW_FOLDER
 
 
-def _spec(name: str, load, mean, std, what: str) -> FashionSpec:
+def _spec(name: str, load, mean, std, what: str, spare: int = 0) -> FashionSpec:
     return FashionSpec(
+        spare_images=spare,
         name=name,
         in_shape=(1, 28, 28),
         num_classes=len(CLASSES),
@@ -325,5 +335,6 @@ register_dataset(
         SUBSET_MEAN,
         SUBSET_STD,
         f"train a fixed stratified {SUBSET_SIZE:,} of the 60,000 (seed {SUBSET_SEED}, CPU studies)",
+        spare=60_000 - SUBSET_SIZE,
     )
 )

@@ -70,8 +70,12 @@ def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split
     """The cell's dataset spec and splits (raises ``DataMissingError`` naming the fetch)."""
     spec = DATASETS.get(cell.dataset)
     spec.require(data_root)
-    # The loader's training pool, minus `validation` held-out images when the recipe asks.
-    return spec, training_splits(spec.load(data_root), cell.recipe.validation)
+    # The loader's training pool, minus `validation` held-out images when the recipe asks (from
+    # its spare images when it has them), and the evaluation's `calibration` images.
+    splits = spec.load(data_root)
+    return spec, training_splits(
+        splits, cell.recipe.validation, calibration=cell.evaluation.calibration
+    )
 
 
 def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:

@@ -7,9 +7,10 @@ logits). Corrupted copies come from :mod:`harness.data.corruptions`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,9 @@ from harness.data.base import DatasetSpec, ImageSet, LoaderOptions, Split
 from harness.data.loader import make_loader
 from harness.engine.train import autocast
 from methods.base import EnsembleModel
+
+if TYPE_CHECKING:
+    from harness.metrics.posthoc import PosthocCalibration
 
 
 @torch.no_grad()
@@ -68,18 +72,110 @@ def member_probs(
         yield logits.float().softmax(-1).cpu(), y.cpu()
 
 
-def evaluate_split(
-    model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
-) -> dict[str, Any]:
-    """All clean-set metrics (ensemble, members, diversity) of one split."""
+class _Views:
+    """What one pass over a split accumulates besides the raw metrics, when a post-hoc
+    calibration is fitted: the calibrated predictions' metrics and the conformal sets. The time
+    spent here is the calibration's evaluation cost (``metrics.calibration.time_s``)."""
+
+    def __init__(self, post: PosthocCalibration | None) -> None:
+        from harness.metrics.collection import EnsembleMetrics
+        from harness.metrics.posthoc import SetAccumulator
+
+        self.post = post
+        self.seconds = 0.0
+        names = ("ts", "ts_members") if post and post.member_temperatures else ("ts",)
+        self.metrics = {n: EnsembleMetrics(validate=False) for n in names} if post else {}
+        self.sets = {n: SetAccumulator() for n in post.conformal} if post else {}
+
+    def update(self, probs: Tensor, labels: Tensor) -> None:
+        if self.post is None:
+            return
+        t0 = time.perf_counter()
+        for name, p in self.post.scaled(probs).items():
+            self.metrics[name].update(p, labels)
+        for name, mask in self.post.sets(probs).items():
+            self.sets[name].update(mask, labels)
+        self.seconds += time.perf_counter() - t0
+
+    def compute(self) -> dict[str, Any]:
+        """``{"ts": metrics, ["ts_members": metrics], "conformal": {name: {coverage, size}}}``;
+        pool-then-calibrate is one distribution, so its member and diversity keys are left out."""
+        t0 = time.perf_counter()
+        out: dict[str, Any] = {}
+        for name, acc in self.metrics.items():
+            m = acc.compute()
+            if name == "ts":
+                m = {k: v for k, v in m.items() if k not in ("members", *_DIVERSITY)}
+            m["reliability"] = acc.reliability()
+            out[name] = m
+        out["conformal"] = {name: acc.compute() for name, acc in self.sets.items()}
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+_DIVERSITY = ("disagreement", "mi", "kl")
+
+
+def _evaluate(
+    model: EnsembleModel,
+    data: Split,
+    spec: DatasetSpec,
+    recipe: Recipe,
+    device: torch.device,
+    post: PosthocCalibration | None = None,
+) -> tuple[dict[str, Any], _Views]:
+    """One pass over a split: the raw metrics (with the reliability bins) and the views."""
     # torchmetrics costs seconds to import (it loads torchvision, transformers and scipy.signal):
     # imported when a cell first evaluates, not before its first training step.
     from harness.metrics.collection import EnsembleMetrics
 
     acc = EnsembleMetrics()
+    views = _Views(post)
     for probs, y in member_probs(model, data, spec, recipe, device):
         acc.update(probs, y)
-    return acc.compute()
+        views.update(probs, y)
+    raw = acc.compute()
+    raw["reliability"] = acc.reliability()
+    return raw, views
+
+
+def evaluate_split(
+    model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
+) -> dict[str, Any]:
+    """All clean-set metrics (ensemble, members, diversity, reliability bins) of one split."""
+    return _evaluate(model, data, spec, recipe, device)[0]
+
+
+def fit_posthoc(
+    model: EnsembleModel,
+    splits: dict[str, Split],
+    spec: DatasetSpec,
+    evaluation: Evaluation,
+    recipe: Recipe,
+    device: torch.device,
+) -> PosthocCalibration | None:
+    """Post-hoc calibration fitted on the held-out split (``calibration``, else ``val``), or
+    None when the evaluation does not ask for it. Never the test set."""
+    from harness.metrics.posthoc import PosthocCalibration
+
+    if not evaluation.calibrate:
+        return None
+    name = "calibration" if "calibration" in splits else "val"
+    if name not in splits:  # `harness validate` refuses such a suite; a guard for direct calls
+        raise ValueError(
+            "evaluation.calibrate needs held-out images: set evaluation.calibration or "
+            "recipe.validation"
+        )
+    batches = list(member_probs(model, splits[name], spec, recipe, device))
+    probs = torch.cat([p for p, _ in batches], dim=1)  # (M, N, K)
+    labels = torch.cat([y for _, y in batches])
+    return PosthocCalibration.fit(
+        probs,
+        labels,
+        alpha=evaluation.conformal_alpha,
+        members=evaluation.calibrate_members,
+        fitted_on=name,
+    )
 
 
 def evaluate_corruptions(
@@ -90,33 +186,54 @@ def evaluate_corruptions(
     recipe: Recipe,
     device: torch.device,
     data_root: Path,
-) -> dict[str, Any] | None:
+    post: PosthocCalibration | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Accuracy, NLL and ECE on every corruption × severity cell, with per-severity and overall
-    means (cAcc, cNLL, cECE) and the ECE slope over severity."""
+    means (cAcc, cNLL, cECE) and the ECE slope over severity; with ``post``, the same of every
+    calibrated view and the conformal sets' coverage and size per severity.
+
+    Returns:
+        ``(raw block, {view: block, "conformal": {name: block}, "time_s": s})``, or None when
+        no corruption is asked for.
+    """
     from harness.data.corruption_sets import resolve_corruptions
     from harness.data.corruptions import corrupted_split
-    from harness.metrics.corruption import summarize_corruptions
+    from harness.metrics.corruption import summarize_corruptions, summarize_sets
 
     if not evaluation.corruptions:
         return None
     # `all` is the dataset's published benchmark set, never "what this machine can generate".
     names = resolve_corruptions(spec.name, evaluation.corruptions)
-    cells = []
+    cells: list[dict[str, Any]] = []
+    scaled: dict[str, list[dict[str, Any]]] = {}
+    sets: dict[str, list[dict[str, Any]]] = {}
+    seconds = 0.0
     for name in names:
         for sev in evaluation.severities:
             data = corrupted_split(spec.name, data_root, test, name, sev)
-            m = evaluate_split(model, data, spec, recipe, device)
-            cells.append(
-                {
-                    "corruption": name,
-                    "severity": sev,
-                    "acc": m["acc"],
-                    "nll": m["nll"],
-                    "ece": m["ece"],
-                }
-            )
+            m, views = _evaluate(model, data, spec, recipe, device, post)
+            where = {"corruption": name, "severity": sev}
+            cells.append({**where, "acc": m["acc"], "nll": m["nll"], "ece": m["ece"]})
+            if post is None:
+                continue
+            extra = views.compute()
+            seconds += views.seconds
+            for view, vm in extra.items():
+                if view == "conformal":
+                    for cp, values in vm.items():
+                        sets.setdefault(cp, []).append({**where, **values})
+                else:
+                    row = {**where, "acc": vm["acc"], "nll": vm["nll"], "ece": vm["ece"]}
+                    scaled.setdefault(view, []).append(row)
     # cAcc/cNLL/cECE average the benchmark corruptions only; extras are reported apart.
-    return summarize_corruptions(cells, spec.name, evaluation.severities)
+    sevs = evaluation.severities
+    calibrated: dict[str, Any] = {
+        v: summarize_corruptions(c, spec.name, sevs) for v, c in scaled.items()
+    }
+    if sets:
+        calibrated["conformal"] = {k: summarize_sets(c, spec.name, sevs) for k, c in sets.items()}
+    calibrated["time_s"] = seconds
+    return summarize_corruptions(cells, spec.name, sevs), calibrated
 
 
 def evaluate_ood(
@@ -127,17 +244,36 @@ def evaluate_ood(
     recipe: Recipe,
     device: torch.device,
     data_root: Path,
-) -> dict[str, Any] | None:
-    """OOD detection metrics of every declared OOD set against the ID test set."""
+    post: PosthocCalibration | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """OOD detection metrics of every declared OOD set against the ID test set; with ``post``,
+    those of the scores that depend on the calibrated probabilities (MSP and entropy of the
+    pool-then-calibrate distribution; the mutual information is a property of the members).
+
+    Returns:
+        ``(raw block, {"ts": block, "time_s": s})``, or None when no OOD set is asked for.
+    """
     from harness.metrics.collection import OODScores
     from harness.registry import DATASETS
 
     if not evaluation.ood:
         return None
     scores = OODScores()
+    ts_scores = OODScores(validate=False) if post is not None else None
+    seconds = 0.0
+
+    def feed(p: Tensor, ood: bool) -> None:
+        nonlocal seconds
+        scores.update(p, ood=ood)  # ID scores are kept across OOD sets; only (B,) are stored
+        if ts_scores is not None:
+            t0 = time.perf_counter()
+            ts_scores.update(post.scaled(p)["ts"], ood=ood)
+            seconds += time.perf_counter() - t0
+
     for p, _ in member_probs(model, test, spec, recipe, device):
-        scores.update_id(p)  # ID scores are kept across OOD sets; only (B,) scores are stored
-    out = {}
+        feed(p, False)
+    out: dict[str, Any] = {}
+    ts_out: dict[str, Any] = {}
     for name in evaluation.ood:
         ood_spec = DATASETS.get(name)
         ood_spec.require(data_root)
@@ -150,10 +286,20 @@ def evaluate_ood(
             else raw
         )
         scores.reset_ood()
+        if ts_scores is not None:
+            ts_scores.reset_ood()
         for p, _ in member_probs(model, ood, spec, recipe, device):
-            scores.update_ood(p)
+            feed(p, True)
         out[name] = scores.compute()
-    return out
+        if ts_scores is not None:
+            t0 = time.perf_counter()
+            ts_out[name] = {k: v for k, v in ts_scores.compute().items() if k in _TS_OOD_SCORES}
+            seconds += time.perf_counter() - t0
+    return out, {"ts": ts_out, "time_s": seconds}
+
+
+#: OOD scores that a temperature changes (the MI of the pooled distribution is zero).
+_TS_OOD_SCORES = ("msp", "entropy")
 
 
 def evaluate_all(
@@ -165,16 +311,61 @@ def evaluate_all(
     device: torch.device,
     data_root: Path,
 ) -> dict[str, Any]:
-    """The ``metrics`` block of a result record."""
-    metrics: dict[str, Any] = {
-        "clean": evaluate_split(model, splits["test"], spec, recipe, device),
-    }
+    """The ``metrics`` block of a result record (docs/records.md): ``clean``, ``val`` (with a
+    validation split), ``corruption``, ``ood`` and, when the evaluation asks for post-hoc
+    calibration, ``calibration``."""
+    if evaluation.calibrate:  # the library's import is not the calibration's cost (OOD needs it)
+        import torch_uncertainty.post_processing  # noqa: F401
+    t0 = time.perf_counter()
+    post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
+    fit_s = time.perf_counter() - t0
+    clean, views = _evaluate(model, splits["test"], spec, recipe, device, post)
+    metrics: dict[str, Any] = {"clean": clean}
     if "val" in splits:  # only when the recipe holds out a validation split
         metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)
-    corr = evaluate_corruptions(model, splits["test"], spec, evaluation, recipe, device, data_root)
+    corr = evaluate_corruptions(
+        model, splits["test"], spec, evaluation, recipe, device, data_root, post
+    )
     if corr is not None:
-        metrics["corruption"] = corr
-    ood = evaluate_ood(model, splits["test"], spec, evaluation, recipe, device, data_root)
+        metrics["corruption"] = corr[0]
+    ood = evaluate_ood(model, splits["test"], spec, evaluation, recipe, device, data_root, post)
     if ood is not None:
-        metrics["ood"] = ood
+        metrics["ood"] = ood[0]
+    if post is not None:
+        metrics["calibration"] = calibration_block(post, views, corr, ood, fit_s)
     return metrics
+
+
+def calibration_block(
+    post: PosthocCalibration,
+    clean: _Views,
+    corr: tuple[dict[str, Any], dict[str, Any]] | None,
+    ood: tuple[dict[str, Any], dict[str, Any]] | None,
+    fit_s: float,
+) -> dict[str, Any]:
+    """The record's ``metrics.calibration`` (docs/records.md): the fit, then per calibrated
+    view (``ts``, ``ts_members``) its clean / corruption / OOD metrics, and the conformal sets.
+
+    Raises:
+        RuntimeError: the pool-then-calibrate accuracy differs from the raw one (a temperature
+            cannot change the top label: this would be a bug, never a result).
+    """
+    views = clean.compute()
+    block: dict[str, Any] = post.to_json()
+    for name in ("ts", "ts_members"):
+        if name in views:
+            block[name] = {"clean": views[name]}
+    block["conformal"] = {k: {"clean": v} for k, v in views["conformal"].items()}
+    seconds = fit_s + clean.seconds
+    if corr is not None:
+        extra = corr[1]
+        seconds += extra.pop("time_s")
+        for name, values in extra.pop("conformal", {}).items():
+            block["conformal"][name]["corruption"] = values
+        for name, values in extra.items():
+            block[name]["corruption"] = values
+    if ood is not None:
+        seconds += ood[1]["time_s"]
+        block["ts"]["ood"] = ood[1]["ts"]
+    block["time_s"] = seconds
+    return block

@@ -25,11 +25,34 @@ from harness.engine.evaluate import evaluate_all
 from harness.storage.lease import LeaseHeld, acquire
 from harness.storage.records import write_record
 
+#: The evaluation fields of post-hoc calibration: what ``add_only`` re-evaluation sets.
+CALIBRATION_FIELDS = ("calibrate", "calibration", "calibrate_members", "conformal_alpha")
+
+
+def add_missing(old: Any, new: Any) -> Any:
+    """``old`` with every key of ``new`` it lacks added, recursively; every value ``old`` has is
+    kept as it is (lists and numbers are never merged)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = dict(old)
+        for key, value in new.items():
+            out[key] = add_missing(old[key], value) if key in old else value
+        return out
+    return old
+
 
 def reevaluate_cell(
-    cell: Cell, cell_dir: Path, record: dict[str, Any], data_root: Path
+    cell: Cell,
+    cell_dir: Path,
+    record: dict[str, Any],
+    data_root: Path,
+    add_only: bool = False,
 ) -> dict[str, Any] | None:
     """Evaluate ``cell``'s ``final.pt`` with ``cell.evaluation`` and rewrite its record.
+
+    Args:
+        add_only: keep every value the record holds and add only the metrics it lacks (post-hoc
+            calibration, reliability bins, a new OOD set); ``finished_at`` is kept and the
+            evaluation block gains the calibration settings. Otherwise ``metrics`` is replaced.
 
     Returns:
         The new record, or None when another live process holds the cell's lease.
@@ -48,10 +71,17 @@ def reevaluate_cell(
         load_trained(cell, cell_dir, model, device)
         seed_everything(cell.seed)  # evaluation draws (MC Dropout) as in the run
         record = dict(record)
-        record["metrics"] = evaluate_all(
-            model, splits, spec, cell.evaluation, cell.recipe, device, data_root
-        )
-        record["evaluation"] = cell.to_json()["evaluation"]
-        record["finished_at"] = now()
+        metrics = evaluate_all(model, splits, spec, cell.evaluation, cell.recipe, device, data_root)
+        evaluation = cell.to_json()["evaluation"]
+        if add_only:
+            record["metrics"] = add_missing(record.get("metrics") or {}, metrics)
+            record["evaluation"] = {
+                **(record.get("evaluation") or evaluation),
+                **{k: evaluation[k] for k in CALIBRATION_FIELDS},
+            }
+        else:
+            record["metrics"] = metrics
+            record["evaluation"] = evaluation
+            record["finished_at"] = now()
         write_record(cell_dir, record)
         return record

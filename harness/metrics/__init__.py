@@ -19,6 +19,7 @@ from harness.metrics.calibration import (
     ece_from_bins,
     ece_from_confidences,
     member_ece,
+    reliability_bins,
 )
 from harness.metrics.classification import (
     NLL_EPS,
@@ -104,4 +105,5 @@ __all__ = [
     "ood_metrics",
     "pairwise_kl",
     "pairwise_kl_per_sample",
+    "reliability_bins",
 ]

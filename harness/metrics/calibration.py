@@ -117,6 +117,24 @@ def calibration_bins(
     return out[0], out[1], out[2]
 
 
+def reliability_bins(count: Tensor, conf_sum: Tensor, correct_sum: Tensor) -> dict[str, list]:
+    """A reliability diagram's data (Guo et al., 2017, Fig. 1) from one row of bin sums.
+
+    Args:
+        count, conf_sum, correct_sum: ``(n_bins,)`` as :func:`calibration_bins` returns.
+
+    Returns:
+        ``{"count": [int], "confidence": [float | None], "accuracy": [float | None]}`` per
+        equal-width bin ``(b/n, (b+1)/n]``: the number of samples, their mean top-label
+        confidence and their accuracy (None for an empty bin). ``ECE = Σ_b count_b ·
+        |accuracy_b − confidence_b| / Σ_b count_b``.
+    """
+    counts = count.tolist()
+    conf = [c / n if n else None for c, n in zip(conf_sum.tolist(), counts)]
+    acc = [c / n if n else None for c, n in zip(correct_sum.tolist(), counts)]
+    return {"count": [int(n) for n in counts], "confidence": conf, "accuracy": acc}
+
+
 def ece_from_bins(count: Tensor, conf_sum: Tensor, correct_sum: Tensor) -> Tensor:
     """L1 ECE from per-bin sums: ``Σ_b |correct_sum_b − conf_sum_b| / Σ_b count_b``.
 
@@ -321,6 +339,12 @@ class CalibrationAccumulator(Metric):
             setattr(self, name, state + value.to(state.device))
         self.conf.append(conf[0])
         self.correct.append(correct[0])
+
+    def reliability(self) -> dict[str, list]:
+        """The ensemble's reliability bins (:func:`reliability_bins` of its 15 bins)."""
+        if self.bin_count.numel() == 0:
+            raise ValueError("CalibrationAccumulator.reliability() called before any sample")
+        return reliability_bins(self.bin_count[0], self.bin_conf[0], self.bin_correct[0])
 
     def compute(self) -> dict[str, Tensor]:
         """Return ``{"ece", "aece", "aurc"}`` (0-d) and ``"member_ece"`` (``(M,)``) tensors.

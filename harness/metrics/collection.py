@@ -110,6 +110,11 @@ class EnsembleMetrics(nn.Module):
         }
         return out
 
+    def reliability(self) -> dict[str, list]:
+        """The ensemble's 15 reliability bins: count, mean confidence and accuracy per bin
+        (:func:`~harness.metrics.calibration.reliability_bins`)."""
+        return self.calibration.reliability()
+
     def reset(self) -> None:
         """Forget every batch."""
         self.classification.reset()

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CELL_METRICS", "summarize_corruptions"]
+__all__ = ["CELL_METRICS", "summarize_corruptions", "summarize_sets"]
 
 #: Metrics of each corruption × severity cell.
 CELL_METRICS = ("acc", "nll", "ece")
@@ -93,3 +93,34 @@ def summarize_corruptions(
             else None
         ),
     }
+
+
+def summarize_sets(
+    cells: list[dict[str, Any]], dataset: str, severities: Sequence[int]
+) -> dict[str, Any]:
+    """Conformal sets under corruption: coverage and mean set size per severity and overall.
+
+    Args:
+        cells: One dict per corruption × severity with ``corruption``, ``severity``,
+            ``coverage`` and ``size``.
+        dataset: Registered dataset name (its benchmark corruptions are averaged, as cAcc).
+        severities: The severities evaluated, in order.
+
+    Returns:
+        ``cells`` as given, ``per_severity`` ({severity: {coverage, size}}) and ``mean``, both
+        over the benchmark corruptions only (extras are in ``cells``).
+    """
+    from harness.data.corruption_sets import corruption_set
+
+    bench = set(corruption_set(dataset).benchmark)
+    in_mean = [c for c in cells if c["corruption"] in bench]
+
+    def mean(rows: list[dict[str, Any]]) -> dict[str, float]:
+        return {k: sum(r[k] for r in rows) / len(rows) for k in ("coverage", "size")}
+
+    per_sev = {
+        str(s): mean(rows)
+        for s in severities
+        if (rows := [c for c in in_mean if c["severity"] == s])
+    }
+    return {"cells": cells, "per_severity": per_sev, "mean": mean(in_mean) if in_mean else {}}

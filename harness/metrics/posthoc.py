@@ -1,0 +1,278 @@
+"""Post-hoc calibration of an ensemble: temperature scaling and split-conformal prediction sets.
+
+Both are fitted on held-out images of the training distribution (a validation or calibration
+split, never the test set) and then applied to every evaluated batch, so the calibrated metrics
+come from the same forward pass as the raw ones.
+
+**Temperature scaling** (Guo et al., 2017): ``p̃ = softmax(z / T)`` with one scalar ``T > 0``
+minimising the NLL on the held-out split. For an ensemble of member probabilities
+``p_m`` ``(M, B, K)`` there are two ways to apply it:
+
+- *pool-then-calibrate* (the default in the literature; Rahaman & Thiery, 2021): one temperature
+  on the ensemble's predictive distribution, with ``z = log p̄``, ``p̄ = mean_m p_m``.
+  ``argmax_k z_k = argmax_k p̄_k``, so accuracy is unchanged.
+- *calibrate-then-pool* (Rahaman & Thiery, 2021; Wen et al., 2021): one temperature ``T_m`` per
+  member fitted on the member's own logits, ``p̃ = mean_m softmax(log p_m / T_m)``
+  (``log p_m`` = ``log_softmax(f_m)`` differs from the logits ``f_m`` by a per-row constant,
+  which the softmax ignores). The ensemble's top label, and so its accuracy, may change.
+
+The fit is torch-uncertainty's :class:`~torch_uncertainty.post_processing.TemperatureScaler`
+(L-BFGS on ``1/T``, cross-entropy); the tests check it against an independent scalar fit.
+
+**Conformal sets** (split conformal; Vovk et al., 2005; Angelopoulos & Bates, 2021) at a
+target miscoverage ``α``: torch-uncertainty's ``ConformalClsTHR`` (Sadinle et al., 2019),
+``ConformalClsAPS`` (Romano et al., 2020) and ``ConformalClsRAPS`` (Angelopoulos et al., 2021),
+applied to the
+temperature-scaled pooled distribution (its own temperature fit turned off: the one above is
+reused). The quantile is torch-uncertainty's ``torch.quantile(scores, 1 − α)`` (linear
+interpolation, without the ``(n + 1)`` finite-sample correction), so on exchangeable data the
+expected coverage is ``1 − α`` up to ``O(1/n)``. APS and RAPS draw uniform noise (randomised
+sets); the draws come from a fixed seed, so a cell's sets do not depend on what ran before.
+Reported: empirical coverage ``P(y ∈ C(x))`` and mean set size ``E|C(x)|``.
+
+References:
+    Guo, Pleiss, Sun & Weinberger. On Calibration of Modern Neural Networks. ICML 2017.
+    Rahaman & Thiery. Uncertainty Quantification and Deep Ensembles. NeurIPS 2021.
+    Wen, Jerfel, Muller, Dusenberry, Snoek, Lakshminarayanan & Tran. Combining Ensembles and
+    Data Augmentation Can Harm Your Calibration. ICLR 2021.
+    Sadinle, Lei & Wasserman. Least Ambiguous Set-Valued Classifiers with Bounded Error Levels.
+    JASA 2019.
+    Romano, Sesia & Candès. Classification with Valid and Adaptive Coverage. NeurIPS 2020.
+    Angelopoulos, Bates, Malik & Jordan. Uncertainty Sets for Image Classifiers using Conformal
+    Prediction. ICLR 2021.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+#: Smallest probability inside a logarithm: float32 softmax underflows to exactly 0 for very
+#: unlikely classes; their log is clamped here (any temperature leaves them negligible).
+LOG_FLOOR = 1e-300
+
+#: Smallest 1/T a fit returns (T = 10⁶: a uniform prediction to float64 precision).
+MIN_INV_TEMPERATURE = 1e-6
+
+#: The conformal predictors computed, by record key.
+CONFORMAL_METHODS = ("thr", "aps", "raps")
+
+#: Seed of the APS/RAPS randomisation (the same draws in a run and in ``harness evaluate``).
+CONFORMAL_SEED = 0
+
+
+def _as_float64(probs: Tensor) -> Tensor:
+    probs = probs.to(torch.float64)
+    return probs.unsqueeze(0) if probs.dim() == 2 else probs  # (M, B, K)
+
+
+def pooled_logits(probs: Tensor) -> Tensor:
+    """The ensemble's predictive distribution as logits, ``log p̄``.
+
+    Args:
+        probs: Member probabilities ``(M, B, K)`` (``(B, K)`` is read as M = 1).
+
+    Returns:
+        float64 ``(B, K)``: ``log(mean_m p_m)`` (floored at :data:`LOG_FLOOR`).
+    """
+    return _as_float64(probs).mean(0).clamp_min(LOG_FLOOR).log()  # (B, K)
+
+
+def member_logits(probs: Tensor) -> Tensor:
+    """Each member's log-probabilities ``log p_m`` ``(M, B, K)`` float64 (floored)."""
+    return _as_float64(probs).clamp_min(LOG_FLOOR).log()
+
+
+@contextmanager
+def _quiet_library() -> Iterator[None]:
+    """torch-uncertainty logs a warning on every fit without a model (we fit on logits, as
+    its docs allow) and an error for a negative temperature (handled by the caller): silenced
+    for the fit alone."""
+    log = logging.getLogger()
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _loader(inputs: Tensor, labels: Tensor) -> torch.utils.data.DataLoader:
+    """All of a split in one batch: the scalers and conformal predictors take a DataLoader."""
+    data = torch.utils.data.TensorDataset(inputs, labels.long())
+    return torch.utils.data.DataLoader(data, batch_size=max(len(labels), 1), shuffle=False)
+
+
+def fit_temperature(logits: Tensor, labels: Tensor) -> float:
+    """The temperature ``T`` minimising ``NLL(softmax(logits / T), labels)``.
+
+    Args:
+        logits: ``(N, K)`` logits (or log-probabilities) of the held-out split.
+        labels: ``(N,)`` integer labels.
+
+    Returns:
+        ``T > 0`` as a Python float.
+
+    Raises:
+        ValueError: an empty split, or the fit did not end at a finite positive temperature.
+    """
+    from torch_uncertainty.post_processing import TemperatureScaler
+
+    if len(labels) == 0:
+        raise ValueError("temperature scaling needs at least one held-out sample")
+    logits = logits.detach().to(torch.float64)
+    scaler = TemperatureScaler(model=nn.Identity())
+    scaler.inv_temp = nn.Parameter(torch.ones(1, dtype=torch.float64))  # float64 like the data
+    with _quiet_library():
+        scaler.fit(_loader(logits, labels), progress=False)
+    inv = float(scaler.inv_temp.detach())
+    if not math.isfinite(inv):
+        raise ValueError(f"temperature scaling diverged (1/T = {inv})")
+    # The NLL is convex in 1/T; an unconstrained optimum at 1/T ≤ 0 (predictions no better than
+    # chance on the split, or anti-correlated) puts the best positive temperature at infinity,
+    # the uniform prediction: kept finite, and JSON-writable, as 1/T = MIN_INV_TEMPERATURE.
+    return 1.0 / max(inv, MIN_INV_TEMPERATURE)
+
+
+def _conformal(name: str, alpha: float) -> Any:
+    from torch_uncertainty.post_processing import (
+        ConformalClsAPS,
+        ConformalClsRAPS,
+        ConformalClsTHR,
+    )
+
+    cls = {"thr": ConformalClsTHR, "aps": ConformalClsAPS, "raps": ConformalClsRAPS}[name]
+    # enable_ts=False: the inputs are already temperature-scaled logits (one fit for all).
+    return cls(alpha=alpha, model=nn.Identity(), enable_ts=False)
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+@dataclass
+class PosthocCalibration:
+    """A fitted post-hoc calibration of one ensemble, applied batch by batch.
+
+    Attributes:
+        temperature: pool-then-calibrate ``T`` (one for the ensemble's mean).
+        member_temperatures: calibrate-then-pool ``T_m`` per member, or None when not asked.
+        alpha: the conformal sets' target miscoverage.
+        fitted_on: the split's name (``val`` or ``calibration``) and ``n`` its size.
+        conformal: fitted torch-uncertainty conformal predictors by :data:`CONFORMAL_METHODS`.
+    """
+
+    temperature: float
+    member_temperatures: list[float] | None
+    alpha: float
+    fitted_on: str
+    n: int
+    conformal: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def fit(
+        cls,
+        probs: Tensor,
+        labels: Tensor,
+        *,
+        alpha: float = 0.1,
+        members: bool = False,
+        fitted_on: str = "calibration",
+    ) -> PosthocCalibration:
+        """Fit every post-hoc method on a held-out split.
+
+        Args:
+            probs: Member probabilities of the held-out split ``(M, N, K)``.
+            labels: ``(N,)`` integer labels.
+            alpha: Conformal miscoverage, in (0, 1).
+            members: Also fit one temperature per member (calibrate-then-pool).
+            fitted_on: The split's name, kept in the record.
+        """
+        if not 0 < alpha < 1:
+            raise ValueError(f"conformal alpha must be in (0, 1), got {alpha}")
+        labels = labels.long()
+        pooled = pooled_logits(probs)  # (N, K)
+        temperature = fit_temperature(pooled, labels)
+        member_t = None
+        if members:
+            member_t = [fit_temperature(z, labels) for z in member_logits(probs)]
+        out = cls(temperature, member_t, alpha, fitted_on, len(labels))
+        scaled = pooled / temperature  # (N, K)
+        with _seeded(CONFORMAL_SEED):
+            for name in CONFORMAL_METHODS:
+                predictor = _conformal(name, alpha)
+                predictor.fit(_loader(scaled, labels))
+                out.conformal[name] = predictor
+        return out
+
+    def scaled(self, probs: Tensor) -> dict[str, Tensor]:
+        """The calibrated predictions of a batch.
+
+        Args:
+            probs: Member probabilities ``(M, B, K)``.
+
+        Returns:
+            ``{"ts": (1, B, K)}`` (pool-then-calibrate) and, when fitted,
+            ``{"ts_members": (M, B, K)}`` (each member scaled by its own temperature; their
+            mean is the calibrate-then-pool prediction), float64 probabilities.
+        """
+        out = {"ts": (pooled_logits(probs) / self.temperature).softmax(-1).unsqueeze(0)}
+        if self.member_temperatures is not None:
+            t = torch.tensor(self.member_temperatures, dtype=torch.float64).view(-1, 1, 1)
+            out["ts_members"] = (member_logits(probs) / t).softmax(-1)  # (M, B, K)
+        return out
+
+    def sets(self, probs: Tensor) -> dict[str, Tensor]:
+        """Conformal prediction sets of a batch: ``{name: bool (B, K)}`` membership masks."""
+        scaled = pooled_logits(probs) / self.temperature  # (B, K)
+        out = {}
+        with _seeded(CONFORMAL_SEED):
+            for name, predictor in self.conformal.items():
+                out[name] = predictor.conformal(scaled) > 0  # normalised set indicator → mask
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """What the record keeps of the fit."""
+        out: dict[str, Any] = {
+            "method": "temperature_scaling",
+            "fitted_on": self.fitted_on,
+            "n": self.n,
+            "temperature": self.temperature,
+            "alpha": self.alpha,
+            "quantiles": {k: float(p.quantile) for k, p in self.conformal.items()},
+        }
+        if self.member_temperatures is not None:
+            out["member_temperatures"] = list(self.member_temperatures)
+        return out
+
+
+class SetAccumulator:
+    """Streaming coverage and mean size of conformal prediction sets."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.covered = 0
+        self.size = 0
+
+    def update(self, sets: Tensor, labels: Tensor) -> None:
+        """Add a batch of set masks ``(B, K)`` bool with their labels ``(B,)``."""
+        labels = labels.long().to(sets.device)
+        self.covered += int(sets.gather(1, labels.unsqueeze(1)).sum())
+        self.size += int(sets.sum())
+        self.n += len(labels)
+
+    def compute(self) -> dict[str, float]:
+        """``{"coverage": P(y ∈ C), "size": E|C|}``."""
+        if self.n == 0:
+            raise ValueError("SetAccumulator.compute() called before any sample")
+        return {"coverage": self.covered / self.n, "size": self.size / self.n}
