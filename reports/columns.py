@@ -195,12 +195,41 @@ def diagnostic_columns(summary: pd.DataFrame) -> list[Column]:
     ]
 
 
+#: Post-hoc calibration (reports.calibrated): the pool-then-calibrate metrics beside the raw ones.
+CALIBRATED = (
+    Column("ts/nll", "NLL (TS)", "Calibrated (TS)", "f3"),
+    Column("ts/ece", "ECE (TS, %)", "Calibrated (TS)", "pct"),
+    Column("ts/brier", "Brier (TS)", "Calibrated (TS)", "f3", hidden=True),
+    Column("ts/aece", "aECE (TS, %)", "Calibrated (TS)", "pct", hidden=True),
+    Column("ts/aurc", "AURC (TS, %)", "Calibrated (TS)", "pct", hidden=True),
+    Column("ts/cNLL", "cNLL (TS)", "Calibrated (TS)", "f3"),
+    Column("ts/cECE", "cECE (TS, %)", "Calibrated (TS)", "pct"),
+    Column("ts/temperature", "T", "Calibrated (TS)", "f3", hidden=True),
+    Column("ts_members/nll", "NLL (TS per member)", "Calibrated (TS)", "f3", hidden=True),
+    Column("ts_members/ece", "ECE (TS per member, %)", "Calibrated (TS)", "pct", hidden=True),
+)
+#: Conformal sets (THR, APS, RAPS): coverage and mean size, clean and over the corruptions.
+CONFORMAL = tuple(
+    Column(f"cp/{name}/{key}", f"{name.upper()} {label}", "Conformal sets", kind, hidden=hide)
+    for name in ("thr", "aps", "raps")
+    for key, label, kind, hide in (
+        ("coverage", "cov. (%)", "pct", name != "aps"),
+        ("size", "size", "f2", name != "aps"),
+        ("c_coverage", "cov. corr. (%)", "pct", name != "aps"),
+        ("c_size", "size corr.", "f2", True),
+    )
+)
+#: The group the page's raw/calibrated toggle shows and hides.
+CALIBRATED_GROUP = "Calibrated (TS)"
+
+
 def leaderboard_columns(summary: pd.DataFrame, *, hidden: bool = True) -> list[Column]:
     """Metric columns of the leaderboard, grouped, in order; all-empty ones dropped.
 
     ``hidden=False`` leaves out the columns hidden by default (Markdown, LaTeX, terminal).
     """
-    cols = [*QUALITY, *COST, *CORRUPTION, *ood_columns(summary), *DIVERSITY]
+    cols = [*QUALITY, *CALIBRATED, *COST, *CORRUPTION, *CONFORMAL, *ood_columns(summary)]
+    cols += DIVERSITY
     cols += diagnostic_columns(summary)
     return [
         c

@@ -57,6 +57,7 @@ READS: dict[str, tuple[Any, bool]] = {
     "fig-corruption": (("acc", "ece", *_SEVERITY), False),
     "fig-ood": (_ood_auroc, False),
     "fig-cost": (("acc", "params", "eval_ips"), False),
+    "fig-reliability": (lambda columns: [c for c in columns if c.startswith("rel/")], False),
 }
 
 

@@ -21,7 +21,14 @@ if TYPE_CHECKING:
 MAX_CONFIGS = 24
 #: The ids of :data:`reports.figures.FIGURES`, in order, known without importing matplotlib (a
 #: report whose figures are drawn elsewhere or cached never imports it; a test holds them equal).
-FIGURE_IDS = ("fig-tau-frontier", "fig-quality-vs-m", "fig-corruption", "fig-ood", "fig-cost")
+FIGURE_IDS = (
+    "fig-tau-frontier",
+    "fig-quality-vs-m",
+    "fig-corruption",
+    "fig-ood",
+    "fig-cost",
+    "fig-reliability",
+)
 SWEEPS = ("fig-tau-frontier", "fig-keff")  # drawn along τ: one point per setting, no legend
 _SWEEP = ["dataset", "backbone", "method", "M", "variant"]
 _CONFIG = [*_SWEEP, "hparams"]

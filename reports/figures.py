@@ -248,6 +248,69 @@ def quality_vs_cost(cells: pd.DataFrame) -> Figure | None:
         return fig
 
 
+#: How each reliability view is drawn: (label, colour, line style, marker).
+_RELIABILITY_VIEWS = (
+    ("members", "members (pooled), raw", "0.55", ":", "."),
+    ("raw", "ensemble, raw", "C0", "-", "o"),
+    ("ts", "ensemble, temperature-scaled", "C3", "--", "s"),
+)
+_MAX_RELIABILITY_PANELS = 24
+
+
+def _rel_columns(d: pd.DataFrame) -> list[str]:
+    return [c for c in d.columns if c.startswith("rel/")]
+
+
+def reliability(cells: pd.DataFrame) -> Figure | None:
+    """Reliability diagrams (Guo et al., 2017): accuracy vs mean confidence in each of the 15
+    equal-width bins, one panel per configuration (seeds pooled by adding their bins), for the
+    members (pooled), the ensemble, and the ensemble after temperature scaling. Bins with no
+    sample are not drawn; the diagonal is perfect calibration."""
+    d = _done(cells)
+    bins = [f"{i:02d}" for i in range(15)]
+    if not any(f"rel/raw/count/{b}" in d for b in bins):
+        return None
+    d = d.loc[d[f"rel/raw/count/{bins[0]}"].notna(), ["setting", "label", *_rel_columns(d)]]
+    if d.empty:
+        return None
+    d = d.assign(panel=d["setting"] + " · " + d["label"])
+    panels = list(d.groupby("panel", sort=True))[:_MAX_RELIABILITY_PANELS]
+    per_row = min(4, len(panels))
+    nrows = -(-len(panels) // per_row)
+    with _style():
+        fig = Figure(figsize=(3.0 * per_row + 0.4, 3.0 * nrows + 0.3), layout="constrained")
+        axes = fig.subplots(nrows, per_row, squeeze=False)
+        for ax in axes.flat[len(panels) :]:
+            ax.set_axis_off()
+        for ax, (title, g) in zip(axes.flat, panels):
+            ax.plot([0, 1], [0, 1], color="0.3", lw=0.8, ls="-", label="perfect calibration")
+            for view, label, color, ls, marker in _RELIABILITY_VIEWS:
+                cols = [
+                    f"rel/{view}/{stat}/{b}" for stat in ("count", "conf", "correct") for b in bins
+                ]
+                if not all(c in g for c in cols) or g[cols[0]].isna().all():
+                    continue
+                count = np.array([g[f"rel/{view}/count/{b}"].sum() for b in bins])
+                conf = np.array([g[f"rel/{view}/conf/{b}"].sum() for b in bins])
+                correct = np.array([g[f"rel/{view}/correct/{b}"].sum() for b in bins])
+                keep = count > 0
+                ax.plot(
+                    conf[keep] / count[keep],
+                    correct[keep] / count[keep],
+                    color=color,
+                    ls=ls,
+                    marker=marker,
+                    ms=3,
+                    lw=1.2,
+                    label=label,
+                )
+            ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy")
+            ax.set_title(title, fontsize=8)
+            ax.set_aspect("equal")
+        _figure_legend(fig, axes.flat)
+        return fig
+
+
 @dataclass(frozen=True)
 class FigureSpec:
     id: str
@@ -294,6 +357,15 @@ FIGURES: tuple[FigureSpec, ...] = (
         "One point per configuration (mean over seeds).",
         "accuracy with parameter counts or eval throughput",
         quality_vs_cost,
+    ),
+    FigureSpec(
+        "fig-reliability",
+        "Reliability diagrams: members and ensemble, raw and temperature-scaled",
+        "Accuracy vs mean confidence per equal-width bin (15 bins, the ECE's), seeds pooled; "
+        "the diagonal is perfect calibration. Temperature scaling is fitted on held-out images, "
+        "never the test set.",
+        "reliability bins (metrics.clean.reliability)",
+        reliability,
     ),
 )
 

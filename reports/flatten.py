@@ -16,6 +16,7 @@ import numpy as np
 from harness.contract import ENSEMBLE_METRIC_KEYS, label_of, shown_diagnostics
 from harness.contract import format_hparams as _format_shown
 from harness.contract import identity as _record_identity
+from reports.calibrated import calibration_columns
 from reports.record_extras import extra_columns
 
 _CONFIG_IDENTITY = ("dataset", "backbone", "method", "M", "hparams", "seed")
@@ -160,6 +161,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     row["total_time_s"] = _num((rec.get("timings") or {}).get("total_s"))
     row.update(diagnostic_values(rec))
     row.update(extra_columns(rec))  # per corruption, near/far OOD, cost conditions
+    row.update(calibration_columns(metrics))  # post-hoc calibration, conformal sets, bins
     error = rec.get("error") or {}
     row["error_type"] = str(error.get("type", "")) if error else ""
     row["error_message"] = str(error.get("message", "")) if error else ""

@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from reports.bolding import config_key, config_keys
 from reports.columns import (
+    CALIBRATED_GROUP,
     CORRUPTION,
     COST,
     DIRECTIONS,
@@ -140,11 +141,15 @@ def header_columns(summary: pd.DataFrame, show_variant: bool) -> list[dict[str, 
             "better": None,
             "hidden": False,
             "title": "seeds: done cells averaged" if k == "n" else k,
+            "calib": "",
         }
         for k, label, t in identity
     ]
     kinds = {str(d).split(":")[0] for d in summary.get("cost_device", []) if d}
-    for c in leaderboard_columns(summary):
+    columns = leaderboard_columns(summary)
+    # The raw/calibrated view: each calibrated column, and each raw column with one beside it.
+    twins = {c.key.split("/", 1)[1] for c in columns if c.group == CALIBRATED_GROUP}
+    for c in columns:
         title = f"{c.key}; {c.better} is better" if c.better else f"{c.key}; diagnostic"
         label = c.label
         if c.key == "train_device_h" and kinds in ({"cuda"}, {"cpu"}):  # one kind: name it
@@ -160,6 +165,7 @@ def header_columns(summary: pd.DataFrame, show_variant: bool) -> list[dict[str, 
                 "better": c.better,
                 "hidden": c.hidden,
                 "title": title,
+                "calib": "ts" if c.group == CALIBRATED_GROUP else "raw" if c.key in twins else "",
             }
         )
     return out
@@ -346,6 +352,7 @@ def context(
         "conventions": results.conventions,
         "report_conventions": report_conventions(results, paired, options),
         "aggregation": AGGREGATION,
+        "calibrated": any(h["calib"] == "ts" for h in header),
         "interval": options.interval,
         "interval_words": {k: interval_words(k) for k in INTERVALS},
         "bold_rule": bold_rule(paired),

@@ -52,7 +52,8 @@ VERSION = 4  # 2: a delta beside the index; 3: text as distinct values and codes
 DELTA_MAX = 2000  # rows in the delta at most (and a tenth of the index's)
 _RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
 _KEY = ("_path", "_size", "_mtime")
-_CODE = ("flatten.py", "rows.py", "record_extras.py", "ood_groups.py", "record_index.py")
+_CODE = ("flatten.py", "rows.py", "record_extras.py", "ood_groups.py", "record_index.py",
+         "calibrated.py")  # fmt: skip
 
 
 def code_stamp() -> str:

@@ -24,6 +24,7 @@ import pandas as pd
 from reports import flatten as agg
 from reports import results as res
 from reports import summary as summ
+from reports.calibrated import with_posthoc_rows
 from reports.columns import ID_COLUMNS
 from reports.provenance import provenance
 
@@ -149,6 +150,7 @@ def results_from_rows(
     rows = _with_variant(rows.reset_index(drop=True))
     cells = rows[[c for c in rows.columns if not c.startswith("_")]]
     cells, duplicates = summ.drop_duplicate_seeds(cells)
+    cells = with_posthoc_rows(cells)  # single+TS: a configuration of its own
     cells = summ.relative_corruption_error(cells, summ.MCE_BASELINE)
     for dropped, kept in duplicates:
         reason = f"same configuration and seed as the newer record {kept}, which is counted"

@@ -71,7 +71,7 @@ from reports.significance import (  # noqa: F401 (re-exported: one import for ca
     t_pvalue,
 )
 
-DEFAULT_METRICS = ("acc", "nll", "ece", "brier", "cAcc", "cECE")
+DEFAULT_METRICS = ("acc", "nll", "ece", "brier", "cAcc", "cECE", "ts/nll", "ts/ece")
 PAIR_KEYS = ("dataset", "backbone", "variant")  # must be equal (besides the seed) to pair
 CONFIG_KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
 COLUMNS = (
@@ -96,7 +96,8 @@ _ROUNDING = 8 * np.finfo(float).eps  # |a - b| at or below this × max(|a|, |b|)
 
 
 def default_metrics(cells: pd.DataFrame) -> list[str]:
-    """acc, nll, ece, brier, cAcc, cECE and every OOD set's MSP AUROC that has a finite value."""
+    """acc, nll, ece, brier, cAcc, cECE, the calibrated NLL and ECE (``ts/``) and every OOD set's
+    MSP AUROC that have a finite value."""
     ood = [c for c in cells.columns if c.startswith("ood/") and c.endswith("/msp/auroc")]
     return [
         c

@@ -16,7 +16,7 @@ from reports.manifest_cache import manifest_digest
 from reports.results import Results
 from reports.summary import aggregate
 
-TERMINAL_COLUMNS = ("acc", "nll", "ece", "cAcc", "cECE", "params", "eval_ips")
+TERMINAL_COLUMNS = ("acc", "nll", "ece", "ts/nll", "ts/ece", "cAcc", "cECE", "params", "eval_ips")
 MAX_TEXT = 28
 
 

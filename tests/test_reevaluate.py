@@ -119,3 +119,26 @@ def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys)
         texts[p] = p.read_text()
     assert main(["evaluate", str(folder), "--suite", str(calibrated), "--add-only"]) == 0
     assert all(p.read_text() == texts[p] for p in paths)
+
+
+def test_calibration_changes_no_raw_number_of_a_stochastic_method(tmp_path):
+    """MC Dropout draws its masks from the global generator in eval: the held-out pass of the
+    calibration must not shift the test set's draws (every raw number as without calibration)."""
+    base = textwrap.dedent(CALIBRATED).replace(
+        "methods: [single, {name: deep_ensemble, M: [2]}]",
+        "methods: [{name: mc_dropout, M: [2], hparams: {dropout_rate: 0.3}}]",
+    )
+    records = {}
+    for name, extra in (("plain", ""), ("cal", "  calibrate: true\n  calibration: 200\n")):
+        suite = tmp_path / f"{name}.yaml"
+        suite.write_text(base.replace("name: recal", f"name: {name}") + extra)
+        out = tmp_path / "results"
+        assert (
+            main(["run", str(suite), "--results", str(out), "-q", "--executor", "inprocess"]) == 0
+        )
+        (path,) = (out / name).glob("*/record.json")
+        records[name] = json.loads(path.read_text())
+    plain, cal = records["plain"]["metrics"], records["cal"]["metrics"]
+    assert "calibration" in cal and "calibration" not in plain
+    assert cal["clean"] == plain["clean"]
+    assert cal["corruption"] == plain["corruption"] and cal["ood"] == plain["ood"]

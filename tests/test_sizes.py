@@ -1,5 +1,6 @@
-"""Size limits that keep a module readable in one sitting: no module over 400 lines, no function
-over 80 lines unless a ``# Length:`` comment in it says why its length is earned."""
+"""Size flags that keep a module readable in one sitting: no module over ~600 lines, no function
+over 80 lines unless a ``# Length:`` comment in it says why its length is earned. Length is a smell
+to look at, not a cap to split against: a module is never cut mid-responsibility to fit it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 
 from tests.conftest import REPO
 
-MAX_MODULE_LINES = 400
+MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 
 
@@ -30,7 +31,7 @@ def _sizes() -> tuple[list[str], list[str]]:
     return modules, functions
 
 
-def test_no_module_over_400_lines_and_no_unexplained_long_function():
+def test_no_module_over_600_lines_and_no_unexplained_long_function():
     modules, functions = _sizes()
     assert modules == []
     assert functions == []

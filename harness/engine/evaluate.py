@@ -136,6 +136,7 @@ def _evaluate(
         views.update(probs, y)
     raw = acc.compute()
     raw["reliability"] = acc.reliability()
+    raw["reliability_members"] = acc.member_reliability()
     return raw, views
 
 
@@ -317,7 +318,11 @@ def evaluate_all(
     if evaluation.calibrate:  # the library's import is not the calibration's cost (OOD needs it)
         import torch_uncertainty.post_processing  # noqa: F401
     t0 = time.perf_counter()
-    post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
+    # The held-out pass draws from the global generators (MC Dropout, Masksembles' sampling in
+    # eval): forked, so the test set's draws, and so every raw number, are those of a run
+    # without calibration.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
     fit_s = time.perf_counter() - t0
     clean, views = _evaluate(model, splits["test"], spec, recipe, device, post)
     metrics: dict[str, Any] = {"clean": clean}

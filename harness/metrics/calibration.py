@@ -340,11 +340,18 @@ class CalibrationAccumulator(Metric):
         self.conf.append(conf[0])
         self.correct.append(correct[0])
 
-    def reliability(self) -> dict[str, list]:
-        """The ensemble's reliability bins (:func:`reliability_bins` of its 15 bins)."""
+    def reliability(self, member: int | None = None) -> dict[str, list]:
+        """The reliability bins (:func:`reliability_bins`) of the ensemble, or of one member
+        (``member`` in ``0..M-1``)."""
         if self.bin_count.numel() == 0:
             raise ValueError("CalibrationAccumulator.reliability() called before any sample")
-        return reliability_bins(self.bin_count[0], self.bin_conf[0], self.bin_correct[0])
+        row = 0 if member is None else member + 1
+        return reliability_bins(self.bin_count[row], self.bin_conf[row], self.bin_correct[row])
+
+    @property
+    def members(self) -> int:
+        """M, the number of members seen (0 before any sample)."""
+        return max(self.bin_count.shape[0] - 1, 0) if self.bin_count.dim() == 2 else 0
 
     def compute(self) -> dict[str, Tensor]:
         """Return ``{"ece", "aece", "aurc"}`` (0-d) and ``"member_ece"`` (``(M,)``) tensors.

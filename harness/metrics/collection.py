@@ -115,6 +115,10 @@ class EnsembleMetrics(nn.Module):
         (:func:`~harness.metrics.calibration.reliability_bins`)."""
         return self.calibration.reliability()
 
+    def member_reliability(self) -> list[dict[str, list]]:
+        """Each member's 15 reliability bins, as :meth:`reliability` (M of them)."""
+        return [self.calibration.reliability(m) for m in range(self.calibration.members)]
+
     def reset(self) -> None:
         """Forget every batch."""
         self.classification.reset()
