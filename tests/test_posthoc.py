@@ -140,3 +140,19 @@ def test_record_block_of_the_fit():
     assert block["temperature"] == post.temperature
     assert set(block["quantiles"]) == {"thr", "aps", "raps"}
     assert "member_temperatures" not in block
+
+
+def test_shift_accumulator_equals_the_full_metrics():
+    from harness.metrics.collection import EnsembleMetrics
+    from harness.metrics.posthoc import ShiftAccumulator
+
+    g = torch.Generator().manual_seed(8)
+    full, light = EnsembleMetrics(), ShiftAccumulator()
+    for _ in range(3):  # streamed over batches
+        p = torch.randn(4, 97, 6, generator=g, dtype=torch.float64).mul(3).softmax(-1)
+        y = torch.randint(0, 6, (97,), generator=g)
+        full.update(p, y)
+        light.update(p, y)
+    want, got = full.compute(), light.compute()
+    for k in ("acc", "nll", "ece"):
+        assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-15), k

@@ -67,7 +67,9 @@ def member_probs(
         ),
     )
     for x, y in loader:
-        with autocast(device, recipe):
+        # No autograd graph: evaluation never backpropagates (a graph kept every activation of
+        # the forward pass alive until the batch's probabilities were dropped).
+        with torch.no_grad(), autocast(device, recipe):
             logits = model(x)  # (M, B, K)
         yield logits.float().softmax(-1).cpu(), y.cpu()
 
@@ -75,39 +77,52 @@ def member_probs(
 class _Views:
     """What one pass over a split accumulates besides the raw metrics, when a post-hoc
     calibration is fitted: the calibrated predictions' metrics and the conformal sets. The time
-    spent here is the calibration's evaluation cost (``metrics.calibration.time_s``)."""
+    spent here is the calibration's evaluation cost (``metrics.calibration.time_s``).
 
-    def __init__(self, post: PosthocCalibration | None) -> None:
+    ``shift``: a corruption cell, which records accuracy, NLL and ECE alone (a light
+    accumulator: the full collection's set-up per cell would cost more than the arithmetic)."""
+
+    def __init__(self, post: PosthocCalibration | None, shift: bool = False) -> None:
         from harness.metrics.collection import EnsembleMetrics
-        from harness.metrics.posthoc import SetAccumulator
+        from harness.metrics.posthoc import SetAccumulator, ShiftAccumulator
 
         self.post = post
+        self.shift = shift
         self.seconds = 0.0
         names = ("ts", "ts_members") if post and post.member_temperatures else ("ts",)
-        self.metrics = {n: EnsembleMetrics(validate=False) for n in names} if post else {}
+        make = ShiftAccumulator if shift else (lambda: EnsembleMetrics(validate=False))
+        self.metrics = {n: make() for n in names} if post else {}
         self.sets = {n: SetAccumulator() for n in post.conformal} if post else {}
 
     def update(self, probs: Tensor, labels: Tensor) -> None:
         if self.post is None:
             return
+        from harness.metrics.posthoc import one_thread
+
         t0 = time.perf_counter()
-        for name, p in self.post.scaled(probs).items():
-            self.metrics[name].update(p, labels)
-        for name, mask in self.post.sets(probs).items():
-            self.sets[name].update(mask, labels)
+        with one_thread():
+            scaled, sets = self.post.apply(probs)
+            for name, p in scaled.items():
+                self.metrics[name].update(p, labels)
+            for name, mask in sets.items():
+                self.sets[name].update(mask, labels)
         self.seconds += time.perf_counter() - t0
 
     def compute(self) -> dict[str, Any]:
         """``{"ts": metrics, ["ts_members": metrics], "conformal": {name: {coverage, size}}}``;
         pool-then-calibrate is one distribution, so its member and diversity keys are left out."""
+        from harness.metrics.posthoc import one_thread
+
         t0 = time.perf_counter()
         out: dict[str, Any] = {}
-        for name, acc in self.metrics.items():
-            m = acc.compute()
-            if name == "ts":
-                m = {k: v for k, v in m.items() if k not in ("members", *_DIVERSITY)}
-            m["reliability"] = acc.reliability()
-            out[name] = m
+        with one_thread():
+            for name, acc in self.metrics.items():
+                m = acc.compute()
+                if not self.shift:
+                    if name == "ts":
+                        m = {k: v for k, v in m.items() if k not in ("members", *_DIVERSITY)}
+                    m["reliability"] = acc.reliability()
+                out[name] = m
         out["conformal"] = {name: acc.compute() for name, acc in self.sets.items()}
         self.seconds += time.perf_counter() - t0
         return out
@@ -123,14 +138,16 @@ def _evaluate(
     recipe: Recipe,
     device: torch.device,
     post: PosthocCalibration | None = None,
+    shift: bool = False,
 ) -> tuple[dict[str, Any], _Views]:
-    """One pass over a split: the raw metrics (with the reliability bins) and the views."""
+    """One pass over a split: the raw metrics (with the reliability bins) and the views
+    (``shift``: of a corruption cell, see :class:`_Views`)."""
     # torchmetrics costs seconds to import (it loads torchvision, transformers and scipy.signal):
     # imported when a cell first evaluates, not before its first training step.
     from harness.metrics.collection import EnsembleMetrics
 
     acc = EnsembleMetrics()
-    views = _Views(post)
+    views = _Views(post, shift)
     for probs, y in member_probs(model, data, spec, recipe, device):
         acc.update(probs, y)
         views.update(probs, y)
@@ -212,7 +229,7 @@ def evaluate_corruptions(
     for name in names:
         for sev in evaluation.severities:
             data = corrupted_split(spec.name, data_root, test, name, sev)
-            m, views = _evaluate(model, data, spec, recipe, device, post)
+            m, views = _evaluate(model, data, spec, recipe, device, post, shift=True)
             where = {"corruption": name, "severity": sev}
             cells.append({**where, "acc": m["acc"], "nll": m["nll"], "ece": m["ece"]})
             if post is None:
@@ -267,8 +284,11 @@ def evaluate_ood(
         nonlocal seconds
         scores.update(p, ood=ood)  # ID scores are kept across OOD sets; only (B,) are stored
         if ts_scores is not None:
+            from harness.metrics.posthoc import one_thread
+
             t0 = time.perf_counter()
-            ts_scores.update(post.scaled(p)["ts"], ood=ood)
+            with one_thread():
+                ts_scores.update(post.scaled(p)["ts"], ood=ood)
             seconds += time.perf_counter() - t0
 
     for p, _ in member_probs(model, test, spec, recipe, device):
