@@ -1,10 +1,11 @@
 """A live MLflow tracking server for the tracker tests (plain module, not a test file).
 
 ``.ci/run`` starts one (``mlflow server --backend-store-uri sqlite:///…`` on 127.0.0.1) and
-exports its address as ``HARNESS_MLFLOW_URI`` with ``HARNESS_REQUIRE_MLFLOW=1``; elsewhere
+exports its address as ``HARNESS_MLFLOW_URI`` with ``HARNESS_REQUIRE_TRACKERS=1``; elsewhere
 :func:`mlflow_server` starts one on a free port for the test session and stops it afterwards.
 Without the ``mlflow`` package's server (``mlflow-skinny`` has none) the tests skip with a
-one-line reason, except under ``HARNESS_REQUIRE_MLFLOW=1``, where they fail.
+one-line reason, except under ``HARNESS_REQUIRE_TRACKERS=1``, where they fail; the same holds for
+the tracker packages themselves (:func:`tracker_package`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 URI_ENV = "HARNESS_MLFLOW_URI"
-REQUIRE_ENV = "HARNESS_REQUIRE_MLFLOW"
+REQUIRE_ENV = "HARNESS_REQUIRE_TRACKERS"
 
 
 def answers(uri: str, timeout: float = 2.0) -> bool:
@@ -40,6 +41,21 @@ def _unavailable(reason: str) -> None:
     if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
         pytest.fail(f"MLflow server required ({REQUIRE_ENV}=1) but unavailable: {reason}")
     pytest.skip(f"MLflow server not available: {reason}")
+
+
+def tracker_package(name: str):
+    """``import name`` for a tracker test: skips with a reason when the package is missing,
+    fails instead under ``HARNESS_REQUIRE_TRACKERS=1`` (CI installs every tracker)."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+            pytest.fail(f"{REQUIRE_ENV}=1 but {name} cannot be imported: {exc}")
+        pytest.skip(f"{name} is not installed")
 
 
 def _free_port() -> int:

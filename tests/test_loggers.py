@@ -14,6 +14,7 @@ from harness.cli import main
 from harness.contract import label_of
 from harness.storage import loggers as L
 from harness.storage.progress import ProgressLog, read_progress
+from tests.mlflow_server import REQUIRE_ENV, URI_ENV, mlflow_server, tracker_package
 from tests.record_factory import make_record
 from tests.tracker_readers import tensorboard_hparams, wandb_run
 
@@ -96,7 +97,7 @@ def test_params_are_flat_and_seeds_share_the_group():
 
 
 def test_mlflow_file_store_gets_params_group_epochs_final_metrics_and_the_record(tmp_path):
-    pytest.importorskip("mlflow")
+    tracker_package("mlflow")
     from mlflow.tracking import MlflowClient
 
     recs = [_record(seed=0, acc=0.91), _record(seed=1, acc=0.87)]
@@ -127,7 +128,7 @@ def test_mlflow_file_store_gets_params_group_epochs_final_metrics_and_the_record
 
 
 def test_a_resumed_cell_continues_its_mlflow_run_and_a_fresh_start_opens_a_new_one(tmp_path):
-    pytest.importorskip("mlflow")
+    tracker_package("mlflow")
     from mlflow.tracking import MlflowClient
 
     rec = _record()
@@ -157,7 +158,7 @@ def test_a_resumed_cell_continues_its_mlflow_run_and_a_fresh_start_opens_a_new_o
 
 
 def test_tensorboard_hparams_session_groups_the_seeds(tmp_path):
-    pytest.importorskip("tensorboard")
+    tracker_package("tensorboard")
     recs = [_record(seed=0, acc=0.91), _record(seed=1, acc=0.87)]
     sessions = []
     for rec in recs:
@@ -177,7 +178,7 @@ def test_tensorboard_hparams_session_groups_the_seeds(tmp_path):
 
 @pytest.mark.slow  # wandb starts its service process
 def test_wandb_offline_run_has_config_group_and_final_summary(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    tracker_package("wandb")
     for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -203,7 +204,7 @@ def test_wandb_offline_run_has_config_group_and_final_summary(tmp_path, monkeypa
 
 @pytest.mark.slow  # wandb starts its service process
 def test_a_resumed_cell_continues_its_wandb_run(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    tracker_package("wandb")
     for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -261,8 +262,20 @@ def test_loggers_are_checked_before_a_run(tmp_path, monkeypatch, capsys, write_s
     assert main(["validate", str(suite), "--skip-data", "--logger", "mlflow"]) == 0
     assert L.requested() == ["mlflow"]  # handed to the cells' processes through the environment
     # A tracking server that does not answer is named before anything runs.
-    pytest.importorskip("mlflow")
+    tracker_package("mlflow")
     monkeypatch.setenv(L.MLFLOW_URI_ENV, "http://127.0.0.1:9")  # discard port: nothing listens
     assert main(["validate", str(suite), "--skip-data", "--logger", "mlflow"]) == 2
     err = capsys.readouterr().err
     assert "--logger mlflow: MLFLOW_TRACKING_URI=http://127.0.0.1:9: the tracking server" in err
+
+
+def test_ci_fails_rather_than_skips_without_a_tracking_server(tmp_path, monkeypatch):
+    monkeypatch.setenv(URI_ENV, "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="MLflow server not available"):
+        mlflow_server(tmp_path).__enter__()
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="HARNESS_REQUIRE_TRACKERS=1"):
+        mlflow_server(tmp_path).__enter__()
+    with pytest.raises(pytest.fail.Exception, match="no_such_tracker_xyz cannot be imported"):
+        tracker_package("no_such_tracker_xyz")
