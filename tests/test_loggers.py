@@ -24,6 +24,13 @@ ROWS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    """The file store and offline W&B, whatever the developer's environment points at."""
+    for var in (L.MLFLOW_URI_ENV, "WANDB_MODE", "WANDB_PROJECT", L.LOGGERS_ENV):
+        monkeypatch.delenv(var, raising=False)
+
+
 def _record(seed: int = 0, acc: float = 0.9, **extra) -> dict:
     """A σN-Ens record (τ = 0.5) with two epochs of history and a calibrated block the tracker
     code has never heard of (it must flow through by itself)."""
