@@ -129,3 +129,15 @@ def test_the_example_trains_a_sigma_ens_in_a_plain_loop():
     acc, k_eff = [float(a) for _, a, _, _ in lines], [float(k) for *_, k in lines]
     assert acc[-1] > 0.3  # 10 classes: well above chance after three epochs
     assert 1.0 <= k_eff[-1] < k_eff[0] <= 4.0  # low τ: the members start to specialise
+
+
+@pytest.mark.slow  # imports Lightning
+def test_the_lightning_variant_trains_the_same_way():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "examples/lightning_module.py", "--epochs", "2"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    k_eff = [float(k) for k in re.findall(r"epoch \d: k_eff ([\d.]+) of 4", proc.stdout)]
+    assert len(k_eff) == 2 and 1.0 <= k_eff[1] < k_eff[0] <= 4.0, proc.stdout
