@@ -13,6 +13,8 @@ import pytest
 from harness.cli import main
 from harness.contract import label_of
 from harness.storage import loggers as L
+from harness.storage import tracked as T
+from harness.storage import trackers as TR
 from harness.storage.progress import ProgressLog, read_progress
 from tests.mlflow_server import REQUIRE_ENV, URI_ENV, mlflow_server, tracker_package
 from tests.record_factory import make_record
@@ -27,7 +29,7 @@ ROWS = [
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch):
     """The file store and offline W&B, whatever the developer's environment points at."""
-    for var in (L.MLFLOW_URI_ENV, "WANDB_MODE", "WANDB_PROJECT", L.LOGGERS_ENV):
+    for var in (TR.MLFLOW_URI_ENV, "WANDB_MODE", "WANDB_PROJECT", L.LOGGERS_ENV):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -43,7 +45,15 @@ def _record(seed: int = 0, acc: float = 0.9, **extra) -> dict:
         acc=acc,
         overrides={
             "history": [dict(r) for r in ROWS],
-            "metrics": {"calibrated": {"temperature": {"nll": 0.25, "ece": 0.011}}},
+            "metrics": {
+                "calibration": {
+                    "ts": {
+                        "nll": 0.25,
+                        "ece": 0.011,
+                        "reliability": {"count": [3, 0, 7], "confidence": [0.1, None, 0.9]},
+                    }
+                }
+            },
             **extra,
         },
     )
@@ -59,7 +69,7 @@ def _cell_dir(tmp_path, rec):
 
 def _train(cell_dir, rec, names, resume_epoch=0):
     """What the runner does: trackers opened with the record's header, epochs, then the record."""
-    trackers = L.CellTrackers(cell_dir, names, L.TrackedCell.from_record(rec, cell_dir))
+    trackers = L.CellTrackers(cell_dir, names, T.TrackedCell.from_record(rec, cell_dir))
     log = ProgressLog(cell_dir, resume_epoch, 2, "cpu", trackers=trackers)
     for row in ROWS[resume_epoch:]:
         log.write(row, diagnostics={"tau": 0.5, "k_eff": float("nan")}, images=30)
@@ -70,12 +80,13 @@ def _train(cell_dir, rec, names, resume_epoch=0):
 
 def test_final_metrics_walk_every_block_of_the_record():
     rec = _record()
-    final = L.final_metrics(rec)
+    final = T.final_metrics(rec)
     clean = rec["metrics"]["clean"]
     assert final["acc"] == clean["acc"] and final["nll"] == clean["nll"]
-    assert final["members.acc.1"] == clean["members"]["acc"][1]
+    assert not [k for k in final if k.startswith("members")]  # lists: left to record.json
     assert final["val.acc"] == rec["metrics"]["val"]["acc"]
-    assert final["calibrated.temperature.nll"] == 0.25  # a block no code here names
+    assert final["calibration.ts.nll"] == 0.25  # a block no code here names
+    assert not [k for k in final if "reliability" in k]  # bins are lists
     mean = rec["metrics"]["corruption"]["mean"]
     assert {final[f"corruption.mean.{k}"] for k in mean} == set(mean.values())
     assert (
@@ -91,7 +102,7 @@ def test_final_metrics_walk_every_block_of_the_record():
 
 def test_params_are_flat_and_seeds_share_the_group():
     a, b = _record(seed=0), _record(seed=1)
-    ta, tb = (L.TrackedCell.from_record(r, f"/r/trk/{r['cell_id']}") for r in (a, b))
+    ta, tb = (T.TrackedCell.from_record(r, f"/r/trk/{r['cell_id']}") for r in (a, b))
     assert ta.params["method"] == "sigma_ens" and ta.params["tau"] == 0.5
     assert ta.params["M"] == 2 and ta.params["seed"] == 0 and ta.params["recipe.epochs"] == 2
     assert ta.group == tb.group and ta.config_id == tb.config_id and ta.cell_id != tb.cell_id
@@ -99,7 +110,7 @@ def test_params_are_flat_and_seeds_share_the_group():
     assert ta.label.endswith("/seed0") and tb.label.endswith("/seed1")
     lr = make_record(suite="trk", method="sigma_ens", M=2, hparams={"tau": 0.5, "lam": 0.01})
     lr["config"]["recipe"]["lr"] = 0.2  # another recipe: another configuration, same label
-    t_lr = L.TrackedCell.from_record(lr, "/r/trk/y")
+    t_lr = T.TrackedCell.from_record(lr, "/r/trk/y")
     assert t_lr.group != ta.group and t_lr.group.split("#")[0] == ta.group.split("#")[0]
 
 
@@ -123,7 +134,7 @@ def test_mlflow_file_store_gets_params_group_epochs_final_metrics_and_the_record
         assert run.info.status == "FINISHED"
         assert run.data.params["tau"] == "0.5" and run.data.params["M"] == "2"
         assert run.data.metrics["acc"] == rec["metrics"]["clean"]["acc"]
-        assert run.data.metrics["calibrated.temperature.ece"] == 0.011
+        assert run.data.metrics["calibration.ts.ece"] == 0.011
         assert run.data.tags["suite"] == "trk" and run.data.tags["method"] == "sigma_ens"
         assert run.data.tags["cell_id"] == rec["cell_id"]
         history = client.get_metric_history(run.info.run_id, "train_loss")
@@ -140,7 +151,7 @@ def test_a_resumed_cell_continues_its_mlflow_run_and_a_fresh_start_opens_a_new_o
 
     rec = _record()
     cell_dir = _cell_dir(tmp_path, rec)
-    header = L.TrackedCell.from_record(rec, cell_dir)
+    header = T.TrackedCell.from_record(rec, cell_dir)
     killed = L.CellTrackers(cell_dir, ["mlflow"], header)  # epoch 1, then the process dies
     log = ProgressLog(cell_dir, 0, 2, "cpu", trackers=killed)
     log.write(ROWS[0], images=30)
@@ -171,7 +182,7 @@ def test_tensorboard_hparams_session_groups_the_seeds(tmp_path):
     for rec in recs:
         cell_dir = _cell_dir(tmp_path, rec)
         _train(cell_dir, rec, ["tensorboard"])
-        sessions.append(tensorboard_hparams(cell_dir / L.TENSORBOARD_DIR))
+        sessions.append(tensorboard_hparams(cell_dir / TR.TENSORBOARD_DIR))
     for rec, s in zip(recs, sessions):
         assert s.hparams["method"] == "sigma_ens" and s.hparams["tau"] == 0.5
         assert s.hparams["seed"] == rec["config"]["seed"] and s.hparams["suite"] == "trk"
@@ -180,7 +191,7 @@ def test_tensorboard_hparams_session_groups_the_seeds(tmp_path):
         assert s.scalars["ood.svhn.msp.auroc"] == pytest.approx(0.85, abs=1e-7)
         assert s.scalar_steps["train_loss"] == [1, 2] and s.scalar_steps["acc"] == [2]
     assert sessions[0].group_name == sessions[1].group_name != ""
-    assert sessions[0].group_name == L.TrackedCell.from_record(recs[0], tmp_path).group
+    assert sessions[0].group_name == T.TrackedCell.from_record(recs[0], tmp_path).group
 
 
 @pytest.mark.slow  # wandb starts its service process
@@ -203,7 +214,7 @@ def test_wandb_offline_run_has_config_group_and_final_summary(tmp_path, monkeypa
         assert run.config["method"] == "sigma_ens" and run.config["tau"] == 0.5
         assert run.config["seed"] == rec["config"]["seed"]
         assert run.summary["nll"] == rec["metrics"]["clean"]["nll"]
-        assert run.summary["calibrated.temperature.nll"] == 0.25
+        assert run.summary["calibration.ts.nll"] == 0.25
         assert set(run.tags) == {"suite:trk", "method:sigma_ens"}
         assert [h["train_loss"] for h in run.history] == [2.0, 1.5]
     assert runs[0].group == runs[1].group and runs[0].name != runs[1].name
@@ -217,7 +228,7 @@ def test_a_resumed_cell_continues_its_wandb_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     rec = _record()
     cell_dir = _cell_dir(tmp_path, rec)
-    header = L.TrackedCell.from_record(rec, cell_dir)
+    header = T.TrackedCell.from_record(rec, cell_dir)
     first = L.CellTrackers(cell_dir, ["wandb"], header)
     log = ProgressLog(cell_dir, 0, 2, "cpu", trackers=first)
     log.write(ROWS[0], images=30)
@@ -245,14 +256,14 @@ def test_a_tracker_that_fails_at_the_end_leaves_the_result_alone(tmp_path, caplo
     cell_dir = _cell_dir(tmp_path, rec)
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(L.LOGGERS, "broken", (Broken, "json", "broken"))
-        trackers = L.CellTrackers(cell_dir, ["broken"], L.TrackedCell.from_record(rec, cell_dir))
+        trackers = L.CellTrackers(cell_dir, ["broken"], T.TrackedCell.from_record(rec, cell_dir))
         trackers.start(0)
         trackers.finish(rec)
     assert "tracker broken did not finish: ConnectionError: server went away" in caplog.text
 
 
 def test_loggers_are_checked_before_a_run(tmp_path, monkeypatch, capsys, write_suite):
-    monkeypatch.setitem(L.LOGGERS, "absent", (L.MLflowLogger, "no_such_package_xyz", "absent"))
+    monkeypatch.setitem(L.LOGGERS, "absent", (TR.MLflowLogger, "no_such_package_xyz", "absent"))
     assert L.logger_problems(["nosuch", "absent"]) == [
         "--logger nosuch: unknown; valid: tensorboard, wandb, mlflow, absent",
         "--logger absent: the no_such_package_xyz package is not installed; "
@@ -265,12 +276,12 @@ def test_loggers_are_checked_before_a_run(tmp_path, monkeypatch, capsys, write_s
     assert main(["validate", str(suite), "--skip-data", "--logger", "nosuch"]) == 2
     assert "--logger nosuch: unknown" in capsys.readouterr().err
     monkeypatch.delenv(L.LOGGERS_ENV, raising=False)
-    monkeypatch.delenv(L.MLFLOW_URI_ENV, raising=False)
+    monkeypatch.delenv(TR.MLFLOW_URI_ENV, raising=False)
     assert main(["validate", str(suite), "--skip-data", "--logger", "mlflow"]) == 0
     assert L.requested() == ["mlflow"]  # handed to the cells' processes through the environment
     # A tracking server that does not answer is named before anything runs.
     tracker_package("mlflow")
-    monkeypatch.setenv(L.MLFLOW_URI_ENV, "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.setenv(TR.MLFLOW_URI_ENV, "http://127.0.0.1:9")  # discard port: nothing listens
     assert main(["validate", str(suite), "--skip-data", "--logger", "mlflow"]) == 2
     err = capsys.readouterr().err
     assert "--logger mlflow: MLFLOW_TRACKING_URI=http://127.0.0.1:9: the tracking server" in err

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.storage.loggers import LOGGERS_ENV, MLFLOW_URI_ENV
+from harness.storage.loggers import LOGGERS_ENV
+from harness.storage.trackers import MLFLOW_URI_ENV
 
 try:  # tests/ as a package or as a rootdir-inserted folder
     from tests.mlflow_server import mlflow_server, tracker_package

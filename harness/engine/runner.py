@@ -78,9 +78,10 @@ from harness.storage.checkpoint import (
     set_rng_state,
 )
 from harness.storage.lease import LeaseHeld
-from harness.storage.loggers import CellTrackers, TrackedCell
+from harness.storage.loggers import CellTrackers
 from harness.storage.progress import ProgressLog, epoch_images, tracker_names
 from harness.storage.records import atomic_write_text, record_or_set_aside, write_record
+from harness.storage.tracked import TrackedCell
 from methods.base import EnsembleModel
 
 log = logging.getLogger("harness")
