@@ -112,6 +112,9 @@ def test_params_are_flat_and_seeds_share_the_group():
     lr["config"]["recipe"]["lr"] = 0.2  # another recipe: another configuration, same label
     t_lr = T.TrackedCell.from_record(lr, "/r/trk/y")
     assert t_lr.group != ta.group and t_lr.group.split("#")[0] == ta.group.split("#")[0]
+    short = ta.group_within(20)  # W&B's group limit: the readable part is cut, the hash kept
+    assert len(short) == 20 and short.endswith("#" + ta.config_id[:8])
+    assert ta.group_within(500) == ta.group
 
 
 def test_mlflow_file_store_gets_params_group_epochs_final_metrics_and_the_record(tmp_path):

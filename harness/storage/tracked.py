@@ -118,6 +118,14 @@ class TrackedCell:
         }
         return cls.from_record(header, cell_dir)
 
+    def group_within(self, limit: int) -> str:
+        """:attr:`group` in at most ``limit`` characters (W&B allows 128): the readable part is
+        cut, the configuration's hash after ``#`` is kept, so groups stay distinct."""
+        if len(self.group) <= limit:
+            return self.group
+        base, _, digest = self.group.rpartition("#")
+        return f"{base[: max(limit - len(digest) - 1, 0)]}#{digest}"[-limit:]
+
     @property
     def tags(self) -> dict[str, str]:
         """Tags every tracker that has them gets (MLflow tags; W&B has its own fields)."""

@@ -35,7 +35,7 @@ def _tb_value(value: Any) -> bool | float | str:
 
 class TensorBoardLogger:
     """TensorBoard events in ``<cell>/tensorboard/`` and one HParams session per cell attempt
-    (its hyper-parameters: :func:`cell_params`; its group: the configuration, so the HParams
+    (its hyper-parameters: ``tracked.cell_params``; its group: the configuration, so the HParams
     dashboard groups the seeds). A resumed run hides the events a killed run wrote after its
     checkpoint, a fresh start every epoch of an earlier attempt (``purge_step``)."""
 
@@ -104,8 +104,8 @@ class WandbLogger:
     ``wandb sync`` uploads it when a network is there) unless ``WANDB_MODE`` is set; the project
     is ``$WANDB_PROJECT``, else ``implicit-ensemble-harness``.
 
-    Its config is :func:`cell_params`; name: the label; group: the configuration; job type: the
-    method; tags ``suite:NAME`` and ``method:NAME``; the summary gets :func:`final_metrics`. A
+    Its config is ``tracked.cell_params``; name: the label; group: the configuration; job type: the
+    method; tags ``suite:NAME`` and ``method:NAME``; the summary gets ``tracked.final_metrics``. A
     resumed cell continues the run (same id, ``resume="allow"``: ``wandb sync`` appends the
     offline folders of one id in order)."""
 
@@ -127,7 +127,7 @@ class WandbLogger:
             id=run_id,
             resume="allow",
             name=cell.label,
-            group=cell.group[:128],  # W&B's limit; the config id at the end is kept below
+            group=cell.group_within(128),  # W&B's limit
             job_type=cell.method,
             tags=[f"suite:{cell.suite}"[:64], f"method:{cell.method}"[:64]],
             dir=str(cell_dir),
@@ -169,9 +169,9 @@ class MLflowLogger:
     """An MLflow run in the experiment named by the suite, on the tracking server of
     ``$MLFLOW_TRACKING_URI`` or in the file store ``<results>/mlruns``.
 
-    Parameters: :func:`cell_params`; run name: the label; tags: :attr:`TrackedCell.tags`
+    Parameters: ``tracked.cell_params``; run name: the label; tags: ``TrackedCell.tags``
     (``group`` groups the seeds); metrics: each epoch's scalars by step, then
-    :func:`final_metrics`; artifact: ``record.json``; status FINISHED or FAILED as the record.
+    ``tracked.final_metrics``; artifact: ``record.json``; status FINISHED or FAILED as the record.
     """
 
     def __init__(
