@@ -42,6 +42,7 @@ LAYERS = {
     "harness.executors": "executors",
     "reports": "reporter",
     "harness.cli": "cli",
+    "harness.api": "api",
 }
 
 #: Layer → the other layers it may import (a layer may always import itself).
@@ -63,6 +64,18 @@ MAY_IMPORT = {
         "engine",
         "executors",
         "reporter",
+    },
+    # The Python face: the same commands and readers as the CLI, as functions (harness/api/).
+    "api": {
+        "contract",
+        "registry",
+        "storage",
+        "components",
+        "config",
+        "engine",
+        "executors",
+        "reporter",
+        "cli",
     },
 }
 

@@ -170,8 +170,9 @@ def _add_run(sub) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="also log every epoch to NAME: tensorboard, wandb (offline, <cell>/wandb/) or "
-        "mlflow (file store <results>/mlruns); repeatable; needs the package's extra",
+        help="also send each cell's configuration, epochs and final metrics to NAME: tensorboard, "
+        "wandb (offline, <cell>/wandb/) or mlflow ($MLFLOW_TRACKING_URI's server, else the file "
+        "store <results>/mlruns); repeatable; needs the package's extra",
     )
     r.set_defaults(fn="harness.cli.run:cmd_run")
 

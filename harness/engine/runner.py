@@ -78,8 +78,10 @@ from harness.storage.checkpoint import (
     set_rng_state,
 )
 from harness.storage.lease import LeaseHeld
-from harness.storage.progress import ProgressLog, epoch_images
+from harness.storage.loggers import CellTrackers
+from harness.storage.progress import ProgressLog, epoch_images, tracker_names
 from harness.storage.records import atomic_write_text, record_or_set_aside, write_record
+from harness.storage.tracked import TrackedCell
 from methods.base import EnsembleModel
 
 log = logging.getLogger("harness")
@@ -118,8 +120,10 @@ def train_cell(
     splits: dict[str, Split],
     device: torch.device,
     progress: bool,
+    trackers: CellTrackers | None = None,
 ) -> tuple[list[dict], list[dict], float]:
-    """Train with a checkpoint after every epoch; resume from it if present."""
+    """Train with a checkpoint after every epoch; resume from it if present. ``trackers``
+    (rank 0's) get every epoch and stay open for the record."""
     # Length: resume, the epoch loop, the per-epoch checkpoint and the progress row share the
     # optimizer, scheduler, loader, history and timers; split, each part would take them all.
     from tqdm.auto import tqdm
@@ -147,7 +151,9 @@ def train_cell(
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
     if ranks.main:  # rank 0 writes the cell's files (harness.engine.distributed)
         log_event(cell_dir, "train", from_epoch=start_epoch, **ranks.event_fields())
-        plog = ProgressLog(cell_dir, start_epoch, recipe.epochs, device_name(device))
+        plog = ProgressLog(
+            cell_dir, start_epoch, recipe.epochs, device_name(device), trackers=trackers
+        )
     trainee = distributed.training_module(cell, model, device)  # DDP when several processes
     distributed.seed_rank(cell, start_epoch)
     bar = tqdm(
@@ -294,6 +300,9 @@ def _run_leased(
     cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
     rec = new_record(cell, environment(device), started)
     rec["cost"] = run_conditions(cell, device, shared_device)
+    # Opened when training starts (or, when it was over, with the record), finished with the
+    # record: one tracker run holds the epochs and the final metrics.
+    trackers = CellTrackers(cell_dir, tracker_names(), TrackedCell.from_record(rec, cell_dir))
     phase = "setup"  # setup → train → evaluate: the record says where a failure happened
     try:
         spec, splits = load_data(cell, data_root)
@@ -301,7 +310,7 @@ def _run_leased(
         model, ctx = build_model(cell, spec, pre, device)
         phase = "train"
         history, diag, train_s = trained_model(
-            cell, cell_dir, model, spec, splits, device, progress
+            cell, cell_dir, model, spec, splits, device, progress, trackers
         )
         distributed.leave(cell)  # rank 0 of a multi-process cell evaluates alone
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
@@ -339,6 +348,7 @@ def _run_leased(
     rec["timings"]["cpu_s"] = time.process_time() - cpu0  # a shared machine inflates wall time
     rec["finished_at"] = now()
     write_record(cell_dir, rec)
+    trackers.finish(rec)  # after the record: a tracker's failure never changes the result
     if rec["status"] == "done":
         log_event(cell_dir, "done")
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
@@ -366,6 +376,7 @@ def trained_model(
     splits: dict[str, Split],
     device: torch.device,
     progress: bool,
+    trackers: CellTrackers | None = None,
 ) -> tuple[list[dict], list[dict], float]:
     """Train the model, or, when an earlier attempt finished training (``final.pt`` and
     ``trained.json`` exist: it failed or was killed later, in evaluation, cost or reporting),
@@ -389,7 +400,9 @@ def trained_model(
             moved = [set_aside(p).name for p in (cell_dir / "final.pt", trained_path)]
             log.warning("%s: damaged trained weights (%s); moved to %s", cell_dir, exc, moved)
             log_event(cell_dir, "trained_damaged", reason=str(exc)[:300], moved_to=moved)
-    history, diag, train_s = train_cell(cell, cell_dir, model, spec, splits, device, progress)
+    history, diag, train_s = train_cell(
+        cell, cell_dir, model, spec, splits, device, progress, trackers
+    )
     _save_atomic(model.state_dict(), cell_dir / "final.pt")
     atomic_write_text(
         trained_path,

@@ -28,9 +28,12 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.storage.records import atomic_write_text
+
+if TYPE_CHECKING:
+    from harness.storage.loggers import CellTrackers
 
 PROGRESS_CSV = "progress.csv"
 PROGRESS_JSON = "progress.json"
@@ -62,12 +65,21 @@ __all__ = [
     "read_progress",
     "tensorboard_problems",
     "tensorboard_requested",
+    "tracker_names",
 ]
 
 
 def tensorboard_requested() -> bool:
     """Whether this run asked for TensorBoard events (``HARNESS_TENSORBOARD`` set and not 0)."""
     return os.environ.get(TENSORBOARD_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def tracker_names() -> list[str]:
+    """The trackers this run asked for: ``$HARNESS_LOGGERS``, and ``tensorboard`` under
+    ``--tensorboard`` (:func:`tensorboard_requested`)."""
+    from harness.storage.loggers import requested
+
+    return requested(("tensorboard",) if tensorboard_requested() else ())
 
 
 def tensorboard_installed() -> bool:
@@ -183,6 +195,9 @@ class ProgressLog:
         device: the device the cell trains on, e.g. ``cpu`` or ``cuda:1``.
         tensorboard: write TensorBoard events too; default: :func:`tensorboard_requested`.
         loggers: logger names; default: ``$HARNESS_LOGGERS``.
+        trackers: trackers opened by the caller, who also finishes them (the runner, which sends
+            them the record's final metrics); default: open ``loggers`` here, close them in
+            :meth:`close`.
     """
 
     def __init__(
@@ -193,8 +208,9 @@ class ProgressLog:
         device: str,
         tensorboard: bool | None = None,
         loggers: list[str] | None = None,
+        trackers: CellTrackers | None = None,
     ) -> None:
-        from harness.storage.loggers import make_loggers, requested
+        from harness.storage.loggers import CellTrackers
 
         self.path = Path(cell_dir) / PROGRESS_CSV
         self.fields: list[str] | None = None
@@ -212,11 +228,18 @@ class ProgressLog:
         if self.fields is not None:
             self._writer = csv.DictWriter(self._file, self.fields, extrasaction="ignore")
         self.rows_kept = kept
-        wants_tb = tensorboard_requested() if tensorboard is None else tensorboard
-        names = requested(("tensorboard",) if wants_tb else ()) if loggers is None else loggers
-        if tensorboard is False:
-            names = [n for n in names if n != "tensorboard"]
-        self.loggers = make_loggers(Path(cell_dir), resume_epoch, names)
+        # Trackers handed in belong to the caller (the runner sends them the record after the
+        # evaluation); without them this log opens its own and closes them with the file.
+        self._owns_trackers = trackers is None
+        if trackers is None:
+            names = tracker_names() if loggers is None else list(loggers)
+            if tensorboard and "tensorboard" not in names:
+                names.append("tensorboard")
+            if tensorboard is False:
+                names = [n for n in names if n != "tensorboard"]
+            trackers = CellTrackers(Path(cell_dir), names)
+        self.trackers = trackers
+        trackers.start(resume_epoch)
 
     def _truncate(self, resume_epoch: int) -> int:
         """Keep the rows of epochs <= ``resume_epoch`` (atomically); returns how many."""
@@ -258,18 +281,16 @@ class ProgressLog:
             self._writer.writeheader()
         self._writer.writerow(out)
         self._file.flush()  # visible to readers now, not when the buffer fills
-        if self.loggers:
+        if self.trackers.runs:
             from harness.storage.loggers import finite_scalars
 
-            scalars = finite_scalars(out)
-            for logger in self.loggers:
-                logger.log(int(out["epoch"]), scalars)
+            self.trackers.log(int(out["epoch"]), finite_scalars(out))
         return out
 
     def close(self) -> None:
         self._file.close()
-        for logger in self.loggers:
-            logger.close()
+        if self._owns_trackers:
+            self.trackers.finish(None)
 
 
 class _Lines:
