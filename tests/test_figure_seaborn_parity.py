@@ -247,7 +247,9 @@ def test_drawing_the_figures_imports_no_seaborn():
         "from reports.aggregate import records_to_frame\n"
         "from reports.figures import render_figures\n"
         "figs = render_figures(records_to_frame(tau_sweep_records()))\n"
-        "assert len(figs) > 5 and all(f.png for f in figs), [f.note for f in figs]\n"
+        # the factory's records hold no reliability bins: that figure is skipped here
+        "drawn = [f for f in figs if f.id != 'fig-reliability']\n"
+        "assert len(drawn) > 5 and all(f.png for f in drawn), [f.note for f in drawn]\n"
         "print('seaborn' in sys.modules)\n"
     )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
