@@ -273,7 +273,7 @@ def reliability(cells: pd.DataFrame) -> Figure | None:
     d = d.loc[d[f"rel/raw/count/{bins[0]}"].notna(), ["setting", "label", *_rel_columns(d)]]
     if d.empty:
         return None
-    d = d.assign(panel=d["setting"] + " · " + d["label"])
+    d = d.assign(panel=d["label"] + "\n" + d["setting"])  # two lines: panels are narrow
     panels = list(d.groupby("panel", sort=True))[:_MAX_RELIABILITY_PANELS]
     per_row = min(4, len(panels))
     nrows = -(-len(panels) // per_row)
