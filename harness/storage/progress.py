@@ -20,6 +20,7 @@ them with ``tensorboard --logdir results/<suite>``. It needs the optional ``tens
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.storage.records import atomic_write_text
+from harness.storage.space import OutOfSpace, naming_full_disk
 
 PROGRESS_CSV = "progress.csv"
 PROGRESS_JSON = "progress.json"
@@ -256,8 +258,16 @@ class ProgressLog:
             self.fields = [*COLUMNS, *sorted(k for k in out if k not in COLUMNS)]
             self._writer = csv.DictWriter(self._file, self.fields, extrasaction="ignore")
             self._writer.writeheader()
-        self._writer.writerow(out)
-        self._file.flush()  # visible to readers now, not when the buffer fills
+        try:
+            with naming_full_disk(self.path):
+                self._writer.writerow(out)
+                self._file.flush()  # visible to readers now, not when the buffer fills
+        except OutOfSpace:
+            # Drop the unwritten row with the file: closing flushes again, and a later close
+            # (or the garbage collector's) would print the same error without a path.
+            with contextlib.suppress(OSError):
+                self._file.close()
+            raise
         if self.loggers:
             from harness.storage.loggers import finite_scalars
 
@@ -267,7 +277,8 @@ class ProgressLog:
         return out
 
     def close(self) -> None:
-        self._file.close()
+        if not self._file.closed:
+            self._file.close()
         for logger in self.loggers:
             logger.close()
 
