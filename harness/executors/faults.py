@@ -22,10 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.executors.base import RunOutcome
-from harness.storage.space import is_out_of_space_error
+from harness.storage.space import OUT_OF_SPACE, is_out_of_space_error
 
 #: Worker deaths a cell may cause before it is failed instead of retried.
 KILLS_ALLOWED = 2
+
+#: ``error.type`` of the failures the machine caused (a full file system, memory that ran out,
+#: a killed worker): their message is the whole story, ``harness status`` shows no traceback.
+MACHINE_FAULTS = frozenset({OUT_OF_SPACE, "OutOfMemoryError", "WorkerKilled"})
 
 
 def signal_name(exitcode: int | None) -> str:
