@@ -269,11 +269,13 @@ def test_validate_refuses_a_data_root_that_is_a_file(tmp_path, capsys):
 
 
 def test_validate_refuses_a_results_folder_without_room_for_one_cell(tmp_path, capsys):
-    from harness.engine.footprint import footprint
+    from harness.engine.footprint import footprint, surely_fits
 
     suite = write_grid(tmp_path, "room")
     cell = cells_of(suite)[0]
     need = footprint(cell)
+    # The quick bound from the plain backbone settles a roomy disk without building methods.
+    assert surely_fits([cell], 2**40) and not surely_fits([cell], need.total)
     # width-4 digits_cnn: 4 bytes per parameter in the weights and as many in SGD's momentum
     assert need.checkpoint_bytes >= 2 * 4 * need.parameters
     with small_filesystem(tmp_path / "fs", "1m") as fs:

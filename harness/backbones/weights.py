@@ -235,10 +235,12 @@ def fit_problem(state: Mapping[str, Tensor], target: Mapping[str, Tensor], what:
             f"missing (first: {missing[:3]}) and {len(unexpected)} are extra (first: "
             f"{unexpected[:3]}); pick weights of the same architecture"
         )
-    if target and all(state[k].shape != target[k].shape for k in target):
-        first = next(iter(target))
+    # Scalars (BatchNorm's num_batches_tracked) fit any backbone: they do not count as a fit.
+    shaped = [k for k in target if target[k].dim() > 0]
+    if shaped and all(state[k].shape != target[k].shape for k in shaped):
+        first = shaped[0]
         return (
-            f"pretrained: {what} does not fit the backbone: none of its {len(target)} tensors "
+            f"pretrained: {what} does not fit the backbone: none of its {len(shaped)} tensors "
             f"has the backbone's shape (first: {first} {tuple(state[first].shape)} vs "
             f"{tuple(target[first].shape)}); pick weights of the same architecture and width"
         )

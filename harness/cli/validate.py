@@ -82,11 +82,11 @@ def data_root_problem(data_root: Path) -> str | None:
 def results_space_problem(cells: list, results: Path) -> str | None:
     """Less free space on the results folder's file system than the largest cell's checkpoint
     plus record (harness.engine.footprint): its first checkpoint would fail."""
-    from harness.engine.footprint import largest_footprint
+    from harness.engine.footprint import largest_footprint, surely_fits
     from harness.storage.space import free_bytes, human_bytes, space_left
 
     free = free_bytes(results)
-    if free is None:
+    if free is None or surely_fits(cells, free):
         return None
     need = largest_footprint(cells)
     if need is None or need.total <= free:

@@ -49,7 +49,7 @@ def _meta_sizes(cell: Cell) -> tuple[int, int, int] | None:
     """:func:`_state_sizes` of the cell's model built on the ``meta`` device (its backbone's
     when the method cannot be built there); None when neither can."""
     from harness.engine.build import build_model
-    from harness.registry import BACKBONES, DATASETS
+    from harness.registry import DATASETS
 
     spec = DATASETS.get(cell.dataset)
     try:
@@ -58,6 +58,15 @@ def _meta_sizes(cell: Cell) -> tuple[int, int, int] | None:
         return _state_sizes(model)
     except Exception:  # e.g. a conversion that copies data: its backbone is a lower bound
         pass
+    return _backbone_sizes(cell)
+
+
+def _backbone_sizes(cell: Cell) -> tuple[int, int, int] | None:
+    """:func:`_state_sizes` of the cell's plain backbone on the ``meta`` device (None when its
+    builder needs real tensors)."""
+    from harness.registry import BACKBONES, DATASETS
+
+    spec = DATASETS.get(cell.dataset)
     try:
         with torch.device("meta"):
             net = BACKBONES.get(cell.backbone).build(
@@ -78,11 +87,44 @@ def footprint(cell: Cell) -> Footprint | None:
     return Footprint(cell, state + slots * param_bytes, RECORD_BYTES, n)
 
 
-def largest_footprint(cells: list[Cell]) -> Footprint | None:
-    """The largest :func:`footprint` among ``cells`` (each distinct model sized once)."""
+#: Distinct models :func:`largest_footprint` sizes at most (~20–70 ms each): a sweep of a
+#: thousand τ values is one model size, and the pre-flight check must stay cheap for it.
+MAX_SIZED = 64
+
+
+#: :func:`surely_fits`' margin over M plain backbones with AdamW's two moments: wide enough
+#: for every built-in method (Packed-Ensembles at α = 2 holds about M backbones' parameters).
+MARGIN = 4
+
+
+def surely_fits(cells: list[Cell], free: int) -> bool:
+    """Whether ``free`` bytes hold any cell's checkpoint and record by a wide margin, judged
+    from the plain backbones alone (:data:`MARGIN` × M backbones × weights and two moments).
+    Building the methods imports them (torch-uncertainty: seconds), which a run whose results
+    folder has gigabytes free should not pay before its first cell."""
+    bound = 0
+    seen: set[str] = set()
+    for cell in cells:
+        key = repr((cell.backbone, sorted(cell.backbone_kwargs.items()), cell.dataset))
+        if key in seen:
+            continue
+        seen.add(key)
+        size = _backbone_sizes(cell)
+        if size is None:
+            return False
+        bound = max(bound, MARGIN * max(c.M for c in cells) * 3 * size[0] + RECORD_BYTES)
+    return bound <= free
+
+
+def largest_footprint(cells: list[Cell], limit: int = MAX_SIZED) -> Footprint | None:
+    """The largest :func:`footprint` among ``cells``: each distinct model (method, backbone
+    and its options, dataset, M, hyper-parameters, optimizer) sized once, the first ``limit``
+    of them in the grid's order."""
     best: Footprint | None = None
     seen: set[str] = set()
     for cell in cells:
+        if len(seen) >= limit:
+            break
         model = (cell.method, cell.backbone, sorted(cell.backbone_kwargs.items()), cell.dataset)
         key = repr((*model, cell.M, sorted(cell.hparams.items()), cell.recipe.optimizer))
         if key in seen:
