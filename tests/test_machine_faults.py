@@ -208,6 +208,37 @@ def test_a_record_that_does_not_fit_leaves_the_cell_resumable(tmp_path, monkeypa
     assert events[-2:] == ["evaluate_only", "done"] and events.count("trained") == 1
 
 
+def test_out_of_space_raised_by_a_run_stops_the_executor_too(tmp_path, monkeypatch):
+    """A full disk outside a cell's recorded phases (the lease, a damaged record's event) makes
+    ``run_cell`` raise: the executor turns it into the same failure and stops the same way."""
+    from harness.engine import runner
+    from harness.executors.faults import MachineFaults, outcome_after
+    from harness.executors.local import run_inprocess
+    from harness.storage.space import out_of_space
+
+    cells = cells_of(write_grid(tmp_path, "raise"))
+    lease = tmp_path / "raise" / cells[0].cell_id / "lease.json"
+
+    def no_room(cell, *args, **kwargs):
+        raise out_of_space(lease, OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(runner, "run_cell", no_room)
+    faults = MachineFaults()
+    recs = run_inprocess(cells, tmp_path / "raise", None, progress=False, faults=faults)
+    ((rec,),) = [recs]
+    assert rec["cell_id"] == cells[0].cell_id and rec["status"] == "failed"
+    assert {k: rec["error"][k] for k in ("type", "phase", "data_missing")} == {
+        "type": "OutOfSpace", "phase": "setup", "data_missing": False
+    }  # fmt: skip
+    expected = rf"{re.escape(str(lease))}: no space left on device: the file system is full "
+    assert re.fullmatch(expected + r"\([\d.]+ \w+ free of [\d.]+ \w+\)", rec["error"]["message"])
+    outcome = outcome_after(faults, recs, len(cells))
+    assert outcome.halted and outcome.messages[-1].startswith(
+        f"stopped starting cells after cell {cells[0].cell_id} failed: {lease}: no space left on "
+    )
+    assert "; 2 cells left pending (not started); " in outcome.messages[-1]
+
+
 # ----------------------------------------------------------------------------- out of memory
 
 

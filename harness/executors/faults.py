@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.executors.base import RunOutcome
-from harness.storage.space import OUT_OF_SPACE, is_out_of_space_error
+from harness.storage.space import OUT_OF_SPACE, OutOfSpace, is_out_of_space_error
 
 #: Worker deaths a cell may cause before it is failed instead of retried.
 KILLS_ALLOWED = 2
@@ -120,6 +120,14 @@ class MachineFaults:
             "command again: finished cells are kept, started ones resume from their last "
             "checkpoint"
         )
+
+
+def raised_failure(cell_id: str, exc: OutOfSpace) -> dict[str, Any]:
+    """The in-memory failed record of a cell whose run raised :class:`OutOfSpace` instead of
+    recording it (a write outside the cell's recorded phases: nothing was written)."""
+    error = {"type": OUT_OF_SPACE, "message": str(exc), "traceback": "", "data_missing": False,
+             "phase": "setup"}  # fmt: skip
+    return {"cell_id": cell_id, "status": "failed", "error": error}
 
 
 def outcome_after(faults: MachineFaults, records: list[dict[str, Any]], n_cells: int) -> RunOutcome:

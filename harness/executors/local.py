@@ -32,7 +32,8 @@ from harness.executors.devices import (
     is_sticky_cuda_error,
     worker_slots,
 )
-from harness.executors.faults import MachineFaults, outcome_after
+from harness.executors.faults import MachineFaults, outcome_after, raised_failure
+from harness.storage.space import OutOfSpace
 
 
 def run_inprocess(
@@ -54,7 +55,10 @@ def run_inprocess(
     bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
     for i, cell in enumerate(bar):
         bar.set_postfix_str(cell.label)
-        records.append(run_cell(cell, results_dir, data_root, force=force, progress=progress))
+        try:
+            records.append(run_cell(cell, results_dir, data_root, force=force, progress=progress))
+        except OutOfSpace as exc:  # raised, not recorded: nothing of the cell could be written
+            records.append(raised_failure(cell.cell_id, exc))
         if faults.note(records[-1]):  # a full file system: every later cell would fail too
             break
         error = (records[-1].get("error") or {}).get("message") or ""
@@ -233,6 +237,8 @@ def _run_on_slots(
                     i, cell = running.pop(fut)
                     try:
                         record = fut.result()
+                    except OutOfSpace as exc:  # raised, not recorded: nothing was written
+                        record = raised_failure(cell.cell_id, exc)
                     except BrokenProcessPool:  # its worker died: SIGKILL, the OOM killer
                         record = killed(i, cell)
                         if record is None:  # retried
