@@ -12,6 +12,7 @@ record keeps, ``harness status`` and the run's summary show, and the executors r
 
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 import traceback
@@ -22,6 +23,8 @@ import torch
 
 from harness.contract import Cell
 from harness.storage.space import OUT_OF_SPACE, OutOfSpace, out_of_space, out_of_space_cause
+
+log = logging.getLogger("harness")
 
 #: Phrases of the allocators' out-of-memory errors that are not ``torch.OutOfMemoryError``
 #: (CPU: c10's DefaultCPUAllocator; MPS and older CUDA paths raise a plain RuntimeError).
@@ -109,6 +112,75 @@ def cell_error(
         "data_missing": isinstance(exc, DataMissingError),
         "phase": phase,
     }
+
+
+def record_failure(
+    rec: dict[str, Any],
+    exc: BaseException,
+    cell: Cell,
+    cell_dir: Path,
+    phase: str,
+    device: torch.device,
+) -> None:
+    """Mark ``rec`` failed with :func:`cell_error`, log it in one line and in ``events.jsonl``
+    (unless the disk is too full for that line: the record says why)."""
+    from harness.storage.checkpoint import log_event
+
+    rec["status"] = "failed"
+    rec["error"] = error = cell_error(exc, cell, cell_dir, phase, device)
+    try:
+        log_event(cell_dir, "failed", phase=phase, error=error["type"])
+    except OutOfSpace as full:
+        log.info("%s", full)
+    log.warning("cell %s failed: %s: %s", cell.label, error["type"], error["message"])
+
+
+def _unwritten(rec: dict[str, Any], exc: OutOfSpace, phase: str) -> dict[str, Any]:
+    """``rec`` as the failure of a cell whose record could not be written (kept in memory for
+    the executor, which stops the run on it; nothing on disk changes)."""
+    error = {"type": OUT_OF_SPACE, "message": str(exc), "traceback": "", "data_missing": False,
+             "phase": phase}  # fmt: skip
+    return {**rec, "status": "failed", "metrics": {}, "error": error}
+
+
+def write_record_if_room(
+    cell: Cell, cell_dir: Path, rec: dict[str, Any], phase: str
+) -> dict[str, Any]:
+    """Write the cell's record and return it; when not even it fits, return its out-of-space
+    failure instead. The cell is then left without a record, and a re-run resumes it: from
+    ``final.pt`` when training was over, else from the last whole checkpoint."""
+    from harness.storage.records import write_record
+
+    try:
+        write_record(cell_dir, rec)
+        return rec
+    except OutOfSpace as exc:
+        log.warning("cell %s failed: %s: %s (no record written)", cell.label, OUT_OF_SPACE, exc)
+        return _unwritten(rec, exc, "evaluate" if rec["status"] == "done" else phase)
+
+
+def write_if_room(path: Path, text: str) -> OutOfSpace | None:
+    """Write ``text`` and a newline to ``path`` atomically; the full disk's error if it did not
+    fit (for the caller to record once it may), else None."""
+    from harness.storage.records import atomic_write_text
+
+    try:
+        atomic_write_text(path, text + "\n")
+    except OutOfSpace as exc:
+        return exc
+    return None
+
+
+def lease_failure(cell: Cell, exc: OutOfSpace) -> dict[str, Any]:
+    """The in-memory failed record of a cell that could not even take its lease."""
+    from harness.contract import new_record
+    from harness.engine.build import now
+    from harness.engine.environment import environment, resolve_device
+
+    rec = new_record(cell, environment(resolve_device(cell.recipe.device)), now())
+    rec["finished_at"] = now()
+    log.warning("cell %s failed: %s: %s (no record written)", cell.label, OUT_OF_SPACE, exc)
+    return _unwritten(rec, exc, phase="setup")
 
 
 def record_killed_cell(cell: Cell, results_dir: Path, message: str) -> dict[str, Any]:

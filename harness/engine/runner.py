@@ -61,7 +61,7 @@ from harness.engine.build import (
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
 from harness.engine.environment import device_name, environment, resolve_device
 from harness.engine.evaluate import evaluate_all, evaluate_split
-from harness.engine.faults import cell_error
+from harness.engine.faults import lease_failure, record_failure, write_if_room, write_record_if_room
 from harness.engine.train import (
     DivergenceError,
     make_optimizer,
@@ -78,8 +78,8 @@ from harness.storage.checkpoint import (
 )
 from harness.storage.lease import LeaseHeld
 from harness.storage.progress import ProgressLog, epoch_images
-from harness.storage.records import atomic_write_text, record_or_set_aside, write_record
-from harness.storage.space import OUT_OF_SPACE, OutOfSpace
+from harness.storage.records import atomic_write_text, record_or_set_aside
+from harness.storage.space import OutOfSpace
 from methods.base import EnsembleModel
 
 log = logging.getLogger("harness")
@@ -249,7 +249,7 @@ def run_cell(
         log.warning("cell %s skipped: %s", cell.label, exc)
         return {"cell_id": cell.cell_id, "status": "leased", "lease": exc.owner}
     except OutOfSpace as exc:  # not even the lease fits: a failure the executor can act on
-        return _unwritten_failure(cell, cell_dir, exc)
+        return lease_failure(cell, exc)
     try:
         if not distributed.ranks(cell).main:
             return distributed.follow(cell, lambda: _train_as_follower(cell, cell_dir, data_root))
@@ -287,11 +287,8 @@ def _run_leased(
     if existing and existing["status"] == "done" and not force:
         return existing
     _clear_for_run(cell_dir, existing, force)
-    setup_error: OutOfSpace | None = None
-    try:
-        atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
-    except OutOfSpace as exc:  # recorded below as the setup's failure, once the ranks are let go
-        setup_error = exc
+    # A full disk here is recorded below as the setup's failure, once the ranks are let go.
+    setup_error = write_if_room(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1))
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = resolve_device(cell.recipe.device)
     started, t0, cpu0 = now(), time.perf_counter(), time.process_time()
@@ -333,54 +330,16 @@ def _run_leased(
         rec["timings"] = {"train_s": train_s, "eval_s": eval_s}
         rec["status"] = "done"
     except Exception as exc:  # recorded, not swallowed: the record carries type, message, trace
-        rec["status"] = "failed"
         # One line for the machine's faults (memory, a full disk), the exception's text otherwise.
-        rec["error"] = cell_error(exc, cell, cell_dir, phase, device)
-        _event_if_room(cell_dir, "failed", phase=phase, error=rec["error"]["type"])
-        log.warning("cell %s failed: %s: %s", cell.label, rec["error"]["type"],
-                    rec["error"]["message"])  # fmt: skip
+        record_failure(rec, exc, cell, cell_dir, phase, device)
     rec["timings"]["total_s"] = time.perf_counter() - t0
     rec["timings"]["cpu_s"] = time.process_time() - cpu0  # a shared machine inflates wall time
     rec["finished_at"] = now()
-    try:
-        write_record(cell_dir, rec)
-    except OutOfSpace as exc:
-        # Not even the record fits. The cell is left without one (a re-run resumes it: from
-        # final.pt when training was over, else from the last whole checkpoint) and the
-        # executor learns why from the record returned here.
-        rec = _failed_unwritten(rec, exc, phase="evaluate" if rec["status"] == "done" else phase)
-        log.warning("cell %s failed: %s: %s (no record written)", cell.label, OUT_OF_SPACE, exc)
-        return rec
+    rec = write_record_if_room(cell, cell_dir, rec, phase)  # failed when it does not fit
     if rec["status"] == "done":
         log_event(cell_dir, "done")
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     return rec
-
-
-def _event_if_room(cell_dir: Path, event: str, **fields: Any) -> None:
-    """``events.jsonl``'s line for a failure, unless the disk is too full for it: the record
-    (or, when that cannot be written either, the executor's report) says why the cell failed."""
-    try:
-        log_event(cell_dir, event, **fields)
-    except OutOfSpace as exc:
-        log.info("%s", exc)
-
-
-def _failed_unwritten(rec: dict[str, Any], exc: OutOfSpace, phase: str) -> dict[str, Any]:
-    """``rec`` turned into the failure of a record that could not be written (kept in memory
-    for the executor; nothing on disk changes)."""
-    error = {"type": OUT_OF_SPACE, "message": str(exc), "traceback": "", "data_missing": False,
-             "phase": phase}  # fmt: skip
-    return {**rec, "status": "failed", "metrics": {}, "error": error}
-
-
-def _unwritten_failure(cell: Cell, cell_dir: Path, exc: OutOfSpace) -> dict[str, Any]:
-    """The in-memory failed record of a cell that could not even take its lease."""
-    device = resolve_device(cell.recipe.device)
-    rec = new_record(cell, environment(device), now())
-    rec["finished_at"] = now()
-    log.warning("cell %s failed: %s: %s (no record written)", cell.label, OUT_OF_SPACE, exc)
-    return _failed_unwritten(rec, exc, phase="setup")
 
 
 def _train_as_follower(cell: Cell, cell_dir: Path, data_root: Path) -> str:

@@ -178,6 +178,8 @@ def _run_on_slots(
     a signal killed (its pool is broken): its cell goes back to the front of the queue, until
     it has killed ``harness.executors.faults.KILLS_ALLOWED`` workers and is failed. After an
     out-of-space failure no cell is submitted; the running ones finish."""
+    # Length: submitting, replacing a worker, a kill's retry and Ctrl-C all act on the same
+    # pools, their processes, the queue and the running table; split, each part takes them all.
     from harness.executors.interrupt import deferred_sigint, stop_pool
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
