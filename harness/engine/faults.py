@@ -8,6 +8,11 @@ writes one line instead — the cell, its batch sizes, the peak memory measured 
 for memory; the path and the space left for a full disk (harness.storage.space) — which the
 record keeps, ``harness status`` and the run's summary show, and the executors read
 (``error.type`` ``OutOfSpace``: stop starting cells).
+
+Also how the runner records a failure on a full disk (:func:`record_failure`,
+:func:`write_record_if_room`, :func:`write_if_room`, :func:`lease_failure`: when a file does not
+fit, the executor still gets the failure, in memory) and the record the local executor writes
+for a cell that kept killing its worker (:func:`record_killed_cell`).
 """
 
 from __future__ import annotations
@@ -217,6 +222,6 @@ def record_killed_cell(cell: Cell, results_dir: Path, message: str) -> dict[str,
     try:
         write_record(cell_dir, rec)
         log_event(cell_dir, "failed", phase=phase, error="WorkerKilled")
-    except OutOfSpace:
-        pass  # the executor's report names the cell; a re-run retries it
+    except OutOfSpace as exc:  # the executor's report names the cell; a re-run retries it
+        log.warning("cell %s: no record written: %s", cell.label, exc)
     return rec
