@@ -426,16 +426,13 @@ def test_real_full_file_system_with_local_workers(tmp_path):
         assert m, stop
         started = [c for c in cells if (folder / c.cell_id / "events.jsonl").exists()]
         assert int(m.group(3)) == len(cells) - len(started)
-        # Nothing started after the first out-of-space failure.
-        failed_at = min(
-            e["at"] for c in started for e in read_events(folder / c.cell_id)
-            if e["event"] == "failed"
-        ) if any(e["event"] == "failed" for c in started
-                 for e in read_events(folder / c.cell_id)) else None  # fmt: skip
-        if failed_at is not None:
-            late = [e for c in started for e in read_events(folder / c.cell_id)
-                    if e["event"] == "train" and e["at"] > failed_at]  # fmt: skip
-            assert not late, late
+        # Nothing started after the first out-of-space failure (the one the line names).
+        events = {c.cell_id: read_events(folder / c.cell_id) for c in started}
+        hit = Path(m.group(1)).parent.name
+        failed_at = min(e["at"] for e in events[hit] if e["event"] == "failed")
+        late = [(c, e) for c, evs in events.items() for e in evs
+                if e["event"] == "train" and e["at"] > failed_at]  # fmt: skip
+        assert not late, late
         # Written before the fault: byte-identical, unless its cell finished since (a finished
         # cell removes its checkpoint); every checkpoint on disk is whole.
         after = snapshot(folder)
