@@ -8,7 +8,8 @@ single-node cluster of slurm/local_cluster (start.sh; ``. $SLURM_LOCAL_DIR/env.s
 - a cell that raises shows as failed, with its error, in ``harness status``;
 - a task killed by its time limit is requeued and resumes from its per-epoch checkpoint;
 - a cancelled suite, re-submitted, completes only what was missing;
-- ``--force`` resubmits a done cell and trains it again.
+- ``--force`` resubmits a done cell and trains it again;
+- a task whose cell meets a full disk fails that cell in one line, shown by ``harness status``.
 
 Skipped with a one-line reason when no cluster answers, except under HARNESS_REQUIRE_SLURM=1
 (CI), where they fail. About 4 minutes on 2 cores, most of it Slurm's time-limit and requeue
@@ -428,6 +429,44 @@ def test_force_resubmits_and_retrains_a_done_cell(results_root: Path, tmp_path: 
     assert jobs_of(results)[cid] != first_job
     assert second["started_at"] >= first["finished_at"]
     assert "resuming" not in task_logs(results, jobs_of(results)[cid], "err").lower()
+
+
+def test_task_out_of_space_fails_its_cell_with_one_line_shown_by_status(
+    results_root: Path, tmp_path: Path
+):
+    """Issue 42: a task whose cell meets a full disk fails that one cell with the line naming the
+    path and "no space left on device", and ``harness status`` shows it. The full disk is
+    injected in the task by the test-only plugin ``tests.fixtures.full_disk_plugin``
+    (``--plugin``, which the Slurm executor exports to its tasks): every ``checkpoint.pt`` write
+    fails with ``ENOSPC``."""
+    suite = write_suite(
+        tmp_path,
+        "fulldisk",
+        f"grid: {ONE_CELL_GRID}, methods: [single]}}\n"
+        "recipe: {epochs: 1, warmup_epochs: 0}\n"
+        "evaluation: {cost: false}\n",
+    )
+    env = {**cli_env(), "PYTHONPATH": str(REPO)}  # the tasks import the plugin from the checkout
+    rc, out = cli(
+        "run", suite, "--executor", "slurm", "--profile", "local", "--results", results_root,
+        "--plugin", "tests.fixtures.full_disk_plugin", "--wait", "-q", timeout=240, env=env,
+    )  # fmt: skip
+    assert rc == 1, out
+    results = results_root / "fulldisk"
+    ((cid, rec),) = records(results).items()
+    ckpt = results.resolve() / cid / "checkpoint.pt"
+    assert rec["status"] == "failed" and rec["error"]["type"] == "OutOfSpace", rec["error"]
+    assert rec["error"]["message"].startswith(f"{ckpt}: no space left on device: the file "
+                                              "system is full (")  # fmt: skip
+    assert "\n" not in rec["error"]["message"]
+    assert f"FAILED {cid} single seed 0: OutOfSpace: {ckpt}: no space left on device" in out
+    states, shown = status(results)
+    assert states == {cid: "failed"}, shown
+    assert f"failed   {cid} job {jobs_of(results)[cid]}" in shown, shown
+    assert re.search(rf"\| OutOfSpace: {re.escape(str(ckpt))}: no space left on device", shown), (
+        shown
+    )
+    assert "Traceback" not in out + shown
 
 
 def test_sacct_array_lines_expand_to_tasks():

@@ -21,15 +21,17 @@ command that fetches it, ``harness data download timm:<name>`` / ``torchvision:<
 Every load is ``weights_only=True`` or safetensors: nothing in a weights file can run code.
 
 The published state dict is fitted to the harness backbone the cell builds
-(:func:`fit_to_backbone`): key sets must match; tensors whose shape differs (a classifier for
-another number of classes, a stem for another number of input channels) keep the backbone's own
-seeded initialisation, and the log says which.
+(:func:`fit_to_backbone`), as is a weights file given by path: key sets must match and at least
+one tensor must have the backbone's shape; tensors whose shape differs (a classifier for another
+number of classes, a stem for another number of input channels) keep the backbone's own seeded
+initialisation, and the log says which. ``harness validate`` checks a file's fit on the ``meta``
+device (:func:`file_fit_problem`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -220,6 +222,69 @@ def named_problem(value: str) -> str | None:
     return None
 
 
+def fit_problem(state: Mapping[str, Tensor], target: Mapping[str, Tensor], what: str) -> str | None:
+    """Why ``state`` cannot initialise a backbone whose own state is ``target`` (None when it
+    can): other tensor names (another architecture), or not one tensor of the backbone's shape
+    (the same names at another width). Reads only names and shapes, so both may be on the
+    ``meta`` device (``harness validate``)."""
+    missing = [k for k in target if k not in state]
+    unexpected = [k for k in state if k not in target]
+    if missing or unexpected:
+        return (
+            f"pretrained: {what} does not fit the backbone: {len(missing)} of its tensors are "
+            f"missing (first: {missing[:3]}) and {len(unexpected)} are extra (first: "
+            f"{unexpected[:3]}); pick weights of the same architecture"
+        )
+    # Scalars (BatchNorm's num_batches_tracked) fit any backbone: they do not count as a fit.
+    shaped = [k for k in target if target[k].dim() > 0]
+    if shaped and all(state[k].shape != target[k].shape for k in shaped):
+        first = shaped[0]
+        return (
+            f"pretrained: {what} does not fit the backbone: none of its {len(shaped)} tensors "
+            f"has the backbone's shape (first: {first} {tuple(state[first].shape)} vs "
+            f"{tuple(target[first].shape)}); pick weights of the same architecture and width"
+        )
+    return None
+
+
+def backbone_file_state(path: str | Path, map_location: str = "cpu") -> dict[str, Tensor]:
+    """A plain backbone's state dict from a weights file: a harness ``final.pt``/``checkpoint.pt``
+    of a `single` cell (keys prefixed ``net.``, or under ``model``), a ``{"state_dict": ...}``
+    file, or any state dict. Loaded without running code from the file: one that needs full
+    unpickling raises ``UnsafeWeightsError``; a damaged one ``DamagedFile``."""
+    from harness.storage.checkpoint import load_weights
+
+    state = load_weights(path, map_location=map_location)
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if state and all(k.startswith("net.") for k in state):
+        state = {k[len("net.") :]: v for k, v in state.items()}
+    return state
+
+
+def file_fit_problem(path: str | Path, build: Callable[[], nn.Module]) -> str | None:
+    """What :func:`fit_to_backbone` would refuse in the weights file ``path`` for the backbone
+    ``build`` makes, found on the ``meta`` device (names and shapes: no tensor data read, no
+    memory); None when it fits or when the backbone cannot be built there (the cell will say)."""
+    from harness.contract.errors import DamagedFile
+    from harness.storage.checkpoint import UnsafeWeightsError
+
+    try:
+        state = backbone_file_state(path, map_location="meta")
+    except (DamagedFile, UnsafeWeightsError) as exc:
+        return f"pretrained: {exc}"
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        return f"pretrained: {path} does not hold a state dict (names → tensors)"
+    try:
+        with torch.device("meta"):
+            target = build().state_dict()
+    except Exception:  # a builder that needs real tensors: the cell checks when it runs
+        return None
+    return fit_problem(state, target, str(path))
+
+
 def fit_to_backbone(
     state: dict[str, Tensor], build: Callable[[], nn.Module], seed: int, what: str
 ) -> dict[str, Tensor]:
@@ -237,19 +302,14 @@ def fit_to_backbone(
         1000-class model on a 100-class task), logged.
 
     Raises:
-        WeightsError: the key sets differ (weights of another architecture).
+        WeightsError: the key sets differ, or no tensor has the backbone's shape (weights of
+            another architecture).
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         target = build().state_dict()
-    missing = [k for k in target if k not in state]
-    unexpected = [k for k in state if k not in target]
-    if missing or unexpected:
-        raise WeightsError(
-            f"pretrained: {what} does not fit the backbone: {len(missing)} of its tensors are "
-            f"missing (first: {missing[:3]}) and {len(unexpected)} are extra (first: "
-            f"{unexpected[:3]}); pick weights of the same architecture"
-        )
+    if problem := fit_problem(state, target, what):
+        raise WeightsError(problem)
     reshaped = [k for k in target if state[k].shape != target[k].shape]
     if reshaped:
         log.warning(
@@ -284,10 +344,12 @@ def fetch_named(value: str) -> Path:
 
 
 def backbone_state(value: str, cell, spec) -> dict[str, Tensor]:
-    """Named weights fitted to a cell's plain backbone (the one a conversion method builds).
+    """Named weights or a weights file fitted to a cell's plain backbone (the one a conversion
+    method builds): tensors of another shape keep the seeded initialisation (logged); other
+    names, or no tensor that fits, raise :class:`WeightsError` (one line, naming ``value``).
 
     Args:
-        value: ``timm:<name>`` or ``torchvision:<name>``.
+        value: ``timm:<name>``, ``torchvision:<name>`` or a path.
         cell: the :class:`harness.contract.Cell` (backbone, its options, seed).
         spec: the cell's :class:`harness.data.base.DatasetSpec` (input shape, classes).
     """
@@ -296,7 +358,7 @@ def backbone_state(value: str, cell, spec) -> dict[str, Tensor]:
     bspec = BACKBONES.get(cell.backbone)
     kwargs = dict(cell.backbone_kwargs)
     return fit_to_backbone(
-        load_named(value),
+        load_named(value) if is_named(value) else backbone_file_state(value),
         lambda: bspec.build(spec.in_shape, spec.num_classes, **kwargs),
         cell.seed,
         value,

@@ -81,7 +81,15 @@ def _add_validate(sub) -> None:
     _add_override_arguments(v)
     _add_plugin_argument(v)
     v.add_argument("--data-root")
-    v.add_argument("--skip-data", action="store_true", help="do not check that data exists")
+    v.add_argument(
+        "--results",
+        help="results root whose free space is checked (default: results/, as for run)",
+    )
+    v.add_argument(
+        "--skip-data",
+        action="store_true",
+        help="do not check that data exists (nor the data root, weights files, free space)",
+    )
     v.add_argument("-v", "--verbose", action="store_true", help="list the cells")
     v.add_argument("--tensorboard", action="store_true", help="check run --tensorboard can work")
 

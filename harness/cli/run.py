@@ -63,7 +63,7 @@ def cmd_run(args) -> int:
     if here:  # the data layer imports torch: only on the way to running cells here
         from harness.data.base import default_data_root
 
-        problems = preflight(suite, args, default_data_root(args.data_root))
+        problems = preflight(suite, args, default_data_root(args.data_root), results)
     else:
         problems = preflight(suite, args, None)
     if problems:
@@ -84,8 +84,6 @@ def cmd_run(args) -> int:
 
 def _run_and_report(executor, todo: list, results: Path, args) -> int:
     """Run ``todo`` on ``executor``; print its messages, then the summary once cells are over."""
-    from reports.terminal import print_summary
-
     print(executor.describe(len(todo)))
     t0 = time.perf_counter()
     # None: each cell's process resolves $HARNESS_DATA_ROOT or the user cache itself.
@@ -97,11 +95,30 @@ def _run_and_report(executor, todo: list, results: Path, args) -> int:
         return 0
     print(f"finished in {time.perf_counter() - t0:.1f} s")
     report_leased(outcome.records)
-    code = print_summary(results)
+    code = summary_or_full_disk(results)
     # A cell that failed on its data or weights (missing, damaged) is the user's to fix: exit 2,
     # as for the same problem found before the run.
     missing = any((r.get("error") or {}).get("data_missing") for r in outcome.records)
-    return 2 if missing else code
+    # A full file system stopped the run: cells are left pending, whatever the summary says.
+    return 2 if missing else max(code, int(outcome.halted))
+
+
+def summary_or_full_disk(results: Path) -> int:
+    """:func:`reports.terminal.print_summary`, whose record index may not fit on a file system
+    the run filled: then one line instead of the table (the records are all there), status 1."""
+    from harness.storage.space import out_of_space, out_of_space_cause
+    from reports.terminal import print_summary
+
+    try:
+        return print_summary(results)
+    except OSError as exc:
+        cause = out_of_space_cause(exc)
+        if cause is None:
+            raise
+        where = cause.filename or results
+        print(f"no summary: {out_of_space(where, cause)}; `harness status {results}` lists "
+              "the cells")  # fmt: skip
+        return 1
 
 
 #: A plan of up to this many cells lists each; a larger one lists (up to this many of) the cells

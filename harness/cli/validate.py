@@ -30,13 +30,19 @@ def load_suite_arg(
     return load_suite(path, overrides, check_files)
 
 
-def preflight(suite, args, data_root: Path | None) -> int:
+def preflight(suite, args, data_root: Path | None, results: Path | None = None) -> int:
     """Print the problems a valid suite can still meet on this machine (``--tensorboard``
-    without the package, data that is not there); 2 if any. The suite itself was validated
-    when it was loaded."""
+    without the package, a data root that is no folder, data that is not there, a results
+    folder without room for one cell); 2 if any. The suite itself was validated when it was
+    loaded. ``data_root`` None: the cells run elsewhere, nothing of this machine is checked."""
     problems = tensorboard_problems_of(args)
     if data_root is not None:
-        problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
+        if root_problem := data_root_problem(data_root):
+            problems.append(root_problem)  # every dataset would say the same, less clearly
+        else:
+            problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
+        if results is not None and (room := results_space_problem(suite.cells(), results)):
+            problems.append(room)
     for p in problems:
         print(p, file=sys.stderr)
     return 2 if problems else 0
@@ -55,6 +61,42 @@ def tensorboard_problems_of(args) -> list[str]:
     if names:
         os.environ[LOGGERS_ENV] = ",".join(names)
     return tensorboard_problems() + logger_problems([n for n in names if n != "tensorboard"])
+
+
+def data_root_problem(data_root: Path) -> str | None:
+    """The data root (``--data-root``, ``$HARNESS_DATA_ROOT`` or the user cache) is a file, or
+    does not exist and cannot be created (datasets are read and caches written there)."""
+    root = Path(data_root).expanduser()
+    if root.exists():
+        return None if root.is_dir() else f"{root}: the data root is not a directory"
+    from harness.storage.space import nearest_existing
+
+    parent = nearest_existing(root)
+    if not parent.is_dir():
+        return f"{root}: the data root cannot be created: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{root}: the data root cannot be created: no permission to write in {parent}"
+    return None
+
+
+def results_space_problem(cells: list, results: Path) -> str | None:
+    """Less free space on the results folder's file system than the largest cell's checkpoint
+    plus record (harness.engine.footprint): its first checkpoint would fail."""
+    from harness.engine.footprint import largest_footprint, surely_fits
+    from harness.storage.space import free_bytes, human_bytes, space_left
+
+    free = free_bytes(results)
+    if free is None or surely_fits(cells, free):
+        return None
+    need = largest_footprint(cells)
+    if need is None or need.total <= free:
+        return None
+    return (
+        f"{results}: no space for one cell: {space_left(results)} on its file system, and cell "
+        f"{need.cell.label} ({need.parameters:,} parameters) writes a "
+        f"{human_bytes(need.checkpoint_bytes)} checkpoint plus its record; free space or give "
+        "--results on a larger file system"
+    )
 
 
 def check_data(suite, data_root: Path) -> list[str]:
@@ -87,7 +129,7 @@ def cmd_validate(args) -> int:
         from harness.data.base import default_data_root
 
         data_root = default_data_root(args.data_root)
-    if preflight(suite, args, data_root):
+    if preflight(suite, args, data_root, Path(args.results or "results") / suite.name):
         return 2
     cells = CellFilter(args.only).select(suite.cells())
     print(

@@ -214,6 +214,7 @@ def suite_problems(suite: Any, check_files: bool = False) -> list[Problem | str]
                 lambda f, where=where, own=me.recipe: f"{where}.{f}" if f in own else f"recipe.{f}",
             )
         problems += _pretrained_problems(dict(me.hparams).get("pretrained"), i, check_files)
+        problems += _pretrained_fit_problems(suite, i, me) if check_files else []
     if not suite.cells():
         problems.append(_empty_grid(suite.grid))
     problems += calibration_problems(suite)
@@ -279,6 +280,34 @@ def _pretrained_problems(pretrained: Any, i: int, check_files: bool) -> list[str
         elif check_files and path and (problem := weights_file_problem(str(path))):
             problems.append(f"grid.methods[{i}].hparams.pretrained: {path} {problem}")
     return problems
+
+
+def _pretrained_fit_problems(suite: Any, i: int, entry: Any) -> list[str]:
+    """``pretrained:`` files of ``grid.methods[i]`` that do not fit the backbone of a cell they
+    initialise (another architecture, or no tensor of the backbone's shape): the cell would fail
+    when it starts, so the file is named now. Names and shapes only (``meta`` device)."""
+    from harness.backbones.weights import file_fit_problem, is_named
+    from harness.registry import BACKBONES, DATASETS
+    from harness.storage.safe_files import weights_file_problem
+
+    given = entry.hparams.get("pretrained")
+    paths = {str(p) for p in (given if isinstance(given, list | tuple) else [given]) if p}
+    problems: dict[tuple, str] = {}
+    for c in suite.cells():
+        path = c.hparams.get("pretrained")
+        key = (path, c.backbone, repr(sorted(c.backbone_kwargs.items())), c.dataset)
+        if c.method != entry.name or str(path) not in paths or is_named(path) or key in problems:
+            continue
+        if not Path(str(path)).expanduser().is_file() or weights_file_problem(str(path)):
+            continue  # named by _pretrained_problems
+        ds, bb, kwargs = DATASETS.get(c.dataset), BACKBONES.get(c.backbone), c.backbone_kwargs
+        problem = file_fit_problem(
+            Path(str(path)).expanduser(),
+            lambda ds=ds, bb=bb, kw=kwargs: bb.build(ds.in_shape, ds.num_classes or 2, **kw),
+        )
+        where = f"({c.backbone} on {c.dataset})"
+        problems[key] = problem and f"grid.methods[{i}].hparams.{problem} {where}"
+    return list(dict.fromkeys(p for p in problems.values() if p))
 
 
 def _empty_grid(grid: Any) -> Problem:

@@ -48,6 +48,7 @@ from harness.data.corruption_sets import (
     resolve_corruptions,
     why_not_applicable,
 )
+from harness.storage.space import out_of_space, out_of_space_cause
 
 __all__ = [
     "ALL_CORRUPTIONS",
@@ -245,8 +246,10 @@ def _atomic_write(path: Path, write) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if cause := out_of_space_cause(exc):  # name the cache file, not the cell (issue 42)
+            raise out_of_space(path, cause) from exc
         raise
 
 

@@ -80,16 +80,12 @@ def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split
 
 def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
     """A plain backbone's state dict from a harness ``final.pt``/``checkpoint.pt`` of a `single`
-    cell (keys prefixed ``net.``) or from any state dict the backbone accepts. Loaded without
-    running code from the file: one that needs full unpickling raises ``UnsafeWeightsError``."""
-    state = load_weights(path, map_location="cpu")
-    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
-        state = state["model"]
-    if isinstance(state, dict) and "state_dict" in state:
-        state = state["state_dict"]
-    if state and all(k.startswith("net.") for k in state):
-        state = {k[len("net.") :]: v for k, v in state.items()}
-    return state
+    cell (keys prefixed ``net.``) or from any state dict the backbone accepts
+    (:func:`harness.backbones.weights.backbone_file_state`). Loaded without running code from
+    the file: one that needs full unpickling raises ``UnsafeWeightsError``."""
+    from harness.backbones.weights import backbone_file_state
+
+    return backbone_file_state(path)
 
 
 def load_trained(cell: Cell, cell_dir: Path, model: EnsembleModel, device: torch.device) -> None:

@@ -118,11 +118,11 @@ def pretrained_state(
     if not METHODS.get(cell.method).pretrained_conversion:
         return None
     if cell.hparams.get("pretrained"):
-        from harness.backbones.weights import backbone_state, is_named
+        from harness.backbones.weights import backbone_state
 
-        if is_named(cell.hparams["pretrained"]):
-            return backbone_state(cell.hparams["pretrained"], cell, spec)
-        return load_backbone_state(cell.hparams["pretrained"])
+        # Named weights and files alike are fitted to the backbone: a tensor of another shape
+        # keeps the seeded initialisation; another architecture fails in one line.
+        return backbone_state(cell.hparams["pretrained"], cell, spec)
     epochs = int(cell.hparams.get("pretrain_epochs") or 0)
     if not epochs:
         return None

@@ -33,7 +33,6 @@ import json
 import logging
 import shutil
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,6 @@ from harness.contract import (
 )
 from harness.contract.errors import DamagedFile
 from harness.data.base import (
-    DataMissingError,
     DatasetSpec,
     Split,
     default_data_root,
@@ -63,6 +61,7 @@ from harness.engine.build import (
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
 from harness.engine.environment import device_name, environment, resolve_device
 from harness.engine.evaluate import evaluate_all, evaluate_split
+from harness.engine.faults import lease_failure, record_failure, write_if_room, write_record_if_room
 from harness.engine.train import (
     DivergenceError,
     make_optimizer,
@@ -80,7 +79,8 @@ from harness.storage.checkpoint import (
 from harness.storage.lease import LeaseHeld
 from harness.storage.loggers import CellTrackers
 from harness.storage.progress import ProgressLog, epoch_images, tracker_names
-from harness.storage.records import atomic_write_text, record_or_set_aside, write_record
+from harness.storage.records import atomic_write_text, record_or_set_aside
+from harness.storage.space import OutOfSpace
 from harness.storage.tracked import TrackedCell
 from methods.base import EnsembleModel
 
@@ -254,6 +254,8 @@ def run_cell(
     except LeaseHeld as exc:
         log.warning("cell %s skipped: %s", cell.label, exc)
         return {"cell_id": cell.cell_id, "status": "leased", "lease": exc.owner}
+    except OutOfSpace as exc:  # not even the lease fits: a failure the executor can act on
+        return lease_failure(cell, exc)
     try:
         if not distributed.ranks(cell).main:
             return distributed.follow(cell, lambda: _train_as_follower(cell, cell_dir, data_root))
@@ -291,7 +293,8 @@ def _run_leased(
     if existing and existing["status"] == "done" and not force:
         return existing
     _clear_for_run(cell_dir, existing, force)
-    atomic_write_text(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1) + "\n")
+    # A full disk here is recorded below as the setup's failure, once the ranks are let go.
+    setup_error = write_if_room(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1))
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = resolve_device(cell.recipe.device)
     started, t0, cpu0 = now(), time.perf_counter(), time.process_time()
@@ -305,6 +308,8 @@ def _run_leased(
     trackers = CellTrackers(cell_dir, tracker_names(), TrackedCell.from_record(rec, cell_dir))
     phase = "setup"  # setup → train → evaluate: the record says where a failure happened
     try:
+        if setup_error is not None:
+            raise setup_error
         spec, splits = load_data(cell, data_root)
         pre = pretrained_state(cell, cell_dir, spec, splits, device, progress, data_root)
         model, ctx = build_model(cell, spec, pre, device)
@@ -334,20 +339,12 @@ def _run_leased(
         rec["timings"] = {"train_s": train_s, "eval_s": eval_s}
         rec["status"] = "done"
     except Exception as exc:  # recorded, not swallowed: the record carries type, message, trace
-        rec["status"] = "failed"
-        rec["error"] = {
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": traceback.format_exc(limit=20)[-4000:],
-            "data_missing": isinstance(exc, DataMissingError),
-            "phase": phase,
-        }
-        log_event(cell_dir, "failed", phase=phase, error=type(exc).__name__)
-        log.warning("cell %s failed: %s: %s", cell.label, type(exc).__name__, exc)
+        # One line for the machine's faults (memory, a full disk), the exception's text otherwise.
+        record_failure(rec, exc, cell, cell_dir, phase, device)
     rec["timings"]["total_s"] = time.perf_counter() - t0
     rec["timings"]["cpu_s"] = time.process_time() - cpu0  # a shared machine inflates wall time
     rec["finished_at"] = now()
-    write_record(cell_dir, rec)
+    rec = write_record_if_room(cell, cell_dir, rec, phase)  # failed when it does not fit
     trackers.finish(rec)  # after the record: a tracker's failure never changes the result
     if rec["status"] == "done":
         log_event(cell_dir, "done")

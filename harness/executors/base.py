@@ -58,11 +58,14 @@ class RunOutcome:
             "lease"}`` for a cell another live process holds), in the order of the cells; empty
             when ``finished`` is False.
         messages: lines for the CLI to print after the run (a job id, where to follow it).
+        halted: a fault of the machine (a full file system) stopped the run before every cell
+            had started; the CLI exits non-zero (harness.executors.faults).
     """
 
     finished: bool
     records: list[dict[str, Any]] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    halted: bool = False
 
 
 class Executor(Protocol):

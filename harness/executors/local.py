@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from harness.executors.devices import (
     is_sticky_cuda_error,
     worker_slots,
 )
+from harness.executors.faults import MachineFaults, outcome_after, raised_failure
+from harness.storage.space import OutOfSpace
 
 
 def run_inprocess(
@@ -39,17 +42,25 @@ def run_inprocess(
     data_root: Path | None,
     force: bool = False,
     progress: bool = True,
+    faults: MachineFaults | None = None,
 ) -> list[dict[str, Any]]:
-    """Run cells one after another in this process, with a progress bar over cells."""
+    """Run cells one after another in this process, with a progress bar over cells; after an
+    out-of-space failure none starts (``faults`` says so: :class:`MachineFaults`)."""
     from tqdm.auto import tqdm
 
     from harness.engine.runner import run_cell
 
     records = []
+    faults = faults if faults is not None else MachineFaults()
     bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
     for i, cell in enumerate(bar):
         bar.set_postfix_str(cell.label)
-        records.append(run_cell(cell, results_dir, data_root, force=force, progress=progress))
+        try:
+            records.append(run_cell(cell, results_dir, data_root, force=force, progress=progress))
+        except OutOfSpace as exc:  # raised, not recorded: nothing of the cell could be written
+            records.append(raised_failure(cell.cell_id, exc))
+        if faults.note(records[-1]):  # a full file system: every later cell would fail too
+            break
         error = (records[-1].get("error") or {}).get("message") or ""
         if is_sticky_cuda_error(error) and i + 1 < len(cells):
             # This process's CUDA context is broken: every later cell here would fail too.
@@ -111,8 +122,12 @@ def run_local(
     devices: list[str] | None = None,
     task: Callable[..., dict[str, Any]] = _run_cell_json,
     gpus: list[str] | None = None,
+    faults: MachineFaults | None = None,
 ) -> list[dict[str, Any]]:
     """Run cells in ``workers`` spawned processes on this machine.
+
+    A worker killed by a signal is replaced and its cell retried once; after an out-of-space
+    failure no cell starts (``faults`` collects both: :class:`MachineFaults`).
 
     One-process cells first, on the workers; then each cell of ``processes: N`` (N > 1) in a
     worker that sees N GPUs (disjoint groups of the GPUs, so as many run at once as there are
@@ -131,12 +146,15 @@ def run_local(
     common = (str(results_dir), str(data_root) if data_root else None, force, threads, shared)
     one = [c for c in cells if c.recipe.processes <= 1]
     slots: list[str | None] = list(devices) if devices else [None] * workers
-    records = _run_on_slots(one, slots, task, common, bar)
+    faults = faults if faults is not None else MachineFaults()
+    records = _run_on_slots(one, slots, task, common, bar, faults)
     for n in sorted({c.recipe.processes for c in cells} - {0, 1}):
+        if faults.stopped:
+            break
         many = [c for c in cells if c.recipe.processes == n]
         gpus = gpus or (list(dict.fromkeys(devices)) if devices else [])
         groups: list[str | None] = gpu_groups(gpus, n) if gpus else [None] * max(1, workers // n)
-        records += _run_on_slots(many, groups, task, common, bar)
+        records += _run_on_slots(many, groups, task, common, bar, faults)
     bar.close()
     return records
 
@@ -150,12 +168,18 @@ def _run_on_slots(
     task: Callable[..., dict[str, Any]],
     common: tuple[Any, ...],
     bar: Any,
+    faults: MachineFaults,
 ) -> list[dict[str, Any]]:
     """Cells on one single-process pool per slot (a slot: the devices its worker sees), each
     cell to whichever slot is free. A pool per slot, rather than one pool of all, lets one
     worker be replaced: after a cell whose failure is a sticky CUDA error (the process's CUDA
     context is broken, every later cell in it would fail too), that slot's worker is shut down
-    and a fresh one started on the same devices; the other workers go on."""
+    and a fresh one started on the same devices; the other workers go on. So is a worker that
+    a signal killed (its pool is broken): its cell goes back to the front of the queue, until
+    it has killed ``harness.executors.faults.KILLS_ALLOWED`` workers and is failed. After an
+    out-of-space failure no cell is submitted; the running ones finish."""
+    # Length: submitting, replacing a worker, a kill's retry and Ctrl-C all act on the same
+    # pools, their processes, the queue and the running table; split, each part takes them all.
     from harness.executors.interrupt import deferred_sigint, stop_pool
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
@@ -169,12 +193,38 @@ def _run_on_slots(
 
     queue = list(reversed(cells))  # popped from the end: cells start in the given order
     pools = [start(slot) for slot in slots[:concurrent]]
-    running: dict[Future, int] = {}
+    running: dict[Future, tuple[int, Cell]] = {}
+    workers: list[Any] = [None] * len(pools)  # each pool's one process, once started
     records: list[dict[str, Any]] = []
 
     def submit(i: int) -> None:
-        if queue:
-            running[pools[i].submit(task, queue.pop().to_json(), *common)] = i
+        if queue and not faults.stopped:
+            cell = queue.pop()
+            running[pools[i].submit(task, cell.to_json(), *common)] = i, cell
+            # The pool's one process (its table, `_processes`, as harness.executors.interrupt
+            # reads it): its exit code tells which signal killed it, if one does.
+            table = getattr(pools[i], "_processes", None) or {}
+            workers[i] = workers[i] or next(iter(table.values()), None)
+
+    def replace(i: int) -> None:
+        pools[i].shutdown(wait=True)  # the worker exits (or is gone); its devices: a new one
+        pools[i] = start(slots[i])
+        workers[i] = None
+
+    def killed(i: int, cell: Cell) -> dict[str, Any] | None:
+        """The worker running ``cell`` died: a new one, and the cell again or its failure."""
+        proc = workers[i]
+        if proc is not None:
+            proc.join(timeout=10)
+        pid, code = (proc.pid, proc.exitcode) if proc is not None else (None, None)
+        replace(i)
+        if faults.worker_killed(cell.cell_id, cell.label, pid, code):
+            queue.append(cell)  # next to start, on whichever worker is free first
+            return None
+        from harness.engine.faults import record_killed_cell
+
+        line = faults.kill_failure(cell.cell_id, cell.label, code)
+        return record_killed_cell(cell, Path(common[0]), line)
 
     # Ctrl-C sets `interrupted`; it is acted on between waits, never inside the pool's locks.
     with deferred_sigint() as interrupted:
@@ -186,12 +236,21 @@ def _run_on_slots(
                 if interrupted.is_set():
                     raise KeyboardInterrupt
                 for fut in done:
-                    i = running.pop(fut)
-                    records.append(fut.result())
+                    i, cell = running.pop(fut)
+                    try:
+                        record = fut.result()
+                    except OutOfSpace as exc:  # raised, not recorded: nothing was written
+                        record = raised_failure(cell.cell_id, exc)
+                    except BrokenProcessPool:  # its worker died: SIGKILL, the OOM killer
+                        record = killed(i, cell)
+                        if record is None:  # retried
+                            submit(i)
+                            continue
+                    records.append(record)
                     bar.update(1)
-                    if records[-1].get("worker", {}).get("poisoned"):
-                        pools[i].shutdown(wait=True)  # the worker exits; its devices: a new one
-                        pools[i] = start(slots[i])
+                    faults.note(record)  # out of space: submit() starts nothing from now on
+                    if record.get("worker", {}).get("poisoned"):
+                        replace(i)
                     submit(i)
         except KeyboardInterrupt:
             stop_pool(pools)  # running cells stop at a safe point, queued ones never start
@@ -222,10 +281,12 @@ class InProcessExecutor:
             import torch
 
             torch.set_num_threads(self.options.threads)
+        faults = MachineFaults()
         records = run_inprocess(
-            cells, results_dir, data_root, force=force, progress=self.options.progress
-        )
-        return RunOutcome(finished=True, records=records)
+            cells, results_dir, data_root, force=force, progress=self.options.progress,
+            faults=faults,
+        )  # fmt: skip
+        return outcome_after(faults, records, len(cells))
 
 
 class LocalWorkersExecutor:
@@ -283,6 +344,7 @@ class LocalWorkersExecutor:
         self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
     ) -> RunOutcome:
         workers, threads, devices = self._shape(len(cells))
+        faults = MachineFaults()
         records = run_local(
             cells,
             results_dir,
@@ -294,5 +356,6 @@ class LocalWorkersExecutor:
             devices=devices,
             task=self.task,
             gpus=self.gpus(),
+            faults=faults,
         )
-        return RunOutcome(finished=True, records=records)
+        return outcome_after(faults, records, len(cells))

@@ -27,6 +27,7 @@ import torch
 
 from harness.contract.errors import DamagedFile
 from harness.storage.safe_files import atomic_write, weights_file_problem
+from harness.storage.space import naming_full_disk
 
 TRUST_ENV = "HARNESS_TRUST_PICKLE"
 
@@ -186,11 +187,13 @@ def log_event(cell_dir: Path, event: str, **fields: Any) -> None:
         {"event": event, "at": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
         | fields
     )
-    fd = os.open(Path(cell_dir) / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    path = Path(cell_dir) / EVENTS_FILE
+    with naming_full_disk(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
 
 
 def read_events(cell_dir: Path) -> list[dict[str, Any]]:

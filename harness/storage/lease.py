@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.storage.space import naming_full_disk
+
 LEASE_FILE = "lease.json"
 BREAK_SUFFIX = ".break"
 HEARTBEAT_S = 30.0
@@ -135,10 +137,14 @@ def _create(path: Path, owner: dict[str, Any]) -> bool:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as f:
-        json.dump(owner, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with naming_full_disk(path), os.fdopen(fd, "w") as f:
+            json.dump(owner, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)  # an empty lease of ours would hold the cell for a while
+        raise
     return True
 
 

@@ -20,6 +20,7 @@ them with ``tensorboard --logdir results/<suite>``. It needs the optional ``tens
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.storage.records import atomic_write_text
+from harness.storage.space import OutOfSpace, naming_full_disk
 
 if TYPE_CHECKING:
     from harness.storage.loggers import CellTrackers
@@ -279,8 +281,16 @@ class ProgressLog:
             self.fields = [*COLUMNS, *sorted(k for k in out if k not in COLUMNS)]
             self._writer = csv.DictWriter(self._file, self.fields, extrasaction="ignore")
             self._writer.writeheader()
-        self._writer.writerow(out)
-        self._file.flush()  # visible to readers now, not when the buffer fills
+        try:
+            with naming_full_disk(self.path):
+                self._writer.writerow(out)
+                self._file.flush()  # visible to readers now, not when the buffer fills
+        except OutOfSpace:
+            # Drop the unwritten row with the file: closing flushes again, and a later close
+            # (or the garbage collector's) would print the same error without a path.
+            with contextlib.suppress(OSError):
+                self._file.close()
+            raise
         if self.trackers.runs:
             from harness.storage.loggers import finite_scalars
 
@@ -288,7 +298,8 @@ class ProgressLog:
         return out
 
     def close(self) -> None:
-        self._file.close()
+        if not self._file.closed:
+            self._file.close()
         if self._owns_trackers:
             self.trackers.finish(None)
 

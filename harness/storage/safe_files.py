@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from harness.storage.space import naming_full_disk
+
 
 def current_umask() -> int:
     """The process's umask, read without changing it (``/proc/self/status`` on Linux ≥ 4.7);
@@ -81,21 +83,23 @@ def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) 
     whole: a unique temporary file (``mkstemp``, so two writers never share one), fsync,
     ``os.replace``. The file gets the mode a plain ``open(path, "w")`` gives under the current
     umask. On any failure, Ctrl-C included, the temporary file is removed and ``path`` is left
-    as it was.
+    as it was; a full disk or exceeded quota raises
+    :class:`harness.storage.space.OutOfSpace` naming ``path``.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-            f.flush()
-            fault_hook(path, f)
-            os.fsync(f.fileno())
-        honour_umask(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with naming_full_disk(path):  # a full disk names this path, not the temporary file's
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb" if binary else "w") as f:
+                write(f)
+                f.flush()
+                fault_hook(path, f)
+                os.fsync(f.fileno())  # a full disk may only show here (NFS, delayed allocation)
+            honour_umask(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)  # the old file stays whole: never half replaced
+            raise
     fault_hold(path)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.contract import read_manifest
 from harness.contract.done_index import DoneIndex
 from harness.contract.record import DamagedRecord, read_record
+from harness.executors.faults import MACHINE_FAULTS
 from harness.executors.slurm.submit import SLURM_DIR, read_jobs
 from harness.storage.lease import describe, live_leases
 from harness.storage.progress import progress_summary
@@ -172,7 +173,9 @@ def _cell_state(
         )
     elif rec and not active:  # a failed cell that was re-submitted is running/queued again
         err = rec["error"]
-        tail = log_tail(results_dir, job) or err.get("traceback", "")[-600:]
+        # A fault of the machine is its one line: where in the code it struck says nothing.
+        trace = "" if err.get("type") in MACHINE_FAULTS else err.get("traceback", "")[-600:]
+        tail = log_tail(results_dir, job) or trace
         return CellState(cell_id, label, "failed", job, f"{err['type']}: {err['message']}\n{tail}")
     elif job and slurm.get(job) in RUNNING:
         return CellState(cell_id, label, "running", job, slurm[job])
