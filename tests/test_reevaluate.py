@@ -142,3 +142,30 @@ def test_calibration_changes_no_raw_number_of_a_stochastic_method(tmp_path):
     assert "calibration" in cal and "calibration" not in plain
     assert cal["clean"] == plain["clean"]
     assert cal["corruption"] == plain["corruption"] and cal["ood"] == plain["ood"]
+
+
+def test_add_only_refuses_weights_that_are_not_the_records(tmp_path, capsys):
+    """A final.pt that does not reproduce the record's clean metrics (retrained, or another
+    cell's) adds nothing: one warning line, the record byte-identical, the other cells done."""
+    suite = tmp_path / "recal.yaml"
+    suite.write_text(textwrap.dedent(CALIBRATED))
+    results = tmp_path / "results"
+    assert (
+        main(["run", str(suite), "--results", str(results), "-q", "--executor", "inprocess"]) == 0
+    )
+    folder = results / "recal"
+    first, second = sorted(folder.glob("*/record.json"))
+    rec = json.loads(first.read_text())
+    rec["metrics"]["clean"]["acc"] -= 0.01  # as if final.pt came from another training
+    first.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    tampered = first.read_text()
+    calibrated = tmp_path / "recal_cal.yaml"
+    calibrated.write_text(textwrap.dedent(CALIBRATED) + "  calibrate: true\n  calibration: 200\n")
+    capsys.readouterr()
+    assert main(["evaluate", str(folder), "--suite", str(calibrated), "--add-only"]) == 0
+    out = capsys.readouterr()
+    assert "completed 1 cells" in out.out
+    (line,) = [x for x in out.err.splitlines() if "not the weights of this record" in x]
+    assert str(first.parent / "final.pt") in line and "acc" in line and "nothing added" in line
+    assert first.read_text() == tampered
+    assert "calibration" in json.loads(second.read_text())["metrics"]

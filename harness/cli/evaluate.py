@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.contract import Cell, DamagedRecord, is_cell_dir, read_manifest, read_record
 from harness.contract.errors import DamagedFile
 from harness.data.base import default_data_root
-from harness.engine.reevaluate import reevaluate_cell
+from harness.engine.reevaluate import NotTheRecordsWeights, reevaluate_cell
 from harness.storage.records import atomic_write_text
 
 
@@ -81,7 +81,7 @@ def reevaluate(
             if reevaluate_cell(cell, cell_dir, rec, root, add_only) is None:
                 print(f"{cell_dir.name}: leased by another process, skipped", file=sys.stderr)
                 continue
-        except DamagedFile as exc:  # the record stays as it is; only this cell is skipped
+        except (DamagedFile, NotTheRecordsWeights) as exc:  # the record stays as it is
             print(f"warning: {exc}; skipped", file=sys.stderr)
             continue
         done += 1

@@ -40,6 +40,32 @@ def add_missing(old: Any, new: Any) -> Any:
     return old
 
 
+class NotTheRecordsWeights(ValueError):
+    """``final.pt`` does not reproduce the record's clean metrics: adding metrics computed from
+    it would describe another model than the one the record's numbers come from."""
+
+
+#: How far a recomputed clean metric may be from the recorded one (relative) and still be the
+#: same weights: summation order may differ across machines and thread counts; retrained weights
+#: differ far more (a retrained Fashion-MNIST cell: accuracy 0.8436 against the recorded 0.8445).
+SAME_MODEL_RTOL = 1e-6
+
+
+def check_same_model(cell_dir: Path, record: dict[str, Any], metrics: dict[str, Any]) -> None:
+    """Raise :class:`NotTheRecordsWeights` unless ``metrics``' clean accuracy and NLL equal the
+    record's (to :data:`SAME_MODEL_RTOL`)."""
+    old, new = (record.get("metrics") or {}).get("clean") or {}, metrics["clean"]
+    for key in ("acc", "nll"):
+        a, b = old.get(key), new.get(key)
+        if a is None or b is None:
+            continue
+        if abs(a - b) > SAME_MODEL_RTOL * max(abs(a), abs(b), 1e-12):
+            raise NotTheRecordsWeights(
+                f"{cell_dir / 'final.pt'}: not the weights of this record ({key} "
+                f"{a:.6g} recorded, {b:.6g} from the file): nothing added"
+            )
+
+
 def reevaluate_cell(
     cell: Cell,
     cell_dir: Path,
@@ -59,6 +85,8 @@ def reevaluate_cell(
 
     Raises:
         DamagedFile: ``final.pt`` is damaged (the record is left as it was).
+        NotTheRecordsWeights: with ``add_only``, ``final.pt`` does not reproduce the record's
+            clean metrics (the record is left as it was).
     """
     try:
         lease = acquire(cell_dir)
@@ -74,6 +102,7 @@ def reevaluate_cell(
         metrics = evaluate_all(model, splits, spec, cell.evaluation, cell.recipe, device, data_root)
         evaluation = cell.to_json()["evaluation"]
         if add_only:
+            check_same_model(cell_dir, record, metrics)
             record["metrics"] = add_missing(record.get("metrics") or {}, metrics)
             record["evaluation"] = {
                 **(record.get("evaluation") or evaluation),
