@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 from harness.cli import main
 
@@ -74,16 +75,21 @@ def _leaves(obj, prefix=""):
         yield prefix, json.dumps(obj)
 
 
-def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys):
-    """`harness evaluate --add-only` on finished records: the post-hoc calibration block and the
-    reliability bins are added from final.pt; every value the records held is byte-identical."""
+def _finished_uncalibrated(tmp_path) -> Path:
+    """The results folder of :data:`CALIBRATED` run without calibration (two done cells)."""
     suite = tmp_path / "recal.yaml"
     suite.write_text(textwrap.dedent(CALIBRATED))
     results = tmp_path / "results"
     assert (
         main(["run", str(suite), "--results", str(results), "-q", "--executor", "inprocess"]) == 0
     )
-    folder = results / "recal"
+    return results / "recal"
+
+
+def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys):
+    """`harness evaluate --add-only` on finished records: the post-hoc calibration block and the
+    reliability bins are added from final.pt; every value the records held is byte-identical."""
+    folder = _finished_uncalibrated(tmp_path)
     paths = sorted(folder.glob("*/record.json"))
     assert len(paths) == 2
     before = {p: json.loads(p.read_text()) for p in paths}
@@ -147,13 +153,7 @@ def test_calibration_changes_no_raw_number_of_a_stochastic_method(tmp_path):
 def test_add_only_refuses_weights_that_are_not_the_records(tmp_path, capsys):
     """A final.pt that does not reproduce the record's clean metrics (retrained, or another
     cell's) adds nothing: one warning line, the record byte-identical, the other cells done."""
-    suite = tmp_path / "recal.yaml"
-    suite.write_text(textwrap.dedent(CALIBRATED))
-    results = tmp_path / "results"
-    assert (
-        main(["run", str(suite), "--results", str(results), "-q", "--executor", "inprocess"]) == 0
-    )
-    folder = results / "recal"
+    folder = _finished_uncalibrated(tmp_path)
     first, second = sorted(folder.glob("*/record.json"))
     rec = json.loads(first.read_text())
     rec["metrics"]["clean"]["acc"] -= 0.01  # as if final.pt came from another training
