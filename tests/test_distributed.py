@@ -104,10 +104,11 @@ def only_cell(path: Path) -> Cell:
 
 
 def run(cell: Cell, results: Path) -> dict:
-    from harness.engine.runner import run_cell
+    """The cell as an executor runs it: its ranks started here (harness.executors.ranks)."""
+    from harness.executors.ranks import run_one
 
     torch.set_num_threads(1)
-    return run_cell(cell, results, progress=False)
+    return run_one(cell, results, progress=False)
 
 
 def processes(cell: Cell, n: int) -> Cell:
@@ -258,7 +259,7 @@ def one_process_grads(blocks: list[slice]) -> dict[str, torch.Tensor]:
 def test_sigma_ens_batch_statistics_are_per_rank(tmp_path):
     """The documented difference: each rank normalises its B/2 images with their own
     per-member statistics, so a step is the mean of the blocks' one-process steps."""
-    from harness.engine.distributed_launch import free_port
+    from harness.executors.ranks import free_port
 
     out = tmp_path / "grads.pt"
     torch.multiprocessing.spawn(sigma_step_rank, args=(2, free_port(), str(out)), nprocs=2)
@@ -352,7 +353,7 @@ def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
 
 @pytest.mark.slow
 def test_every_method_trains_through_ddp_with_identical_replicas(tmp_path):
-    from harness.engine.distributed_launch import free_port
+    from harness.executors.ranks import free_port
 
     out = tmp_path / "gaps.json"
     torch.multiprocessing.spawn(every_method_rank, args=(2, free_port(), str(out)), nprocs=2)
