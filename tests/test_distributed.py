@@ -474,15 +474,21 @@ def test_cuda_cell_without_enough_gpus_fails_with_a_record(tmp_path, monkeypatch
 
 
 def test_one_process_cells_keep_their_config_and_id():
-    """`processes: 1` is how every cell ran before the field: it is left out of the config
-    (so ids, cell.json and records are unchanged, and reports group old and new records);
-    more processes are part of both."""
+    """`processes: 1` is how every cell ran before the field: it is left out of the cell id (so
+    ids are unchanged, and reports group old and new records) but spelled out in the config the
+    cell and its record carry (nothing dropped for a reader to refill); more processes are
+    part of both."""
     one = sigma_cell()
     two = processes(one, 2)
-    assert "processes" not in one.config()["recipe"]
+    assert "processes" not in one.identity_config()["recipe"]
+    assert one.config()["recipe"]["processes"] == 1
     assert two.config()["recipe"]["processes"] == 2
+    assert two.identity_config()["recipe"]["processes"] == 2
     assert one.cell_id != two.cell_id
     assert Cell.from_json(one.to_json()) == one and Cell.from_json(two.to_json()) == two
+    for validated in (False, True):  # read back from disk, or handed to a worker
+        assert Cell.from_json(one.to_json(), validated) == one
     legacy = one.to_json()
-    assert "processes" not in legacy["recipe"]  # a cell.json written before the field
+    del legacy["recipe"]["processes"]  # a cell.json written before the field
     assert Cell.from_json(legacy).cell_id == one.cell_id
+    assert Cell.from_json(legacy, validated=True).cell_id == one.cell_id

@@ -31,7 +31,6 @@ from harness.contract.config import (
     Recipe,
     expand_values,
     hparam_defaults,
-    hparams_values,
 )
 from harness.registry import BACKBONES, DATASETS, METHODS
 from harness.registry.core import UnknownNameError
@@ -240,13 +239,7 @@ def _check_entries(
                 )
             elif spec.check:
                 for hp in expand_hparams(spec, me.hparams):
-                    errors.extend(
-                        f"{where}: {p}"
-                        for p in spec.check(
-                            spec.hparams(**hparams_values(hp)),
-                            m,
-                        )
-                    )
+                    errors.extend(f"{where}: {p}" for p in spec.check(spec.make_hparams(hp), m))
         for bb in method_backbones(me, backbones):
             if spec.backbones is not None and bb.name not in spec.backbones:
                 errors.append(

@@ -165,7 +165,6 @@ def method_build_problems(
         datasets: the grid's dataset names (input shape and class count of each).
         members: the entry's M values.
     """
-    from harness.contract.config import hparams_values
     from harness.registry import DATASETS
     from methods.base import BuildContext
 
@@ -177,7 +176,7 @@ def method_build_problems(
         ds = DATASETS.get(name)
         ctx = BuildContext(bb.name, tuple(ds.in_shape), ds.num_classes or 2, m, dict(bb.kwargs))
         for hp in settings:
-            for text in spec.check_build(ctx, spec.hparams(**hparams_values(hp))):
+            for text in spec.check_build(ctx, spec.make_hparams(hp)):
                 problems.append(Problem(key, f"{bb.name} on {name}, M={m}: {text}", related))
     return list(dict.fromkeys(problems))
 

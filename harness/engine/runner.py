@@ -28,7 +28,6 @@ pre-trained model in harness.engine.pretrain.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
@@ -58,6 +57,7 @@ from harness.engine.build import (
     load_trained,
     now,
     seed_everything,
+    with_defaults,
 )
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
 from harness.engine.environment import device_name, environment, resolve_device
@@ -69,7 +69,7 @@ from harness.engine.train import (
     make_scheduler,
     train_epoch,
 )
-from harness.registry import METHODS, method_defaults
+from harness.registry import METHODS
 from harness.storage.checkpoint import (
     load_checkpoint,
     log_event,
@@ -317,9 +317,9 @@ def _run_leased(
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = resolve_device(cell.recipe.device)
     started, t0, cpu0 = now(), time.perf_counter(), time.process_time()
-    # The engine knows the method's defaults: the label and shown hparams are fixed here, at
-    # run time, and written into the record (the reporter never re-derives them).
-    cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+    # The label and shown hparams are fixed from the defaults the cell carries and written into
+    # the record (the reporter never re-derives them).
+    cell = with_defaults(cell)
     rec = new_record(cell, environment(device), started)
     rec["cost"] = run_conditions(cell, device, shared_device)
     # Opened when training starts (or, when it was over, with the record), finished with the

@@ -91,7 +91,7 @@ def _run_cell_json(
     check_not_stopping()  # after Ctrl-C no new cell starts, even one already queued to us
     torch.set_num_threads(threads)  # workers share the cores: no oversubscription
     record = run_one(
-        Cell.from_json(cell_json),
+        Cell.from_json(cell_json, validated=True),
         Path(results_dir),
         Path(data_root) if data_root else None,
         force=force,

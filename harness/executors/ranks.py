@@ -15,7 +15,6 @@ Slurm the cell is one array task of N Slurm tasks, each a rank
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import os
@@ -159,7 +158,7 @@ def _rank_main(
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA initialises: cuda:0 is this GPU
     _watch_parent(parent)
     torch.set_num_threads(threads)
-    cell = Cell.from_json(cell_json)
+    cell = Cell.from_json(cell_json, validated=True)
     with process_group(cell):
         root = Path(data_root) if data_root else None
         out = run_cell(cell, Path(results_dir), root, force, progress, shared_device)
@@ -247,8 +246,8 @@ def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict
     """A ``failed`` record (phase ``setup``) for a cell whose ranks cannot be started, written
     under the cell's lease like any record, so the grid goes on and the reason is reported."""
     from harness.contract import new_record
+    from harness.engine.build import with_defaults
     from harness.engine.environment import environment
-    from harness.registry import method_defaults
     from harness.storage.checkpoint import log_event
     from harness.storage.records import write_record
 
@@ -258,7 +257,7 @@ def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict
     except LeaseHeld as held:
         return {"cell_id": cell.cell_id, "status": "leased", "lease": held.owner}
     try:
-        cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+        cell = with_defaults(cell)
         rec = new_record(cell, environment(torch.device("cpu")), _now())
         rec["status"] = "failed"
         rec["error"] = {

@@ -54,7 +54,7 @@ class CellTask(submitit.helpers.Checkpointable):
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         if cpus and cpus.isdigit() and not os.environ.get("OMP_NUM_THREADS"):
             torch.set_num_threads(int(cpus))
-        cell = Cell.from_json(cell_json)
+        cell = Cell.from_json(cell_json, validated=True)
         logging.getLogger("harness").info(
             "cell %s (%s): job %s, restart %s, %d torch threads",
             cell.cell_id,
