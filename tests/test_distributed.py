@@ -35,6 +35,7 @@ from harness.contract.build import build_dataclass
 from harness.registry.core import PLUGINS_ENV
 from harness.storage.checkpoint import read_events
 from harness.storage.lease import pid_alive, read_owner
+from tests.fixtures.machine_faults import fault_env
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = "ddp_test_backbone"
@@ -379,8 +380,8 @@ def test_killed_ddp_cell_resumes_on_both_ranks(tmp_path, plugin_dir, mlp_referen
            "-q", "--executor", "inprocess"]  # fmt: skip
     # Every atomic write sleeps 1 s: the launcher is killed between two epoch checkpoints.
     stderr = (tmp_path / "stderr.txt").open("w")
-    proc = subprocess.Popen(cmd, env=cli_env(plugin_dir, HARNESS_FAULT_WRITE_SLEEP_S="1"),
-                            stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+    env = fault_env(cli_env(plugin_dir), HARNESS_FAULT_WRITE_SLEEP_S="1")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     folder = results / "ddp"
     deadline = time.monotonic() + 300
     while not list(folder.glob("*/checkpoint.pt")):
