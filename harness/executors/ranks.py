@@ -1,9 +1,10 @@
 """One cell from an executor: in this process, or the N ranks of a ``processes: N`` cell.
 
 :func:`run_one` is what the local executors call per cell (and what a plugin executor should
-call): it trains the `single` cell a conversion starts from first
-(:func:`harness.engine.pretrain.single_to_train`, the one pre-training decision), then runs
-:func:`harness.engine.runner.run_cell` here, or for a multi-process cell :func:`launch_cell`
+call): it runs :func:`harness.engine.runner.run_cell` here (which trains the `single` cell a
+conversion starts from, :func:`harness.engine.pretrain.single_to_train` being the one
+pre-training decision; :func:`pretrain_first` trains it here instead when ranks must find it
+done), or for a multi-process cell :func:`launch_cell`
 spawns the cell's N ranks (``torch.multiprocessing`` spawn, the ``env://`` rendezvous on a free
 local port, one GPU each through ``CUDA_VISIBLE_DEVICES`` on a GPU machine) and waits for them;
 each rank runs ``run_cell`` inside the process group. A rank whose launcher dies (SIGKILL) stops
