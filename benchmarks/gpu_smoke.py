@@ -241,8 +241,8 @@ def part_ddp(tmp: Path) -> None:
 
     from harness.config.suite import load_suite
     from harness.engine.distributed import DistributedTraining, end_epoch
-    from harness.engine.distributed_launch import free_port
     from harness.engine.train import make_optimizer, make_scheduler, train_epoch
+    from harness.executors.ranks import free_port
 
     path = tmp / "ddp.yaml"
     path.write_text(suite_text("ddp", 1, "[sigma_ens]", NO_EVAL))

@@ -191,7 +191,7 @@ def reference_count(key: tuple, reference: str) -> int:
     spec = METHODS.get(reference)
     m = max(spec.min_members, min(key[3], spec.max_members or key[3]))
     ctx = _ctx_from_key(key, m)
-    return _count(lambda: spec.build(ctx, spec.hparams()))
+    return _count(lambda: spec.build(ctx, spec.make_hparams({})))
 
 
 @functools.lru_cache(maxsize=256)

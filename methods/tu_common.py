@@ -1,8 +1,9 @@
 """Shared plumbing for methods built from torch-uncertainty's dedicated ensemble models.
 
 torch-uncertainty has one builder per (method, architecture); this module picks it by the
-backbone's family (``BackboneSpec.family``), never by backbone name, and builds the digits CNN
-variant from the same library layers.
+backbone's family (``BackboneSpec.family``), never by backbone name, gives it the depth and stem
+the backbone declares, and rebuilds a "cnn"-family CNN (its ``layered_class``) from the same
+library's layers. What torch-uncertainty needs is known here, not in the backbone specs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from harness.backbones.vision import DigitsCNN
 from methods.base import (
     BatchFeeding,
     BuildContext,
@@ -23,7 +23,8 @@ from methods.base import (
 )
 
 # Backbone families with a torch-uncertainty builder for every dedicated ensemble model: "cnn"
-# is the digits CNN rebuilt from the library's layers, "resnet" needs ``BackboneSpec.tu_arch``,
+# is the backbone's ``layered_class`` rebuilt from the library's layers, "resnet" needs the
+# backbone's ``depth``,
 # "wideresnet" is WRN-28-10 (the library's dedicated builders exist only at 28×10; other widths
 # register a family of their own so these methods refuse them).
 TU_FAMILIES = ("cnn", "resnet", "wideresnet")
@@ -36,8 +37,8 @@ def build_tu(
     digits_builder: Callable[[BuildContext], nn.Module],
     **kwargs: Any,
 ) -> nn.Module:
-    """Build torch-uncertainty's model of a method for the cell's backbone family (CIFAR style
-    unless the backbone spec has a ``tu_style``)."""
+    """Build torch-uncertainty's model of a method for the cell's backbone family, in the
+    style of the backbone's declared ``stem`` ("cifar" or "imagenet")."""
     from harness.registry import BACKBONES
 
     spec = BACKBONES.get(ctx.backbone)
@@ -45,30 +46,39 @@ def build_tu(
         return digits_builder(ctx)
     c, k, m = ctx.in_shape[0], ctx.num_classes, ctx.num_members
     extra = {key: v for key, v in ctx.backbone_kwargs.items() if key == "dropout_rate"}
-    # ImageNet backbones (harness.backbones.imagenet) carry style "imagenet": the 7×7 stem.
-    style = spec.tu_style
+    # ImageNet backbones (harness.backbones.imagenet) declare stem "imagenet": the 7×7 stem.
+    style = spec.stem
     if spec.family == "wideresnet":
         return wrn_builder(
             in_channels=c, num_classes=k, num_estimators=m, style=style, **extra, **kwargs
         )
-    if spec.family != "resnet" or spec.tu_arch is None:
+    if spec.family != "resnet" or spec.depth is None:
         raise ValueError(
             f"backbone {ctx.backbone!r} (family {spec.family!r}) has no torch-uncertainty "
             f"builder; supported families: {', '.join(TU_FAMILIES)}"
         )
-    arch = spec.tu_arch
+    arch = spec.depth
     return resnet_builder(
         in_channels=c, num_classes=k, arch=arch, num_estimators=m, style=style, **extra, **kwargs
     )
 
 
 def digits_cnn(ctx: BuildContext, **kwargs: Any) -> nn.Module:
-    """The ``cnn``-family backbone with custom layers: the spec's ``layered`` class (the 28×28
-    CNN of :mod:`harness.backbones.grey28`), else :class:`DigitsCNN`; kwargs go to that class, the
-    suite's ``width``/``dropout_rate`` too (each class keeps its own default width)."""
+    """The ``cnn``-family backbone with custom layers: the spec's ``layered_class`` (the digits
+    CNN, the 28×28 CNN of :mod:`harness.backbones.grey28`); kwargs go to that class, the suite's
+    ``width``/``dropout_rate`` too (each class keeps its own default width).
+
+    Raises:
+        ValueError: a "cnn"-family backbone that takes no layer factories.
+    """
     from harness.registry import BACKBONES
 
-    cls = BACKBONES.get(ctx.backbone).layered or DigitsCNN
+    cls = BACKBONES.get(ctx.backbone).layered_class
+    if cls is None:
+        raise ValueError(
+            f"backbone {ctx.backbone!r} (family 'cnn') declares no layered_class: its layers "
+            "cannot be rebuilt from torch-uncertainty's"
+        )
     own = {k: ctx.backbone_kwargs[k] for k in ("width", "dropout_rate") if k in ctx.backbone_kwargs}
     return cls(ctx.in_shape[0], ctx.num_classes, **own, **kwargs)
 

@@ -35,6 +35,7 @@ from harness.contract.build import build_dataclass
 from harness.registry.core import PLUGINS_ENV
 from harness.storage.checkpoint import read_events
 from harness.storage.lease import pid_alive, read_owner
+from tests.fixtures.machine_faults import fault_env
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = "ddp_test_backbone"
@@ -104,10 +105,11 @@ def only_cell(path: Path) -> Cell:
 
 
 def run(cell: Cell, results: Path) -> dict:
-    from harness.engine.runner import run_cell
+    """The cell as an executor runs it: its ranks started here (harness.executors.ranks)."""
+    from harness.executors.ranks import run_one
 
     torch.set_num_threads(1)
-    return run_cell(cell, results, progress=False)
+    return run_one(cell, results, progress=False)
 
 
 def processes(cell: Cell, n: int) -> Cell:
@@ -258,7 +260,7 @@ def one_process_grads(blocks: list[slice]) -> dict[str, torch.Tensor]:
 def test_sigma_ens_batch_statistics_are_per_rank(tmp_path):
     """The documented difference: each rank normalises its B/2 images with their own
     per-member statistics, so a step is the mean of the blocks' one-process steps."""
-    from harness.engine.distributed_launch import free_port
+    from harness.executors.ranks import free_port
 
     out = tmp_path / "grads.pt"
     torch.multiprocessing.spawn(sigma_step_rank, args=(2, free_port(), str(out)), nprocs=2)
@@ -352,7 +354,7 @@ def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
 
 @pytest.mark.slow
 def test_every_method_trains_through_ddp_with_identical_replicas(tmp_path):
-    from harness.engine.distributed_launch import free_port
+    from harness.executors.ranks import free_port
 
     out = tmp_path / "gaps.json"
     torch.multiprocessing.spawn(every_method_rank, args=(2, free_port(), str(out)), nprocs=2)
@@ -378,8 +380,8 @@ def test_killed_ddp_cell_resumes_on_both_ranks(tmp_path, plugin_dir, mlp_referen
            "-q", "--executor", "inprocess"]  # fmt: skip
     # Every atomic write sleeps 1 s: the launcher is killed between two epoch checkpoints.
     stderr = (tmp_path / "stderr.txt").open("w")
-    proc = subprocess.Popen(cmd, env=cli_env(plugin_dir, HARNESS_FAULT_WRITE_SLEEP_S="1"),
-                            stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+    env = fault_env(cli_env(plugin_dir), HARNESS_FAULT_WRITE_SLEEP_S="1")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     folder = results / "ddp"
     deadline = time.monotonic() + 300
     while not list(folder.glob("*/checkpoint.pt")):
@@ -473,15 +475,21 @@ def test_cuda_cell_without_enough_gpus_fails_with_a_record(tmp_path, monkeypatch
 
 
 def test_one_process_cells_keep_their_config_and_id():
-    """`processes: 1` is how every cell ran before the field: it is left out of the config
-    (so ids, cell.json and records are unchanged, and reports group old and new records);
-    more processes are part of both."""
+    """`processes: 1` is how every cell ran before the field: it is left out of the cell id (so
+    ids are unchanged, and reports group old and new records) but spelled out in the config the
+    cell and its record carry (nothing dropped for a reader to refill); more processes are
+    part of both."""
     one = sigma_cell()
     two = processes(one, 2)
-    assert "processes" not in one.config()["recipe"]
+    assert "processes" not in one.identity_config()["recipe"]
+    assert one.config()["recipe"]["processes"] == 1
     assert two.config()["recipe"]["processes"] == 2
+    assert two.identity_config()["recipe"]["processes"] == 2
     assert one.cell_id != two.cell_id
     assert Cell.from_json(one.to_json()) == one and Cell.from_json(two.to_json()) == two
+    for validated in (False, True):  # read back from disk, or handed to a worker
+        assert Cell.from_json(one.to_json(), validated) == one
     legacy = one.to_json()
-    assert "processes" not in legacy["recipe"]  # a cell.json written before the field
+    del legacy["recipe"]["processes"]  # a cell.json written before the field
     assert Cell.from_json(legacy).cell_id == one.cell_id
+    assert Cell.from_json(legacy, validated=True).cell_id == one.cell_id

@@ -110,7 +110,7 @@ def test_slurm_task_forces_its_first_attempt_only(monkeypatch, write_suite, tmp_
 
     forced: list[bool] = []
 
-    def fake_run_cell(cell, results_dir, data_root, force=False, progress=True):
+    def fake_run_cell(cell, results_dir, data_root, force=False, progress=True, shared=False):
         forced.append(force)
         return {"cell_id": cell.cell_id, "status": "done"}
 

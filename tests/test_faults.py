@@ -23,6 +23,7 @@ import pytest
 
 from harness.contract.record import validate_record
 from harness.storage.checkpoint import read_events
+from tests.fixtures.machine_faults import fault_env
 
 GRID = """
 name: {name}
@@ -133,7 +134,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, re
         kept = {c: json.dumps(r, sort_keys=True) for c, r in records(folder).items()
                 if r["status"] == "done"}  # fmt: skip
         if target == "random":
-            env = clean_env(HARNESS_FAULT_WRITE_SLEEP_S="0.2")
+            env = fault_env(clean_env(), HARNESS_FAULT_WRITE_SLEEP_S="0.2")
             before = _progress_stamps(folder)
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     env=env, start_new_session=True)  # fmt: skip
@@ -150,7 +151,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, re
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         else:
-            env = clean_env(HARNESS_FAULT_KILL_WRITE=target)
+            env = fault_env(clean_env(), HARNESS_FAULT_KILL_WRITE=target)
             proc = subprocess.run(cmd, capture_output=True, env=env, timeout=600)
         log.append((target, proc.returncode))
         kills += proc.returncode == -signal.SIGKILL
@@ -267,8 +268,8 @@ def test_ctrl_c_stops_the_local_executor(tmp_path):
     out_file, err_file = (tmp_path / "out.txt").open("w"), (tmp_path / "err.txt").open("w")
     proc = subprocess.Popen(cmd, stdout=out_file, stderr=err_file, text=True,
                             start_new_session=True,
-                            env={**clean_env(), "PYTHONFAULTHANDLER": "1",
-                                 "HARNESS_FAULT_HOLD": f"checkpoint.pt:{hold}"})  # fmt: skip
+                            env=fault_env({**clean_env(), "PYTHONFAULTHANDLER": "1"},
+                                          HARNESS_FAULT_HOLD=f"checkpoint.pt:{hold}"))  # fmt: skip
     folder = results / "ctrlc"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and len(list(folder.glob("*/events.jsonl"))) < 2:

@@ -79,6 +79,10 @@ MAY_IMPORT = {
     },
 }
 
+#: Layer → third-party packages it never imports: the engine runs one cell in this process, so
+#: the scheduler's library (submitit) is the executors' alone, like starting processes.
+NEVER_IMPORTS = {"engine": {"submitit"}}
+
 #: ``"package.module:attribute"``: a name resolved with importlib by a table of the project.
 _TARGET = re.compile(r"^([A-Za-z_]\w*(?:\.\w+)*):\w+$")
 
@@ -212,6 +216,8 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                     out.append(f"{mod} -> {dep}: the contract layer imports only the stdlib")
             elif layer == "reporter" and top == "torch":
                 out.append(f"{mod} -> {dep}: the reporter never imports torch")
+            elif top in NEVER_IMPORTS.get(layer, ()):
+                out.append(f"{mod} -> {dep}: the {layer} layer never imports {top}")
     return out
 
 
@@ -244,7 +250,7 @@ def test_checker_finds_a_planted_cycle_and_each_forbidden_import(tmp_path):
         "harness/__init__.py": "",
         "harness/contract/__init__.py": "import torch\nfrom harness.engine import runner\n",
         "harness/engine/__init__.py": "",
-        "harness/engine/runner.py": "def f():\n    from reports import page\n",
+        "harness/engine/runner.py": "def f():\n    from reports import page\n    import submitit\n",
         "harness/cli/__init__.py": "TABLE = {'x': 'harness.executors.sub:Thing'}\n",
         "harness/executors/__init__.py": "",
         "harness/executors/sub.py": (
@@ -267,6 +273,7 @@ def test_checker_finds_a_planted_cycle_and_each_forbidden_import(tmp_path):
         "layer",
         "harness.contract -> torch: the contract layer imports only the stdlib",
         "harness.engine.runner -> reports.page: the engine layer never imports the reporter layer",
+        "harness.engine.runner -> submitit: the engine layer never imports submitit",
         "harness.executors.sub -> harness.cli: the executors layer never imports the cli layer",
         "harness.loose: in no layer's folder (see LAYERS)",
         "harness.storage -> methods.m: the storage layer never imports the components layer",
@@ -295,3 +302,29 @@ def test_reading_results_never_imports_torch_or_methods():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_engine_runs_one_cell_and_takes_no_runner_as_a_callback():
+    """No function of harness/engine takes ``run_cell`` (or a ``run`` callable standing for it)
+    as a parameter, and none passes it on: the runner trains a conversion's `single`
+    cell by calling itself, and starting the ranks of a multi-process cell is the executors'."""
+    found = []
+    for path in sorted((REPO / "harness" / "engine").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                names = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+                if names & {"run_cell", "run"}:
+                    found.append(f"{path.name}:{node.lineno} parameter {sorted(names)}")
+            if isinstance(node, ast.Call):
+                args = [*node.args, *(k.value for k in node.keywords)]
+                if any(isinstance(x, ast.Name) and x.id == "run_cell" for x in args):
+                    found.append(f"{path.name}:{node.lineno} passes run_cell on")
+                if any(
+                    isinstance(x, ast.Lambda)
+                    and any(isinstance(n, ast.Name) and n.id == "run_cell" for n in ast.walk(x))
+                    for x in args
+                ):
+                    found.append(f"{path.name}:{node.lineno} passes run_cell in a lambda")
+    assert found == []

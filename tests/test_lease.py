@@ -124,7 +124,7 @@ def test_run_cell_skips_a_cell_leased_elsewhere_and_status_shows_it(write_suite,
     from harness.config.suite import load_suite
     from harness.engine.runner import run_cell
     from harness.executors.base import write_manifest
-    from harness.executors.slurm.status import print_status
+    from harness.executors.status import print_status
 
     suite = load_suite(write_suite(textwrap.dedent(SUITE)))
     cell = suite.cells()[0]

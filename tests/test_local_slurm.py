@@ -24,6 +24,8 @@ try:  # tests/ as a package or as a rootdir-inserted folder
 except ImportError:  # pragma: no cover - depends on how pytest imported this module
     from slurm_cluster import slurm_environment
 
+from tests.fixtures.machine_faults import fault_env
+
 pytestmark = pytest.mark.slurm
 
 # Jobs unpickle the submitted callables in a fresh interpreter that cannot import this test
@@ -231,7 +233,7 @@ def test_suite_submitted_twice_trains_each_cell_once(slurm_env, tmp_path: Path) 
     cmd = [sys.executable, "-m", "harness.cli", "run", str(suite), "--executor", "slurm",
            "--profile", "local", "--results", str(results)]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    held_env = {**env, "HARNESS_FAULT_HOLD": f"checkpoint.pt:{flag}"}
+    held_env = fault_env(env, HARNESS_FAULT_HOLD=f"checkpoint.pt:{flag}")
     try:
         first = subprocess.run(cmd, capture_output=True, text=True, env=held_env, timeout=300)
         assert first.returncode == 0, first.stderr

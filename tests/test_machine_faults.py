@@ -32,6 +32,7 @@ from harness.cli import main
 from harness.storage.checkpoint import read_events
 from tests.fixtures.machine_faults import (
     attempts,
+    fault_env,
     fill,
     inject_full_disk,
     small_filesystem,
@@ -407,7 +408,8 @@ def test_real_full_file_system_with_local_workers(tmp_path):
             [sys.executable, "-m", "harness.cli", "run", str(suite), "--results", str(fs), "-q",
              "--executor", "inprocess", "--only", "seed=1"],
             capture_output=True, text=True, timeout=600,
-            env={**__import__("os").environ, "HARNESS_FAULT_KILL_WRITE": "checkpoint.pt:2"},
+            env=fault_env(dict(__import__("os").environ),
+                          HARNESS_FAULT_KILL_WRITE="checkpoint.pt:2"),
         )  # fmt: skip
         assert killed.returncode == -9, killed.stderr
         before = snapshot(folder)

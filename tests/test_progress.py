@@ -215,7 +215,7 @@ def test_status_of_a_slurm_task_cell_shows_job_gpu_epoch_and_eta(tmp_path, monke
     progress files the executor, the GPU and the epoch."""
     from harness.config.suite import load_suite
     from harness.executors.base import write_manifest
-    from harness.executors.slurm.status import cell_states, print_status
+    from harness.executors.status import cell_states, print_status
 
     path = tmp_path / "slow.yaml"
     path.write_text(textwrap.dedent(SLOW).format(epochs=20))

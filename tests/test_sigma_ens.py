@@ -100,8 +100,8 @@ def test_pretrained_model_is_the_suites_single_model_trained_once(cells, tmp_pat
     results = tmp_path / "sig"
     cell, single = cells[1], cells[0]
     assert read_record(results / cell.cell_id)["status"] == "done"
-    spec, splits = load_data(cell, tmp_path)
-    pre = pretrained_state(cell, results / cell.cell_id, spec, splits, torch.device("cpu"), False)
+    spec, _ = load_data(cell, tmp_path)
+    pre = pretrained_state(cell, results / cell.cell_id, spec, False)
     final = torch.load(results / single.cell_id / "final.pt", weights_only=True)
     assert set(pre) == {k.removeprefix("net.") for k in final}
     for key, value in final.items():

@@ -34,6 +34,8 @@ try:  # tests/ as a package or as a rootdir-inserted folder
 except ImportError:  # pragma: no cover - depends on how pytest imported this module
     from slurm_cluster import slurm_environment
 
+from tests.fixtures.machine_faults import fault_env
+
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -278,7 +280,7 @@ def test_task_killed_by_time_limit_is_requeued_and_resumes(results_root: Path, t
         f"grid: {ONE_CELL_GRID}, methods: [single]}}\n"
         f"recipe: {{epochs: {epochs}}}\nevaluation: {{cost: false}}\n",
     )
-    env = {**cli_env(), "HARNESS_FAULT_HOLD": f"checkpoint.pt:{flag}"}
+    env = fault_env(cli_env(), HARNESS_FAULT_HOLD=f"checkpoint.pt:{flag}")
     cmd = [
         *harness_cmd(), "run", str(suite), "--executor", "slurm", "--profile", "local",
         "--results", str(results_root), "--slurm", "timeout_min=1",
@@ -471,7 +473,7 @@ def test_task_out_of_space_fails_its_cell_with_one_line_shown_by_status(
 
 def test_sacct_array_lines_expand_to_tasks():
     """sacct lists an array's tasks that never started on one line (no cluster needed)."""
-    from harness.executors.slurm.status import expand_job_id
+    from harness.executors.status import expand_job_id
 
     assert expand_job_id("14_[1-2%1]") == ["14_1", "14_2"]
     assert expand_job_id("7_[0,3-5,9]") == ["7_0", "7_3", "7_4", "7_5", "7_9"]

@@ -293,3 +293,40 @@ def test_a_method_entrys_backbones_are_checked(write_suite):
         "grid.methods[1].backbones[0]" in m and "resnet81" in m and "resnet18" in m for m in p
     ), p
     assert any("'mimo' does not support backbone 'wrn28_8'" in m for m in p), p
+
+
+def test_recipe_rules_apply_once_to_the_suite_and_each_method_recipe(write_suite):
+    """Every recipe rule lives in one place (harness.config.validator.recipe_problems) and sees
+    each recipe a cell trains with: the suite's, and each method's delta merged into it once
+    (Suite.entry_recipe, the merge the cells use too)."""
+    base = BASE.replace(
+        "    - name: deep_ensemble\n",
+        "    - name: deep_ensemble\n      recipe: {schedule: multistep}\n",
+    )
+    found = problems(write_suite, base)
+    assert any(
+        p.endswith("grid.methods[1].recipe.milestones: required when schedule is 'multistep'")
+        for p in found
+    ), found
+    suite_wide = problems(
+        write_suite, BASE.replace("recipe: {epochs: 1}", "recipe: {epochs: 4, schedule: multistep}")
+    )
+    assert any(
+        p.endswith("recipe.milestones: required when schedule is 'multistep'") for p in suite_wide
+    )
+    suite = load_suite(
+        write_suite(
+            BASE.replace(
+                "    - name: deep_ensemble\n",
+                "    - name: deep_ensemble\n      recipe: {epochs: 3}\n",
+            )
+        )
+    )
+    entry = suite.grid.methods[1]
+    assert {c.recipe for c in suite.cells() if c.method == "deep_ensemble"} == {
+        suite.entry_recipe(entry)
+    }
+    assert (
+        suite.entry_recipe(entry).epochs == 3
+        and suite.entry_recipe(suite.grid.methods[0]) is suite.recipe
+    )

@@ -221,13 +221,13 @@ def test_a_cell_converts_named_weights(caches, write_suite, tmp_path):
     cell = load_suite(write_suite(textwrap.dedent(SUITE % TV_NAME))).cells()[0]
     spec = DATASETS.get("digits")
 
-    pre = pretrained_state(cell, tmp_path / cell.cell_id, spec, {}, torch.device("cpu"), False)
+    pre = pretrained_state(cell, tmp_path / cell.cell_id, spec, False)
     kept = {"conv1.weight", "fc.weight", "fc.bias"}  # 1 input channel, K classes
     for key, tensor in saved.items():
         if key not in kept:
             assert torch.equal(pre[key], tensor), key
     assert pre["conv1.weight"].shape[1] == 1 and pre["fc.weight"].shape[0] == spec.num_classes
-    again = pretrained_state(cell, tmp_path / cell.cell_id, spec, {}, torch.device("cpu"), False)
+    again = pretrained_state(cell, tmp_path / cell.cell_id, spec, False)
     assert torch.equal(pre["fc.weight"], again["fc.weight"])  # seeded: the same every run
 
     # The conversion method takes it (a strict load into its backbone) and predicts with it.

@@ -33,21 +33,26 @@ class BackboneSpec:
             ``methods: [all]`` leaves out, with the reason ``harness validate`` prints, every
             method that does not declare the family of a grid backbone.
         description: one line for ``harness ls``.
-        tu_arch: torch-uncertainty's ResNet depth for the "resnet" family (18, 50, ...).
-        tu_style: the ``style`` torch-uncertainty's ResNet builders get: "cifar" (3×3 stem, no
-            max-pool) or "imagenet".
-        layered: for a "cnn"-family CNN that the torch-uncertainty methods rebuild with their own
-            layers: the class, called as ``layered(in_channels, num_classes, width=,
-            dropout_rate=, conv=, linear=, channels=)``; None: the digits CNN.
+        depth: the architecture's depth where its family has several (a "resnet": 18, 50, ...);
+            None: one depth.
+        stem: the input stem: "cifar" (a 3×3 convolution, no max-pool: small images) or
+            "imagenet" (7×7 stride 2 and a max-pool).
+        layered_class: the network class ``build`` instantiates, when it takes its layers as
+            factories: called as ``layered_class(in_channels, num_classes, width=,
+            dropout_rate=, conv=, linear=, channels=)``, so that the same network can be built
+            from other layers (a "cnn"-family CNN); None: it does not.
+
+    What a backbone declares is what it is (family, depth, stem, its layer factories); which
+    method builds on which family is the method's (``MethodSpec.families``), never the spec's.
     """
 
     name: str
     build: Callable[..., nn.Module]
     family: str
     description: str = ""
-    tu_arch: int | None = None
-    tu_style: str = "cifar"
-    layered: Callable[..., nn.Module] | None = None
+    depth: int | None = None
+    stem: str = "cifar"
+    layered_class: Callable[..., nn.Module] | None = None
 
 
 def register_backbone(spec: BackboneSpec) -> BackboneSpec:

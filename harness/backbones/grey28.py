@@ -119,7 +119,7 @@ register_backbone(
         _fmnist_cnn,
         "cnn",
         "3-block CNN for 28×28 inputs (widths w/2w/2w, w=16; pooling after blocks 1, 2; BN)",
-        layered=FashionCNN,
+        layered_class=FashionCNN,
     )
 )
 

@@ -5,7 +5,7 @@
   ``resnet50``). torch-uncertainty's, not torchvision's, so that Packed-Ensembles, BatchEnsemble,
   MIMO and Masksembles build their own ResNet-50 from the same library in the same style
   (``packed_resnet``/``batched_resnet``/``mimo_resnet``/``masked_resnet`` with ``arch=50,
-  style="imagenet"``, chosen through :attr:`ImageNetBackboneSpec.tu_style`). Keyword options go to
+  style="imagenet"``, chosen through the spec's ``stem="imagenet"``). Keyword options go to
   torch-uncertainty's ``resnet`` (e.g. ``width_multiplier``), and ``input_size`` resizes the
   inputs first (the CPU tests train a 1/16-width ResNet-50 on 32×32 inputs).
 - ``tv_resnet50``: torchvision's ResNet-50, for converting published weights
@@ -17,24 +17,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.backbones import BackboneSpec, _no_extra, register_backbone
-
-
-@dataclass(frozen=True)
-class ImageNetBackboneSpec(BackboneSpec):
-    """A backbone spec whose torch-uncertainty family builders use the ImageNet stem.
-
-    Attributes:
-        tu_style: the ``style`` torch-uncertainty's ResNet builders get ("imagenet").
-    """
-
-    tu_style: str = "imagenet"
 
 
 class InputResize(nn.Module):
@@ -96,12 +84,13 @@ def _vit_b16(in_shape, num_classes, dropout_rate: float = 0.0, **kw: Any) -> nn.
 
 
 register_backbone(
-    ImageNetBackboneSpec(
+    BackboneSpec(
         "resnet50_imagenet",
         _tu_resnet50,
         "resnet",
         "ImageNet-style ResNet-50 (torch-uncertainty; 7×7 stem + max-pool, 224×224 inputs)",
-        tu_arch=50,
+        depth=50,
+        stem="imagenet",
     )
 )
 register_backbone(

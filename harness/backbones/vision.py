@@ -163,7 +163,13 @@ def _vit(
 
 
 register_backbone(
-    BackboneSpec("digits_cnn", _digits_cnn, "cnn", "3-block CNN for the built-in 8×8 digits")
+    BackboneSpec(
+        "digits_cnn",
+        _digits_cnn,
+        "cnn",
+        "3-block CNN for the built-in 8×8 digits",
+        layered_class=DigitsCNN,
+    )
 )
 register_backbone(
     BackboneSpec(
@@ -171,7 +177,7 @@ register_backbone(
         _tu_resnet(18),
         "resnet",
         "CIFAR-style ResNet-18 (torch-uncertainty)",
-        tu_arch=18,
+        depth=18,
     )
 )
 register_backbone(
@@ -180,7 +186,7 @@ register_backbone(
         _tu_resnet(50),
         "resnet",
         "CIFAR-style ResNet-50 (torch-uncertainty)",
-        tu_arch=50,
+        depth=50,
     )
 )
 register_backbone(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 def cmd_status(args) -> int:
     from harness.config.validator import require_results
-    from harness.executors.slurm.status import print_status
+    from harness.executors.status import print_status
 
     return print_status(require_results(Path(args.results_dir), records=False))
 

@@ -31,7 +31,6 @@ from harness.contract.config import (
     Recipe,
     expand_values,
     hparam_defaults,
-    hparams_values,
 )
 from harness.registry import BACKBONES, DATASETS, METHODS
 from harness.registry.core import UnknownNameError
@@ -74,12 +73,20 @@ class Suite:
         object.__setattr__(self, "_cells", tuple(seen.values()))  # frozen: set past __setattr__
         return list(seen.values())
 
+    def entry_recipe(self, entry: MethodEntry) -> Recipe:
+        """The recipe a method entry's cells train with: the suite's, with the entry's recipe
+        delta (e.g. a short fine-tuning schedule) applied. The one place the delta is merged:
+        the cells and the validator's recipe checks both take it from here."""
+        return (
+            dataclasses.replace(self.recipe, **dict(entry.recipe)) if entry.recipe else self.recipe
+        )
+
     def _method_cells(self, ds: str, bb: BackboneEntry, me: MethodEntry) -> list[Cell]:
         """Cells of one (dataset, backbone, method entry): hparam product × M × seeds."""
         out: list[Cell] = []
         spec = METHODS.get(me.name)
         defaults = hparam_defaults(spec.hparams)
-        recipe = dataclasses.replace(self.recipe, **me.recipe)  # one per entry, not per cell
+        recipe = self.entry_recipe(me)  # one per entry, not per cell
         for hp in expand_values(defaults, me.hparams):
             for m in members_for(spec, me, self.grid.M):
                 for seed in self.grid.seeds:
@@ -240,13 +247,7 @@ def _check_entries(
                 )
             elif spec.check:
                 for hp in expand_hparams(spec, me.hparams):
-                    errors.extend(
-                        f"{where}: {p}"
-                        for p in spec.check(
-                            spec.hparams(**hparams_values(hp)),
-                            m,
-                        )
-                    )
+                    errors.extend(f"{where}: {p}" for p in spec.check(spec.make_hparams(hp), m))
         for bb in method_backbones(me, backbones):
             if spec.backbones is not None and bb.name not in spec.backbones:
                 errors.append(
@@ -273,10 +274,9 @@ def _check_builds(
     return problems
 
 
-def _parse_evaluation(
-    raw: Any, datasets: list[str], recipe: Recipe | None, errors: list[str]
-) -> Evaluation | None:
-    """The evaluation block: its OOD sets and corruptions exist for the grid's datasets."""
+def _parse_evaluation(raw: Any, datasets: list[str], errors: list[str]) -> Evaluation | None:
+    """The evaluation block: its OOD sets and corruptions exist for the grid's datasets (the
+    recipe's rules are :func:`harness.config.validator.recipe_problems`')."""
     evaluation = build_dataclass(Evaluation, raw, "evaluation", errors)
     if evaluation is not None:
         for i, o in enumerate(evaluation.ood):
@@ -287,9 +287,6 @@ def _parse_evaluation(
             errors.extend(
                 f"evaluation.corruptions: {p}" for p in check_corruptions(d, evaluation.corruptions)
             )
-        if recipe is not None and recipe.schedule == "multistep" and not recipe.milestones:
-            errors.append("recipe.milestones: required when schedule is 'multistep'")
-
     return evaluation
 
 
@@ -355,7 +352,7 @@ def parse_suite(
         errors += _check_builds(methods, backbones, datasets, grid_m)
 
     recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
-    evaluation = _parse_evaluation(data.get("evaluation"), datasets, recipe, errors)
+    evaluation = _parse_evaluation(data.get("evaluation"), datasets, errors)
 
     suite = None
     if not errors:  # what only the whole suite shows, once its parts are sound

@@ -13,7 +13,6 @@ Also :func:`require_results`, the results folder the reading commands need.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +59,8 @@ def recipe_problems(
 
     out = []
     ms = list(recipe.milestones)
+    if recipe.schedule == "multistep" and not ms:
+        out.append(problem("milestones", "required when schedule is 'multistep'", "schedule"))
     if recipe.schedule == "multistep" and ms:
         outside = [m for m in ms if not 0 < m < recipe.epochs]
         if outside:
@@ -165,7 +166,6 @@ def method_build_problems(
         datasets: the grid's dataset names (input shape and class count of each).
         members: the entry's M values.
     """
-    from harness.contract.config import hparams_values
     from harness.registry import DATASETS
     from methods.base import BuildContext
 
@@ -177,7 +177,7 @@ def method_build_problems(
         ds = DATASETS.get(name)
         ctx = BuildContext(bb.name, tuple(ds.in_shape), ds.num_classes or 2, m, dict(bb.kwargs))
         for hp in settings:
-            for text in spec.check_build(ctx, spec.hparams(**hparams_values(hp))):
+            for text in spec.check_build(ctx, spec.make_hparams(hp)):
                 problems.append(Problem(key, f"{bb.name} on {name}, M={m}: {text}", related))
     return list(dict.fromkeys(problems))
 
@@ -206,10 +206,9 @@ def suite_problems(suite: Any, check_files: bool = False) -> list[Problem | str]
     problems: list[Problem | str] = list(recipe_problems(suite.recipe, "recipe"))
     for i, me in enumerate(suite.grid.methods):
         if me.recipe:
-            merged = dataclasses.replace(suite.recipe, **dict(me.recipe))
             where = f"grid.methods[{i}].recipe"
             problems += recipe_problems(
-                merged,
+                suite.entry_recipe(me),
                 where,
                 lambda f, where=where, own=me.recipe: f"{where}.{f}" if f in own else f"recipe.{f}",
             )
@@ -244,7 +243,7 @@ def calibration_problems(suite: Any) -> list[Problem]:
     if not ev.calibrate or ev.calibration:
         return out
     recipes = [("recipe", suite.recipe)] + [
-        (f"grid.methods[{i}].recipe", dataclasses.replace(suite.recipe, **dict(me.recipe)))
+        (f"grid.methods[{i}].recipe", suite.entry_recipe(me))
         for i, me in enumerate(suite.grid.methods)
         if me.recipe
     ]

@@ -32,6 +32,7 @@ __all__ = [
     "hparam_defaults",
     "hparams_json",
     "hparams_values",
+    "identity_recipe",
     "jsonable",
     "shown_hparams",
 ]
@@ -227,6 +228,18 @@ def shown_hparams(hparams: Mapping[str, Any], defaults: Mapping[str, Any]) -> di
     }
 
 
+def identity_recipe(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """A recipe's JSON form as identities hash it (the cell id, a tracker's configuration id):
+    without the speed-only fields (:data:`SPEED_ONLY_RECIPE`), and without ``processes`` when
+    it is 1. One process is how every cell ran before the field existed: leaving it out of the
+    hash keeps their ids, so their records and new ones are the same cells. More processes
+    change the numbers (per-process batch statistics): they are identity."""
+    out = {k: v for k, v in recipe.items() if k not in SPEED_ONLY_RECIPE}
+    if out.get("processes", 1) == 1:
+        out.pop("processes", None)
+    return out
+
+
 @functools.lru_cache(maxsize=256)
 def _plain_json(obj: Any) -> str:
     return json.dumps(jsonable(dataclasses.asdict(obj)))
@@ -262,13 +275,8 @@ class Cell:
     defaults: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def config(self) -> dict[str, Any]:
-        """The training-relevant configuration; its hash is the cell id."""
-        recipe = _plain(self.recipe)
-        if recipe["processes"] == 1:
-            # One process is how every cell ran before the field existed: leaving it out keeps
-            # their ids, and their records and new ones group together in reports. More
-            # processes change the numbers (per-process batch statistics): they are identity.
-            del recipe["processes"]
+        """The training-relevant configuration, every recipe field spelled out (``processes``
+        included); the hash of its identity part (:meth:`identity_config`) is the cell id."""
         return {
             "dataset": self.dataset,
             "backbone": self.backbone,
@@ -277,13 +285,13 @@ class Cell:
             "M": self.M,
             "hparams": dict(sorted(self.hparams.items())),
             "seed": self.seed,
-            "recipe": recipe,
+            "recipe": _plain(self.recipe),
         }
 
     def identity_config(self) -> dict[str, Any]:
-        """:meth:`config` without the speed-only recipe fields (:data:`SPEED_ONLY_RECIPE`)."""
+        """:meth:`config` with its recipe as the cell id hashes it (:func:`identity_recipe`)."""
         config = self.config()
-        config["recipe"] = {k: v for k, v in config["recipe"].items() if k not in SPEED_ONLY_RECIPE}
+        config["recipe"] = identity_recipe(config["recipe"])
         return config
 
     @functools.cached_property  # a 10,000-cell plan asks for each id several times
@@ -311,18 +319,29 @@ class Cell:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Cell:
+    def from_json(cls, data: Mapping[str, Any], validated: bool = False) -> Cell:
         """Rebuild a cell from :meth:`to_json` (or a ``cell.json`` written before defaults were
-        stored). Recipe and evaluation go through the same validating builder as the YAML.
+        stored, or without every recipe field).
+
+        Args:
+            validated: ``data`` is :meth:`to_json` of a cell of a validated suite, handed to
+                a worker process, a rank or a Slurm task by its executor: recipe and evaluation
+                are rebuilt as they are, not validated again at every process boundary.
+                Otherwise (a ``cell.json`` read back from disk) they go through the same
+                validating builder as the YAML.
 
         Raises:
-            ValueError: naming every invalid recipe or evaluation entry.
+            ValueError: naming every invalid recipe or evaluation entry (``validated=False``).
         """
-        errors: list[str] = []
-        recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
-        evaluation = build_dataclass(Evaluation, data.get("evaluation"), "evaluation", errors)
-        if errors:
-            raise ValueError("invalid cell JSON: " + "; ".join(errors))
+        if validated:
+            recipe = _rebuilt(Recipe, data.get("recipe") or {})
+            evaluation = _rebuilt(Evaluation, data.get("evaluation") or {})
+        else:
+            errors: list[str] = []
+            recipe = build_dataclass(Recipe, data.get("recipe"), "recipe", errors)
+            evaluation = build_dataclass(Evaluation, data.get("evaluation"), "evaluation", errors)
+            if errors:
+                raise ValueError("invalid cell JSON: " + "; ".join(errors))
         return cls(
             data["suite"],
             data["dataset"],
@@ -336,6 +355,11 @@ class Cell:
             evaluation,
             dict(data.get("hparam_defaults") or {}),
         )
+
+
+def _rebuilt(cls: type, data: Mapping[str, Any]) -> Any:
+    """A frozen dataclass from its JSON form, lists back to the tuples its fields hold."""
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 def format_value(value: Any) -> str:

@@ -255,6 +255,9 @@ class DatasetSpec:
         spare_images: how many images its ``spare`` split holds (declared, so ``validate``
             needs no data; 0: none, every training image is in the pool). Validation and
             calibration splits are drawn from them.
+        corruption_key: the name its generated corrupted copies are seeded and cached under,
+            shared by datasets with one test set (the Fashion-MNIST variants); None: its own
+            name.
     """
 
     name: str
@@ -271,6 +274,7 @@ class DatasetSpec:
     download: Source | None = None
     published_corruptions: PublishedCorruptions | None = None
     spare_images: int = 0
+    corruption_key: str | None = None
 
     @property
     def corruption_source(self) -> str | None:

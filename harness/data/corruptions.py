@@ -320,7 +320,7 @@ def corrupted_split(
     spec = DATASETS.get(dataset_name)
     source = spec.corruption_source
     if source is None:  # datasets sharing one test set share its copies (``corruption_key``)
-        key = getattr(spec, "corruption_key", None) or dataset_name
+        key = spec.corruption_key or dataset_name
         return generated_corruption(key, root, test, corruption, severity)
     if (read := published_set(source).read) is not None:  # its own layout (ImageNet-C's JPEGs)
         return read(root, test, corruption, severity)

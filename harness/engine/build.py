@@ -8,6 +8,7 @@ schedules (σN-Ens's τ and λ) set to where training ended.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.contract import Cell, hparams_values
+from harness.contract import Cell
 from harness.data.base import DatasetSpec, Split, training_splits
 from harness.engine.train import set_determinism
 from harness.registry import DATASETS, METHODS
@@ -26,6 +27,18 @@ from methods.base import BuildContext, EnsembleModel
 def now() -> str:
     """The current UTC time, ISO 8601 to the second (record timestamps)."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def with_defaults(cell: Cell) -> Cell:
+    """``cell`` as it came (its method's defaults travel with it from the suite), or, for a
+    cell made without them (a ``cell.json`` written before they were stored, a hand-made cell),
+    with the registered method's: they fix the label and the shown hyper-parameters the record
+    carries."""
+    if cell.defaults:
+        return cell
+    from harness.registry import method_defaults
+
+    return dataclasses.replace(cell, defaults=method_defaults(cell.method))
 
 
 def seed_everything(seed: int) -> None:
@@ -56,7 +69,7 @@ def build_model(
         pretrained,
         seed=cell.seed,
     )
-    model = mspec.build(ctx, mspec.hparams(**hparams_values(cell.hparams)))
+    model = mspec.build(ctx, mspec.make_hparams(cell.hparams))
     if device is not None:
         model.to(device)
         if cell.recipe.channels_last and device.type == "cuda":

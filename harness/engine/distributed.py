@@ -23,9 +23,9 @@ Who does what: rank 0 alone holds the cell's lease, writes ``cell.json``, checkp
 evaluates alone after training; the other ranks train, then exit. Every rank resumes from the
 same ``checkpoint.pt``.
 
-Launch (:mod:`harness.engine.distributed_launch`): locally, N spawned processes with the ``env://``
-rendezvous on a free port, started by :func:`harness.engine.runner.run_cell` for such a cell in any
-local executor; on Slurm, an array task of N Slurm tasks whose rendezvous submitit exports.
+Launch is the executors' (:mod:`harness.executors.ranks`): locally, N spawned processes with the
+``env://`` rendezvous on a free port; on Slurm, an array task of N Slurm tasks whose rendezvous
+submitit exports. Each rank calls :func:`harness.engine.runner.run_cell` inside the group.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from harness.storage.lease import Lease, LeaseHeld, acquire
 
 log = logging.getLogger("harness")
 
-#: Set in every rank of a multi-process cell to that cell's id: run_cell then trains as a rank
-#: instead of launching ranks (any other cell, e.g. a pre-training cell, is launched normally).
+#: Set in every rank of a multi-process cell to that cell's id: the runner then trains as a rank
+#: (any other cell, e.g. a pre-training cell, runs in one process or needs its own ranks).
 RANK_ENV = "HARNESS_CELL_RANK"
 #: Seconds a collective may wait (rank 0 evaluating the validation split while others wait).
 TIMEOUT_ENV = "HARNESS_DIST_TIMEOUT_S"

@@ -196,12 +196,9 @@ def record_killed_cell(cell: Cell, results_dir: Path, message: str) -> dict[str,
     Returns:
         The record (also in ``<results_dir>/<cell_id>/record.json`` when there is room for it).
     """
-    import dataclasses
-
     from harness.contract import new_record
-    from harness.engine.build import now
+    from harness.engine.build import now, with_defaults
     from harness.engine.environment import environment, resolve_device
-    from harness.registry import method_defaults
     from harness.storage.checkpoint import log_event, read_events
     from harness.storage.records import write_record
 
@@ -214,7 +211,7 @@ def record_killed_cell(cell: Cell, results_dir: Path, message: str) -> dict[str,
         if "train" in events
         else "setup"
     )
-    cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+    cell = with_defaults(cell)
     rec = new_record(cell, environment(resolve_device(cell.recipe.device)), now())
     rec["status"], rec["finished_at"] = "failed", now()
     rec["error"] = {"type": "WorkerKilled", "message": message, "traceback": "",

@@ -5,14 +5,14 @@ trained for N epochs with the suite's base recipe: the converting cell's recipe 
 fine-tuning delta (e.g. a short schedule at a low learning rate), which must not leak into the
 pre-training. The cell is found in the results folder's manifest (``suite.json``), which
 ``harness run`` writes before any cell starts on any executor, so every converting cell of a seed
-resolves the same cell id, and :func:`harness.engine.runner.run_cell` trains it once under its
-lease.
+resolves the same cell id. :func:`single_to_train` is the one decision (which cell, if any, must be
+trained first); the runner trains that cell under its lease before it converts (an executor may
+train it earlier, before it starts the ranks of a multi-process cell).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,53 +64,55 @@ def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
     return found[0]
 
 
-def train_once(
-    single: Cell,
-    results_dir: Path,
-    run: Callable[[Cell], dict[str, Any]],
-    poll_s: float = WAIT_POLL_S,
-) -> dict[str, Any]:
-    """The record of ``single`` once it is done, training it here only if nobody else is.
+def single_to_train(cell: Cell, results_dir: Path) -> Cell | None:
+    """The one pre-training decision: the suite's `single` cell that ``cell`` converts and that
+    must be trained first, or None when ``cell`` converts nothing or starts from given weights.
 
-    ``run`` is :func:`harness.engine.runner.run_cell` bound to the folder: it returns the record, or
-    ``status: "leased"`` while another live process trains the cell, in which case this waits
-    for that process's record (polling every ``poll_s``) and, if the lease disappears without a
-    record (that process was killed), runs it again under its own lease.
+    Only methods whose spec declares ``pretrained_conversion`` convert; the hyper-parameter
+    names alone never trigger a conversion. ``pretrained: PATH`` (or ``timm:NAME`` /
+    ``torchvision:NAME``) needs no training; ``pretrain_epochs: N`` names the suite's `single`
+    cell of the same dataset, backbone and seed trained for N epochs (:func:`pretraining_cell`).
+
+    Raises:
+        ValueError: ``pretrain_epochs`` and the suite has no such `single` cell.
     """
+    from harness.registry import METHODS
+
+    if not METHODS.get(cell.method).pretrained_conversion or cell.hparams.get("pretrained"):
+        return None
+    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
+    return pretraining_cell(cell, results_dir, epochs) if epochs else None
+
+
+def wait_for_record(
+    single: Cell, results_dir: Path, poll_s: float = WAIT_POLL_S
+) -> dict[str, Any] | None:
+    """``single``'s record once the live process that leases it has written one (polling every
+    ``poll_s``), or None when the lease disappears without a record (that process was killed:
+    the caller may now take the lease and train it)."""
     from harness.storage.lease import is_stale, read_owner
 
     cell_dir = Path(results_dir) / single.cell_id
     while True:
-        rec = run(single)
-        if rec["status"] != "leased":
-            return rec
-        while True:
-            time.sleep(poll_s)
-            done = usable_record(cell_dir)  # damaged: not done (its trainer sets it aside)
-            if done is not None and done["status"] == "done":
-                return done
-            owner = read_owner(cell_dir)
-            if owner is None or is_stale(owner):
-                break  # no live trainer: try to take the lease ourselves
+        time.sleep(poll_s)
+        done = usable_record(cell_dir)  # damaged: not done (its trainer sets it aside)
+        if done is not None and done["status"] == "done":
+            return done
+        owner = read_owner(cell_dir)
+        if owner is None or is_stale(owner):
+            return None  # no live trainer
 
 
-def pretrained_state(
-    cell: Cell, results_dir: Path, spec: Any, train: Callable[[Cell], dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Weights to convert for methods that start from a trained single model: the one place
-    that decides which (a ``pretrained:`` file or name, or the suite's own `single` cell).
+def pretrained_state(cell: Cell, results_dir: Path, spec: Any) -> dict[str, Any] | None:
+    """Weights to convert for methods that start from a trained single model, once the
+    `single` cell :func:`single_to_train` names is done (the caller trains it first and
+    :func:`check_trained` its record).
 
-    ``pretrained: PATH`` (or ``timm:NAME`` / ``torchvision:NAME``) loads them.
-    ``pretrain_epochs: N`` converts the suite's own `single` cell of the same dataset, backbone
-    and seed trained for N epochs with the suite's base recipe (the method's fine-tuning recipe
-    delta does not apply to it): the manifest (``suite.json``) of ``results_dir`` names that
-    cell, which ``train`` runs if it is not done yet (under its lease: trained once, on any
-    executor; a cell leased by another process is waited for) and whose ``final.pt`` is loaded.
-    So the pre-trained model of a seed is that suite's `single` model of the seed, and the
-    conversion comparison is paired.
-
-    Only methods whose spec declares ``pretrained_conversion`` get here; the hyper-parameter
-    names alone never trigger a conversion.
+    ``pretrained: PATH`` (or ``timm:NAME`` / ``torchvision:NAME``) loads them, fitted to the
+    backbone. ``pretrain_epochs: N`` loads the ``final.pt`` of the suite's own `single` cell of
+    the same dataset, backbone and seed trained for N epochs with the suite's base recipe (the
+    method's fine-tuning recipe delta does not apply to it). So the pre-trained model of a seed
+    is that suite's `single` model of the seed, and the conversion comparison is paired.
     """
     from harness.engine.build import load_backbone_state
     from harness.registry import METHODS
@@ -123,14 +125,20 @@ def pretrained_state(
         # Named weights and files alike are fitted to the backbone: a tensor of another shape
         # keeps the seeded initialisation; another architecture fails in one line.
         return backbone_state(cell.hparams["pretrained"], cell, spec)
-    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
-    if not epochs:
+    single = single_to_train(cell, results_dir)
+    if single is None:
         return None
-    single = pretraining_cell(cell, results_dir, epochs)
-    rec = train_once(single, results_dir, train)
+    return load_backbone_state(results_dir / single.cell_id / "final.pt")
+
+
+def check_trained(single: Cell, rec: dict[str, Any]) -> None:
+    """Raise when ``rec``, the record of the `single` cell to convert, is not ``done``.
+
+    Raises:
+        RuntimeError: naming the cell and its failure.
+    """
     if rec["status"] != "done":
         raise RuntimeError(
             f"the single cell to convert ({single.label}) failed: "
             f"{(rec.get('error') or {}).get('message', rec['status'])}"
         )
-    return load_backbone_state(results_dir / single.cell_id / "final.pt")

@@ -28,11 +28,11 @@ pre-trained model in harness.engine.pretrain.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +50,14 @@ from harness.data.base import (
     Split,
     default_data_root,
 )
-from harness.engine import distributed
+from harness.engine import distributed, pretrain
 from harness.engine.build import (
     build_model,
     load_data,
     load_trained,
     now,
     seed_everything,
+    with_defaults,
 )
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
 from harness.engine.environment import device_name, environment, resolve_device
@@ -68,7 +69,7 @@ from harness.engine.train import (
     make_scheduler,
     train_epoch,
 )
-from harness.registry import METHODS, method_defaults
+from harness.registry import METHODS
 from harness.storage.checkpoint import (
     load_checkpoint,
     log_event,
@@ -89,38 +90,53 @@ log = logging.getLogger("harness")
 TRAINED_FILE = "trained.json"  # written after final.pt: training is over, evaluation may retry
 
 
+@dataclass(frozen=True)
+class CellJob:
+    """What the training phases of one cell share in this process: the (resolved) cell, its
+    folder, its data, the device and whether to show a progress bar."""
+
+    cell: Cell
+    cell_dir: Path
+    spec: DatasetSpec
+    splits: dict[str, Split]
+    device: torch.device
+    progress: bool
+
+
 def _save_atomic(obj: Any, path: Path) -> None:
     save_atomic(obj, path)  # unique temp name, fsync, umask-honouring mode
 
 
 def pretrained_state(
-    cell: Cell,
-    cell_dir: Path,
-    spec: DatasetSpec,
-    splits: dict[str, Split],
-    device: torch.device,
-    progress: bool,
-    data_root: Path | None = None,
+    cell: Cell, cell_dir: Path, spec: DatasetSpec, progress: bool, data_root: Path | None = None
 ) -> dict[str, torch.Tensor] | None:
-    """:func:`harness.engine.pretrain.pretrained_state`, training the suite's `single` cell to
-    convert with :func:`run_cell` in this cell's results folder when it is not done yet."""
-    from harness.engine.pretrain import pretrained_state as state
-
+    """:func:`harness.engine.pretrain.pretrained_state`, after training here the suite's
+    `single` cell that :func:`harness.engine.pretrain.single_to_train` names, when it is not
+    done yet (:func:`train_single`)."""
     results_dir = cell_dir.parent
-    return state(
-        cell, results_dir, spec, lambda c: run_cell(c, results_dir, data_root, False, progress)
-    )
+    single = pretrain.single_to_train(cell, results_dir)
+    if single is not None:
+        pretrain.check_trained(single, train_single(single, results_dir, data_root, progress))
+    return pretrain.pretrained_state(cell, results_dir, spec)
+
+
+def train_single(
+    single: Cell, results_dir: Path, data_root: Path | None, progress: bool = False
+) -> dict[str, Any]:
+    """The record of ``single`` (the cell a conversion starts from) once it is done, training it
+    here unless another live process is: that process's record is waited for, and if its lease
+    disappears without one (it was killed), the cell is run again here under its own lease."""
+    while True:
+        rec = run_cell(single, results_dir, data_root, False, progress)
+        if rec["status"] != "leased":
+            return rec
+        rec = pretrain.wait_for_record(single, results_dir)
+        if rec is not None:
+            return rec
 
 
 def train_cell(
-    cell: Cell,
-    cell_dir: Path,
-    model: EnsembleModel,
-    spec: DatasetSpec,
-    splits: dict[str, Split],
-    device: torch.device,
-    progress: bool,
-    trackers: CellTrackers | None = None,
+    job: CellJob, model: EnsembleModel, trackers: CellTrackers | None = None
 ) -> tuple[list[dict], list[dict], float]:
     """Train with a checkpoint after every epoch; resume from it if present. ``trackers``
     (rank 0's) get every epoch and stay open for the record."""
@@ -128,6 +144,7 @@ def train_cell(
     # optimizer, scheduler, loader, history and timers; split, each part would take them all.
     from tqdm.auto import tqdm
 
+    cell, cell_dir, spec, splits, device = job.cell, job.cell_dir, job.spec, job.splits, job.device
     recipe = cell.recipe
     ranks = distributed.ranks(cell)  # rank 0 of 1 unless the cell spans several processes
     loader = train_loader(cell, spec, splits["train"], device, shard=ranks.shard)
@@ -162,7 +179,7 @@ def train_cell(
         desc=f"  {cell.method} M={cell.M} s{cell.seed}",
         leave=False,
         unit="step",
-        disable=not progress or not ranks.main,
+        disable=not job.progress or not ranks.main,
     )
     for epoch in range(start_epoch, recipe.epochs):
         model.set_progress(epoch, recipe.epochs)
@@ -245,10 +262,12 @@ def run_cell(
     existing = usable_record(cell_dir)  # a damaged one is set aside below, under the lease
     if existing and existing["status"] == "done" and not force:
         return existing
-    if distributed.needs_launch(cell):  # `processes: N`: N ranks, each running this function
-        from harness.engine.distributed_launch import launch_cell
-
-        return launch_cell(cell, results_dir, data_root, run_cell, force, progress, shared_device)
+    if distributed.needs_launch(cell):  # `processes: N`: this process must be one of N ranks
+        raise distributed.DistributedError(
+            f"{cell.label} trains on {cell.recipe.processes} processes (recipe processes): "
+            "run_cell runs as one of its ranks, inside the cell's process group; an executor "
+            "starts them (harness.executors.ranks.run_one)"
+        )
     try:
         lease = distributed.acquire_lease(cell, cell_dir)  # rank 0's in a multi-process cell
     except LeaseHeld as exc:
@@ -298,9 +317,9 @@ def _run_leased(
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = resolve_device(cell.recipe.device)
     started, t0, cpu0 = now(), time.perf_counter(), time.process_time()
-    # The engine knows the method's defaults: the label and shown hparams are fixed here, at
-    # run time, and written into the record (the reporter never re-derives them).
-    cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+    # The label and shown hparams are fixed from the defaults the cell carries and written into
+    # the record (the reporter never re-derives them).
+    cell = with_defaults(cell)
     rec = new_record(cell, environment(device), started)
     rec["cost"] = run_conditions(cell, device, shared_device)
     # Opened when training starts (or, when it was over, with the record), finished with the
@@ -311,12 +330,11 @@ def _run_leased(
         if setup_error is not None:
             raise setup_error
         spec, splits = load_data(cell, data_root)
-        pre = pretrained_state(cell, cell_dir, spec, splits, device, progress, data_root)
+        pre = pretrained_state(cell, cell_dir, spec, progress, data_root)
         model, ctx = build_model(cell, spec, pre, device)
         phase = "train"
-        history, diag, train_s = trained_model(
-            cell, cell_dir, model, spec, splits, device, progress, trackers
-        )
+        job = CellJob(cell, cell_dir, spec, splits, device, progress)
+        history, diag, train_s = trained_model(job, model, trackers)
         distributed.leave(cell)  # rank 0 of a multi-process cell evaluates alone
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
         rec["diagnostics"]["batch_feeding"] = (  # images each member saw per training step
@@ -359,21 +377,14 @@ def _train_as_follower(cell: Cell, cell_dir: Path, data_root: Path) -> str:
         return "evaluate_only"  # rank 0 evaluates the trained weights alone
     device = resolve_device(cell.recipe.device)
     spec, splits = load_data(cell, data_root)
-    pre = pretrained_state(cell, cell_dir, spec, splits, device, False, data_root)
+    pre = pretrained_state(cell, cell_dir, spec, False, data_root)
     model, _ = build_model(cell, spec, pre, device)
-    train_cell(cell, cell_dir, model, spec, splits, device, False)
+    train_cell(CellJob(cell, cell_dir, spec, splits, device, False), model)
     return "trained"
 
 
 def trained_model(
-    cell: Cell,
-    cell_dir: Path,
-    model: EnsembleModel,
-    spec: DatasetSpec,
-    splits: dict[str, Split],
-    device: torch.device,
-    progress: bool,
-    trackers: CellTrackers | None = None,
+    job: CellJob, model: EnsembleModel, trackers: CellTrackers | None = None
 ) -> tuple[list[dict], list[dict], float]:
     """Train the model, or, when an earlier attempt finished training (``final.pt`` and
     ``trained.json`` exist: it failed or was killed later, in evaluation, cost or reporting),
@@ -385,11 +396,12 @@ def trained_model(
     Returns:
         history, per-epoch diagnostics, training seconds (of the run that trained).
     """
+    cell_dir = job.cell_dir
     trained_path = cell_dir / TRAINED_FILE
     if trained_path.exists() and (cell_dir / "final.pt").exists():
         try:
             done = json.loads(trained_path.read_text())
-            load_trained(cell, cell_dir, model, device)
+            load_trained(job.cell, cell_dir, model, job.device)
             log_event(cell_dir, "evaluate_only")
             return done["history"], done["diagnostics"], done["train_s"]
         except (DamagedFile, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError
@@ -397,9 +409,7 @@ def trained_model(
             moved = [set_aside(p).name for p in (cell_dir / "final.pt", trained_path)]
             log.warning("%s: damaged trained weights (%s); moved to %s", cell_dir, exc, moved)
             log_event(cell_dir, "trained_damaged", reason=str(exc)[:300], moved_to=moved)
-    history, diag, train_s = train_cell(
-        cell, cell_dir, model, spec, splits, device, progress, trackers
-    )
+    history, diag, train_s = train_cell(job, model, trackers)
     _save_atomic(model.state_dict(), cell_dir / "final.pt")
     atomic_write_text(
         trained_path,

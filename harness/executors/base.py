@@ -1,10 +1,11 @@
 """The executor protocol, its options, and what every executor shares (manifest, pending cells).
 
 An executor takes a suite's pending cells and makes each of them leave a record in the results
-folder, by calling :func:`harness.engine.runner.run_cell` somewhere: in this process, in local
-worker
-processes, or in Slurm array tasks. It never prints the leaderboard and never imports the CLI:
-the CLI picks one by name (:data:`harness.executors.EXECUTORS`), runs it, and prints the summary.
+folder, by calling :func:`harness.executors.ranks.run_one` (the engine's
+:func:`harness.engine.runner.run_cell`, or the ranks of a multi-process cell) somewhere: in this
+process, in local worker processes, or in Slurm array tasks. It never prints the leaderboard and
+never imports the CLI: the CLI picks one by name (:data:`harness.executors.EXECUTORS`), runs it,
+and prints the summary.
 """
 
 from __future__ import annotations

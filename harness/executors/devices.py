@@ -66,7 +66,7 @@ def bind_worker(device: str | None, concurrent: int = 1) -> None:
 def gpu_groups(gpus: Sequence[str], n: int) -> list[str]:
     """Disjoint groups of ``n`` GPUs as ``CUDA_VISIBLE_DEVICES`` values, for cells of ``n``
     processes (one GPU per rank). Fewer than ``n`` GPUs: one group of all of them, so the cell
-    fails with :func:`harness.engine.distributed_launch.rank_devices`' message, in a record."""
+    fails with :func:`harness.executors.ranks.rank_devices`' message, in a record."""
     groups = [",".join(gpus[i : i + n]) for i in range(0, len(gpus) - n + 1, n)]
     return groups or [",".join(gpus)]
 

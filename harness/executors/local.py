@@ -1,6 +1,8 @@
 """Executors on this machine: one cell after another in this process, or worker processes.
 
-Both run :func:`harness.engine.runner.run_cell`, so a grid gives the same records wherever it runs.
+Both run each cell with :func:`harness.executors.ranks.run_one` (the engine's
+:func:`harness.engine.runner.run_cell`, or the ranks of a multi-process cell), so a grid gives
+the same records wherever it runs.
 On a machine with GPUs, each worker is bound to one GPU (it sees only that one, as ``cuda:0``),
 a worker of a ``processes: N`` cell to N GPUs (its ranks take one each);
 one worker per GPU by default, ``cells_per_gpu`` for more; cells go to whichever worker is free.
@@ -48,7 +50,7 @@ def run_inprocess(
     out-of-space failure none starts (``faults`` says so: :class:`MachineFaults`)."""
     from tqdm.auto import tqdm
 
-    from harness.engine.runner import run_cell
+    from harness.executors.ranks import run_one
 
     records = []
     faults = faults if faults is not None else MachineFaults()
@@ -56,7 +58,7 @@ def run_inprocess(
     for i, cell in enumerate(bar):
         bar.set_postfix_str(cell.label)
         try:
-            records.append(run_cell(cell, results_dir, data_root, force=force, progress=progress))
+            records.append(run_one(cell, results_dir, data_root, force=force, progress=progress))
         except OutOfSpace as exc:  # raised, not recorded: nothing of the cell could be written
             records.append(raised_failure(cell.cell_id, exc))
         if faults.note(records[-1]):  # a full file system: every later cell would fail too
@@ -83,13 +85,13 @@ def _run_cell_json(
 ) -> dict[str, Any]:
     import torch
 
-    from harness.engine.runner import run_cell
     from harness.executors.interrupt import check_not_stopping
+    from harness.executors.ranks import run_one
 
     check_not_stopping()  # after Ctrl-C no new cell starts, even one already queued to us
     torch.set_num_threads(threads)  # workers share the cores: no oversubscription
-    record = run_cell(
-        Cell.from_json(cell_json),
+    record = run_one(
+        Cell.from_json(cell_json, validated=True),
         Path(results_dir),
         Path(data_root) if data_root else None,
         force=force,

@@ -1,12 +1,11 @@
 """File-writing helpers shared by the atomic writers (records, checkpoints): the umask-honouring
-mode, and the fault-injection hook the crash-safety tests use. No torch: records import it."""
+mode, and the two empty seams the crash-safety tests fill (``tests/fixtures/write_faults.py``).
+No torch: records import it."""
 
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -37,45 +36,17 @@ def honour_umask(path: str | Path) -> None:
     os.chmod(path, 0o666 & ~current_umask())
 
 
-_fault_writes: dict[str, int] = {}
-
-
 def fault_hook(path: Path, f: IO) -> None:
-    """Fault injection for the crash-safety tests, inert unless its environment variables are set.
-
-    ``HARNESS_FAULT_WRITE_SLEEP_S``: sleep that long inside every atomic write, after the data is
-    in the temporary file and before it is renamed, so that an outside SIGKILL can land there.
-    ``HARNESS_FAULT_KILL_WRITE=NAME:N``: SIGKILL this process during its N-th atomic write of a
-    file called NAME, after truncating the temporary file to half (a torn write).
-    """
-    sleep_s = os.environ.get("HARNESS_FAULT_WRITE_SLEEP_S")
-    if sleep_s:
-        time.sleep(float(sleep_s))
-    target = os.environ.get("HARNESS_FAULT_KILL_WRITE")
-    if target:
-        name, _, nth = target.rpartition(":")
-        if name == path.name:
-            _fault_writes[name] = _fault_writes.get(name, 0) + 1
-            if _fault_writes[name] == int(nth):
-                f.truncate(max(f.tell() // 2, 1))
-                f.flush()
-                os.kill(os.getpid(), signal.SIGKILL)
+    """Called inside every atomic write of ``path``, once the data is flushed to the temporary
+    file ``f`` and before it is synced and renamed: a seam that does nothing here. The
+    crash-safety tests replace it (``tests/fixtures/write_faults.py``, by monkeypatch or as a
+    ``--plugin`` module in the processes they start) to sleep, tear the write and SIGKILL, or
+    fail it as a full disk does; the package itself has no switch that fakes a fault."""
 
 
 def fault_hold(path: Path) -> None:
-    """Fault injection, inert unless ``HARNESS_FAULT_HOLD=NAME:FLAG`` is set: after each atomic
-    write of a file called NAME, wait while the file FLAG exists.
-
-    It lets a test stop a cell at an epoch boundary (``checkpoint.pt`` is written after every
-    epoch) for as long as it likes — until a scheduler's time limit has interrupted it, say — and
-    then release it, so that its verdict never depends on how fast the machine trains.
-    """
-    hold = os.environ.get("HARNESS_FAULT_HOLD")
-    if not hold:
-        return
-    name, _, flag = hold.partition(":")
-    while name == path.name and os.path.exists(flag):
-        time.sleep(0.2)
+    """Called after every atomic write of ``path`` has replaced the file: a seam that does
+    nothing here (the tests hold a cell at an epoch boundary with it, see :func:`fault_hook`)."""
 
 
 def atomic_write(path: Path, write: Callable[[IO], None], binary: bool = False) -> None:

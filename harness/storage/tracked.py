@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.contract import SPEED_ONLY_RECIPE, Cell, label_of
+from harness.contract import Cell, label_of
+from harness.contract.config import identity_recipe
 
 
 def config_id(config: Mapping[str, Any]) -> str:
@@ -28,8 +29,8 @@ def config_id(config: Mapping[str, Any]) -> str:
     """
     cfg = {k: v for k, v in config.items() if k != "seed"}
     recipe = cfg.get("recipe")
-    if isinstance(recipe, Mapping):
-        cfg["recipe"] = {k: v for k, v in recipe.items() if k not in SPEED_ONLY_RECIPE}
+    if isinstance(recipe, Mapping):  # as the cell id hashes it: records with and without
+        cfg["recipe"] = identity_recipe(recipe)  # `processes: 1` are one configuration
     blob = json.dumps(cfg, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -73,9 +73,9 @@ def with_plugins(profile):
 
 def cancel_suite(results_dir: Path) -> int:
     """``harness cancel``: scancel every unfinished job of the suite (here, not in
-    ``harness.executors.slurm.submit``, so that ``harness.executors.slurm.status`` →
+    ``harness.executors.slurm.submit``, so that ``harness.executors.status`` →
     ``harness.executors.slurm.submit`` stays one-way)."""
-    from harness.executors.slurm.status import cell_states
+    from harness.executors.status import cell_states
 
     active = sorted(
         {

@@ -1,8 +1,8 @@
 """Submitting a suite's pending cells as one Slurm job array through submitit.
 
-Each array task runs :func:`harness.engine.runner.run_cell` for one cell and writes its record into
-the
-shared results folder. Tasks are ``submitit.helpers.Checkpointable``: on a time limit or
+Each array task runs one cell (:func:`harness.executors.ranks.run_one`; a task of a multi-process
+cell runs it as one rank, :func:`run_slurm_rank`) and writes its record into the shared results
+folder. Tasks are ``submitit.helpers.Checkpointable``: on a time limit or
 preemption submitit calls :meth:`CellTask.checkpoint`, which requeues the same cell; the runner
 then resumes from the cell's last per-epoch checkpoint. Job ids go to
 ``<results>/_slurm/jobs.json`` for ``harness status`` and ``harness cancel``. The executor
@@ -46,7 +46,7 @@ class CellTask(submitit.helpers.Checkpointable):
     ) -> dict[str, Any]:
         import torch
 
-        from harness.engine.runner import run_cell
+        from harness.executors.ranks import run_one
 
         _log_to_task_log()
         # Slurm gives the task cpus_per_task cores, but without cgroups or CPU binding torch
@@ -54,7 +54,7 @@ class CellTask(submitit.helpers.Checkpointable):
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         if cpus and cpus.isdigit() and not os.environ.get("OMP_NUM_THREADS"):
             torch.set_num_threads(int(cpus))
-        cell = Cell.from_json(cell_json)
+        cell = Cell.from_json(cell_json, validated=True)
         logging.getLogger("harness").info(
             "cell %s (%s): job %s, restart %s, %d torch threads",
             cell.cell_id,
@@ -65,20 +65,46 @@ class CellTask(submitit.helpers.Checkpointable):
         )
         root = Path(data_root) if data_root else None
         force = self.force and os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0")
-        if (
-            cell.recipe.processes > 1
-        ):  # this task is one rank of the cell (harness.engine.distributed)
-            from harness.engine.distributed_launch import run_slurm_rank
-
-            rec = run_slurm_rank(cell, Path(results_dir), root, run_cell, force)
+        if cell.recipe.processes > 1:  # this task is one rank of the cell
+            rec = run_slurm_rank(cell, Path(results_dir), root, force)
         else:
-            rec = run_cell(cell, Path(results_dir), root, force=force, progress=False)
+            rec = run_one(cell, Path(results_dir), root, force=force, progress=False)
         return {"cell_id": rec["cell_id"], "status": rec["status"]}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         # Training state is already on disk (checkpoint.pt after every epoch): requeueing the
         # same call, without --force, resumes from it.
         return submitit.helpers.DelayedSubmission(CellTask(force=False), *args, **kwargs)
+
+
+def run_slurm_rank(
+    cell: Cell, results_dir: Path, data_root: Path | None, force: bool = False
+) -> dict[str, Any]:
+    """One task of a multi-task Slurm job: export the rendezvous (submitit), train the `single`
+    cell the cell converts if it is not done (one task trains it, the others wait on its
+    lease), join the group and run the cell as that rank (``force``: redo it from scratch)."""
+    from harness.engine.distributed import process_group
+    from harness.engine.runner import run_cell
+    from harness.executors.ranks import pretrain_first
+
+    submitit.helpers.TorchDistributedEnvironment().export(
+        set_cuda_visible_devices=False,
+        overwrite=True,  # LOCAL_RANK picks the GPU instead
+    )
+    pretrain_first(cell, results_dir, data_root)
+    with process_group(cell):
+        return run_cell(cell, results_dir, data_root, force, False)
+
+
+def slurm_parameters(params: dict[str, Any], processes: int) -> dict[str, Any]:
+    """submitit ``update_parameters`` for a cell of ``processes`` tasks: the profile's per-cell
+    ``gpus_per_node`` becomes per task (one GPU per rank), ``tasks_per_node`` = processes."""
+    if processes == 1:
+        return dict(params)
+    out = {**params, "tasks_per_node": processes, "nodes": 1}
+    if params.get("gpus_per_node"):
+        out["gpus_per_node"] = params["gpus_per_node"] * processes
+    return out
 
 
 def _log_to_task_log() -> None:
@@ -101,8 +127,6 @@ def read_jobs(results_dir: Path) -> dict[str, str]:
 
 def make_executor(results_dir: Path, profile, processes: int = 1) -> submitit.AutoExecutor:
     """submitit's executor for the profile; ``processes`` > 1: one task per rank of a cell."""
-    from harness.engine.distributed_launch import slurm_parameters
-
     folder = Path(results_dir).resolve() / SLURM_DIR / "%j"
     ex = submitit.AutoExecutor(
         folder=folder, cluster="slurm", slurm_max_num_timeout=profile.max_num_timeout

@@ -1,27 +1,27 @@
-"""Starting the ranks of a multi-process cell: spawned local processes or Slurm tasks.
+"""One cell from an executor: in this process, or the N ranks of a ``processes: N`` cell.
 
-Locally, :func:`launch_cell` spawns the cell's N ranks (``torch.multiprocessing`` spawn, the
-``env://`` rendezvous on a free local port, one GPU each through ``CUDA_VISIBLE_DEVICES`` on a
-GPU machine) and waits for them; :func:`harness.engine.runner.run_cell` calls it for such a cell in
-any
-local executor, and each rank runs ``run_cell`` again inside the process group. A rank whose
-launcher dies (SIGKILL) stops by itself, so a re-run resumes from the last checkpoint without a
-stray rank still writing. On Slurm the cell is one array task of N Slurm tasks
-(:func:`slurm_parameters`), each of which calls :func:`run_slurm_rank`: submitit's
-``TorchDistributedEnvironment`` exports the rendezvous. What the ranks do is
-:mod:`harness.engine.distributed`'s.
+:func:`run_one` is what the local executors call per cell (and what a plugin executor should
+call): it runs :func:`harness.engine.runner.run_cell` here (which trains the `single` cell a
+conversion starts from, :func:`harness.engine.pretrain.single_to_train` being the one
+pre-training decision; :func:`pretrain_first` trains it here instead when ranks must find it
+done), or for a multi-process cell :func:`launch_cell`
+spawns the cell's N ranks (``torch.multiprocessing`` spawn, the ``env://`` rendezvous on a free
+local port, one GPU each through ``CUDA_VISIBLE_DEVICES`` on a GPU machine) and waits for them;
+each rank runs ``run_cell`` inside the process group. A rank whose launcher dies (SIGKILL) stops
+by itself, so a re-run resumes from the last checkpoint without a stray rank still writing. On
+Slurm the cell is one array task of N Slurm tasks, each a rank
+(:func:`harness.executors.slurm.submit.run_slurm_rank`). What the ranks do is
+:mod:`harness.engine.distributed`'s; the engine starts no process.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from harness.contract import Cell
 from harness.engine.distributed import (
     DistributedError,
     collective_timeout,
+    needs_launch,
     process_group,
     uses_cuda,
 )
@@ -41,28 +42,47 @@ log = logging.getLogger("harness")
 #: Seconds the launcher lets the other ranks finish after rank 0 has exited.
 FOLLOWER_GRACE_S = 60.0
 
-#: :func:`harness.engine.runner.run_cell`'s signature (cell, results_dir, data_root, force,
-#: progress,
-#: shared_device), passed in by its callers.
-RunCell = Callable[..., dict[str, Any]]
-
-__all__ = ["launch_cell", "pretrain_first", "run_slurm_rank", "slurm_parameters"]
+__all__ = ["launch_cell", "pretrain_first", "rank_devices", "run_one"]
 
 
-def pretrain_first(cell: Cell, results_dir: Path, data_root: Path | None, run: RunCell) -> None:
-    """Train the `single` cell that ``cell`` converts (``pretrain_epochs``) before the ranks
-    join their group, so that inside the group every rank finds it done and only loads it."""
-    from harness.registry import METHODS
+def run_one(
+    cell: Cell,
+    results_dir: Path,
+    data_root: Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    shared_device: bool = False,
+) -> dict[str, Any]:
+    """Run one cell as :func:`harness.engine.runner.run_cell` does (same arguments, same
+    result), starting its ranks here when its recipe asks for several processes."""
+    from harness.engine import runner
 
-    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
-    if not METHODS.get(cell.method).pretrained_conversion or cell.hparams.get("pretrained"):
+    if needs_launch(cell):
+        return launch_cell(cell, results_dir, data_root, force, progress, shared_device)
+    pretrain_first(cell, results_dir, data_root, progress)
+    return runner.run_cell(cell, results_dir, data_root, force, progress, shared_device)
+
+
+def pretrain_first(
+    cell: Cell, results_dir: Path, data_root: Path | None, progress: bool = False
+) -> None:
+    """Train the `single` cell that ``cell`` converts (``pretrain_epochs``), if any, here when
+    the runner cannot: before the ranks of a multi-process ``cell`` join their group (inside it
+    every rank then finds it done and only loads it), or when the `single` cell itself needs
+    ranks (the engine starts no process). Otherwise the runner trains it under its lease, so a
+    failed `single` cell is attempted once. A suite without that cell is left to ``cell``'s run
+    to record."""
+    from harness.engine.pretrain import single_to_train, wait_for_record
+
+    try:
+        single = single_to_train(cell, Path(results_dir))
+    except ValueError:  # no such `single` cell: the runner records the cell's failure
         return
-    if not epochs:
+    if single is None or not (needs_launch(cell) or needs_launch(single)):
         return
-    from harness.engine.pretrain import pretraining_cell, train_once
-
-    single = pretraining_cell(cell, results_dir, epochs)
-    train_once(single, results_dir, lambda c: run(c, results_dir, data_root, False, False))
+    while run_one(single, results_dir, data_root, False, progress)["status"] == "leased":
+        if wait_for_record(single, Path(results_dir)) is not None:
+            return
 
 
 # ------------------------------------------------------------------------ launching locally
@@ -117,8 +137,7 @@ def _rank_main(
     threads: int,
     cell_json: dict[str, Any],
     results_dir: str,
-    data_root: str,
-    run: RunCell,
+    data_root: str | None,
     force: bool,
     progress: bool,
     shared_device: bool,
@@ -126,6 +145,8 @@ def _rank_main(
 ) -> None:
     """One spawned rank: the env:// variables, its GPU, then
     :func:`harness.engine.runner.run_cell`."""
+    from harness.engine.runner import run_cell
+
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -138,9 +159,10 @@ def _rank_main(
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # before CUDA initialises: cuda:0 is this GPU
     _watch_parent(parent)
     torch.set_num_threads(threads)
-    cell = Cell.from_json(cell_json)
+    cell = Cell.from_json(cell_json, validated=True)
     with process_group(cell):
-        out = run(cell, Path(results_dir), Path(data_root), force, progress, shared_device)
+        root = Path(data_root) if data_root else None
+        out = run_cell(cell, Path(results_dir), root, force, progress, shared_device)
     if rank == 0:
         results.put(out)
 
@@ -148,36 +170,35 @@ def _rank_main(
 def launch_cell(
     cell: Cell,
     results_dir: Path,
-    data_root: Path,
-    run: RunCell,
+    data_root: Path | None,
     force: bool = False,
     progress: bool = True,
     shared_device: bool = False,
 ) -> dict[str, Any]:
     """Run ``cell`` on ``cell.recipe.processes`` spawned local ranks and wait for them.
 
-    Args:
-        run: :func:`harness.engine.runner.run_cell` (passed in, pickled by name to the ranks, so
-        that
-            this module does not import the runner that imports it).
-
     Returns:
-        Rank 0's :func:`harness.engine.runner.run_cell` result (the record, or ``leased``), or, when
-        rank 0 died without one, the record on disk or a ``failed`` stub naming its exit code.
+        The finished record when the cell is done (and not ``force``d), else rank 0's
+        :func:`harness.engine.runner.run_cell` result (the record, or ``leased``), or, when rank
+        0 died without one, the record on disk or a ``failed`` stub naming its exit code.
     """
     from harness.contract import usable_record
 
+    existing = usable_record(Path(results_dir) / cell.cell_id)
+    if existing and existing["status"] == "done" and not force:
+        return existing  # no ranks to start
     n = cell.recipe.processes
     try:
         devices = rank_devices(cell)
     except DistributedError as exc:
         return record_launch_failure(cell, Path(results_dir), exc)
-    pretrain_first(cell, results_dir, data_root, run)
+    pretrain_first(cell, results_dir, data_root)
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.SimpleQueue()
     port, parent = free_port(), os.getpid()
     threads = max(1, torch.get_num_threads() // n) if devices[0] is None else 1
-    args = (cell.to_json(), str(results_dir), str(data_root), run, force, progress, shared_device)
+    root = str(data_root) if data_root else None
+    args = (cell.to_json(), str(results_dir), root, force, progress, shared_device)
     procs = [
         ctx.Process(
             target=_rank_main,
@@ -226,8 +247,8 @@ def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict
     """A ``failed`` record (phase ``setup``) for a cell whose ranks cannot be started, written
     under the cell's lease like any record, so the grid goes on and the reason is reported."""
     from harness.contract import new_record
+    from harness.engine.build import with_defaults
     from harness.engine.environment import environment
-    from harness.registry import method_defaults
     from harness.storage.checkpoint import log_event
     from harness.storage.records import write_record
 
@@ -237,7 +258,7 @@ def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict
     except LeaseHeld as held:
         return {"cell_id": cell.cell_id, "status": "leased", "lease": held.owner}
     try:
-        cell = dataclasses.replace(cell, defaults=method_defaults(cell.method))
+        cell = with_defaults(cell)
         rec = new_record(cell, environment(torch.device("cpu")), _now())
         rec["status"] = "failed"
         rec["error"] = {
@@ -255,33 +276,3 @@ def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict
         return rec
     finally:
         lease.release()
-
-
-# ------------------------------------------------------------------------ Slurm
-
-
-def slurm_parameters(params: dict[str, Any], processes: int) -> dict[str, Any]:
-    """submitit ``update_parameters`` for a cell of ``processes`` tasks: the profile's per-cell
-    ``gpus_per_node`` becomes per task (one GPU per rank), ``tasks_per_node`` = processes."""
-    if processes == 1:
-        return dict(params)
-    out = {**params, "tasks_per_node": processes, "nodes": 1}
-    if params.get("gpus_per_node"):
-        out["gpus_per_node"] = params["gpus_per_node"] * processes
-    return out
-
-
-def run_slurm_rank(
-    cell: Cell, results_dir: Path, data_root: Path | None, run: RunCell, force: bool = False
-) -> dict[str, Any]:
-    """One task of a multi-task Slurm job: export the rendezvous (submitit), join the group,
-    run the cell as that rank (``force``: redo it from scratch)."""
-    import submitit
-
-    submitit.helpers.TorchDistributedEnvironment().export(
-        set_cuda_visible_devices=False,
-        overwrite=True,  # LOCAL_RANK picks the GPU instead
-    )
-    pretrain_first(cell, results_dir, data_root, run)  # one task trains it, the others wait
-    with process_group(cell):
-        return run(cell, results_dir, data_root, force, False)
