@@ -1,7 +1,8 @@
 """Leaderboard columns: metric directions, column definitions and number formats.
 
-Pure data and formatting, no I/O and no torch: :mod:`reports.aggregate` (records → frames),
-:mod:`reports.summary` (per-configuration statistics) and the renderers all read them from here.
+Pure data and formatting, no I/O and no torch: :mod:`reports.records.results` (records → frames),
+:mod:`reports.stats.summary` (per-configuration statistics) and the renderers all read them from
+here.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ OOD_METRICS = {
     "fpr95_id": "FPR95-ID",
 }
 OOD_SHOWN = {("msp", "auroc"), ("msp", "fpr95")}  # the rest waits in the column picker
-OOD_GROUPS = {"ood_near": "near", "ood_far": "far"}  # near-/far-OOD means (reports.ood_groups)
+OOD_GROUPS = {"ood_near": "near", "ood_far": "far"}  # near-/far-OOD means (reports.records.flatten)
 
 
 def ood_sets(frame: pd.DataFrame) -> list[str]:
@@ -195,7 +196,8 @@ def diagnostic_columns(summary: pd.DataFrame) -> list[Column]:
     ]
 
 
-#: Post-hoc calibration (reports.calibrated): the pool-then-calibrate metrics beside the raw ones.
+#: Post-hoc calibration (reports.records.flatten): the pool-then-calibrate metrics beside the raw
+#: ones.
 CALIBRATED = (
     Column("ts/nll", "NLL (TS)", "Calibrated (TS)", "f3"),
     Column("ts/ece", "ECE (TS, %)", "Calibrated (TS)", "pct"),

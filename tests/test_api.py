@@ -13,7 +13,7 @@ import pytest
 
 import harness.api as h
 import reports
-from reports.aggregate import load_results as report_results
+from reports.records.index import load_results as report_results
 from tests.conftest import REPO
 
 TAU_FRONTIER = REPO / "docs" / "results" / "claims_fmnist_tau_frontier"

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from record_factory import make_record, write_records
 
-import reports.record_index as record_index
+import reports.records.index as record_index
 from harness.contract import DamagedRecord
 from harness.contract.done_index import INDEX_FILE as DONE_FILE
 from harness.contract.done_index import DoneIndex
-from reports.aggregate import load_results
+from reports.records.index import load_results
 
 
 def _folder(tmp_path: Path) -> Path:

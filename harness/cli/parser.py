@@ -220,7 +220,7 @@ def _add_evaluate(sub) -> None:
 
 def _add_report(sub) -> None:
     """``harness report``."""
-    from reports.cli_options import add_report_arguments  # argparse only
+    from reports.render.cli import add_report_arguments  # argparse only
 
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
     rep.add_argument("results_dir")
