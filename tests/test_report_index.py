@@ -1,4 +1,4 @@
-"""The record index (reports/record_index.py) and the done index (harness/contract/done_index.py):
+"""The record index (reports/records/index.py) and the done index (harness/contract/done_index.py):
 caches that make a report or a plan over 10,000 records cheap, and are never trusted over the
 records themselves."""
 

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import matplotlib as mpl
 import numpy as np
@@ -194,32 +193,13 @@ def _m_text(m: float) -> str:
     return f"M={m_text(m, '?')}"
 
 
-# Which configurations the figures draw when a study has too many for a readable legend.
-#
-# A figure with one line or bar per configuration is unreadable past a few dozen (a 1,000-entry
-# legend, a bar group of 1,000 bars). Above :data:`MAX_CONFIGS` configurations, the figures draw,
-# per
-# dataset, backbone, method, M and variant, the one hyper-parameter setting with the lowest mean
-# validation NLL (the test NLL where no cell has a validation split) — the setting a practitioner
-# would pick, as in :mod:`reports.render.tables` — and say so in their caption. The tables keep
-# every
-# configuration.
-
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
+# Which configurations the figures draw when a study has too many for a readable legend: a
+# figure with one line or bar per configuration is unreadable past a few dozen (a 1,000-entry
+# legend). Above MAX_CONFIGS configurations, the figures draw, per dataset, backbone, method, M
+# and variant, the one hyper-parameter setting with the lowest mean validation NLL (the test NLL
+# where no cell has a validation split) — the setting a practitioner would pick, as in
+# :mod:`reports.render.tables` — and say so in their caption. The tables keep every one.
 MAX_CONFIGS = 24
-#: The ids of :data:`reports.figures.draw.FIGURES`, in order, known without importing matplotlib (a
-#: report whose figures are drawn elsewhere or cached never imports it; a test holds them equal).
-FIGURE_IDS = (
-    "fig-tau-frontier",
-    "fig-quality-vs-m",
-    "fig-corruption",
-    "fig-ood",
-    "fig-cost",
-    "fig-reliability",
-)
 SWEEPS = ("fig-tau-frontier", "fig-keff")  # drawn along τ: one point per setting, no legend
 _SWEEP = ["dataset", "backbone", "method", "M", "variant"]
 _CONFIG = [*_SWEEP, "hparams"]
@@ -249,29 +229,9 @@ def figure_cells(cells: pd.DataFrame, figure: str = "") -> tuple[pd.DataFrame, s
     return kept, note
 
 
-def declared_figure_meta(cells: pd.DataFrame) -> list[tuple[str, str, str, str, dict]]:
-    """``(id, title, caption, needs, declaration)`` of a figure for each diagnostic the records
-    declare with one (:class:`harness.contract.DiagnosticFigure`); no plotting import, so the
-    figure cache can key them before deciding whether to draw."""
-    from reports.columns import declared_diagnostics
-
-    return [
-        (
-            str(d["figure"]["id"]),
-            str(d["figure"].get("title") or d["key"]),
-            str(d["figure"].get("caption") or ""),
-            f"{d.get('label') or d['key']} at two or more values of {d['figure']['x']}",
-            d,
-        )
-        for d in declared_diagnostics(cells)
-        if isinstance(d.get("figure"), dict) and d["figure"].get("x") and d["figure"].get("id")
-    ]
-
-
 @dataclass(frozen=True)
 class RenderedFigure:
-    """One figure for the page (here, not in :mod:`reports.figures.draw`, so that a report whose
-    figures all come from :mod:`reports.figure_cache` imports no matplotlib)."""
+    """One figure for the page, and its matplotlib figure for the files."""
 
     id: str
     title: str

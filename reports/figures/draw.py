@@ -29,7 +29,7 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from reports.columns import format_number
+from reports.columns import declared_diagnostics, format_number
 from reports.figures.base import (
     RenderedFigure,
     _done,
@@ -396,8 +396,7 @@ def render_one(spec: FigureSpec, cells: pd.DataFrame) -> RenderedFigure:
 
 
 def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
-    """Every figure of :func:`figure_specs`, drawn (:func:`reports.figure_cache.report_figures`
-    draws only those whose data changed since the last report)."""
+    """Every figure of :func:`figure_specs`, drawn."""
     return [render_one(spec, cells) for spec in figure_specs(cells)]
 
 
@@ -472,11 +471,15 @@ def diagnostic_vs_hparam(cells: pd.DataFrame, declared: dict) -> Figure | None:
 
 def declared_figures(cells: pd.DataFrame) -> list[tuple[str, str, str, str, Callable]]:
     """``(id, title, caption, needs, draw)`` of a figure for each diagnostic the records declare
-    with one (:class:`harness.contract.DiagnosticFigure`), for
-    ``reports.figures.draw.FigureSpec``."""
-    from reports.figures.base import declared_figure_meta
-
+    with one (:class:`harness.contract.DiagnosticFigure`), for :class:`FigureSpec`."""
     return [
-        (fid, title, caption, needs, lambda frame, d=d: diagnostic_vs_hparam(frame, d))
-        for fid, title, caption, needs, d in declared_figure_meta(cells)
+        (
+            str(d["figure"]["id"]),
+            str(d["figure"].get("title") or d["key"]),
+            str(d["figure"].get("caption") or ""),
+            f"{d.get('label') or d['key']} at two or more values of {d['figure']['x']}",
+            lambda frame, d=d: diagnostic_vs_hparam(frame, d),
+        )
+        for d in declared_diagnostics(cells)
+        if isinstance(d.get("figure"), dict) and d["figure"].get("x") and d["figure"].get("id")
     ]

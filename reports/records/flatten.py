@@ -1,5 +1,17 @@
-"""One result record → one flat leaderboard row (absent metrics NaN); the reporter's reading of a
-record, shared by :mod:`reports.records.results` and :mod:`reports.records.results`."""
+"""One result record → one flat leaderboard row (absent metrics NaN): the reporter's reading of a
+record, through the contract layer only (no engine, methods or torch import here).
+
+Beyond the identity, clean metrics and cost, a row carries (NaN/empty when the record has none):
+``corr/<corruption>/acc|nll|ece`` (mean over its severities) and ``corr_severity_acc`` (JSON, for
+the mCE); ``corruption_mean_over`` and ``mce_over`` (which corruptions cAcc and the mCE average);
+``ood_near/…`` and ``ood_far/…`` (means over OpenOOD v1.5's near and far sets, :data:`OOD_GROUPS`);
+``cost_device``, ``cost_precision``, ``shared_device`` and ``train_device_h``; the post-hoc
+calibration of ``metrics.calibration`` (:func:`calibration_columns`: ``ts/…``, ``ts_members/…``,
+``ood_ts/…``, conformal ``cp/…`` and the reliability bins ``rel/<view>/<stat>/<bin>``, sums so
+seeds pool by adding); and the declared diagnostics. :func:`with_posthoc_rows` adds ``single+TS``
+as a configuration of its own: the baseline a reader compares an ensemble against (Guo et al.,
+2017; Ovadia et al., 2019).
+"""
 
 from __future__ import annotations
 
@@ -16,8 +28,6 @@ import pandas as pd
 from harness.contract import ENSEMBLE_METRIC_KEYS, label_of, shown_diagnostics
 from harness.contract import format_hparams as _format_shown
 from harness.contract import identity as _record_identity
-
-# Records are read through the contract layer only: no engine, methods or torch import here.
 
 _CONFIG_IDENTITY = ("dataset", "backbone", "method", "M", "hparams", "seed")
 
@@ -106,11 +116,6 @@ def _flatten(obj: Any, prefix: str = "", out: dict[str, str] | None = None) -> d
     return out
 
 
-def _identity(rec: Mapping[str, Any]) -> tuple[str, str, str, Any, str]:
-    """(dataset, backbone, method, M, shown hparams) from the record alone (any schema)."""
-    return _record_identity(rec)
-
-
 def _as_record(item: Mapping[str, Any]) -> Mapping[str, Any]:
     return item if "config" in item else {"config": item}  # a bare config: all hparams shown
 
@@ -118,7 +123,7 @@ def _as_record(item: Mapping[str, Any]) -> Mapping[str, Any]:
 def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[str, Any]:
     """One leaderboard row for one record (absent metrics are NaN)."""
     cfg = rec.get("config") or {}
-    dataset, backbone, method, M, hparams = _identity(rec)
+    dataset, backbone, method, M, hparams = _record_identity(rec)
     flat_cfg = _flatten(_config_rest(cfg)) if variant else {}
     row: dict[str, Any] = {
         "suite": str(rec.get("suite", "")),
@@ -196,7 +201,7 @@ def describe_config(item: Mapping[str, Any]) -> str:
     ``item``: a record (its shown hyper-parameters) or a bare config (all of them)."""
     rec = _as_record(item)
     cfg = rec.get("config") or {}
-    dataset, backbone, method, M, hparams = _identity(rec)
+    dataset, backbone, method, M, hparams = _record_identity(rec)
     text = f"{dataset} / {backbone} / {method} M={M}"
     if hparams:
         text += f" ({hparams})"
@@ -205,30 +210,8 @@ def describe_config(item: Mapping[str, Any]) -> str:
     return text
 
 
-# Columns a record yields beyond the basic flattening: per corruption, near/far OOD, conditions.
-#
-# :func:`extra_columns` is called by :func:`reports.records.flatten.flatten_record` for every
-# record, so
-# every row of the cell frame carries (NaN/empty when the record has no such data):
-#
-# - ``corr/<corruption>/acc|nll|ece``: the mean over the severities evaluated of that corruption;
-#   ``corr_severity_acc``: JSON {corruption: {severity: acc}} (for the mCE's common severities);
-# - ``corruption_mean_over``: the record's sentence saying which corruptions cAcc/cNLL/cECE average
-#   (``metrics.corruption.corruption_mean_over``), and ``mce_over``: the corruptions that count in
-#   the mCE (the benchmark ones, ``metrics.corruption.mean_corruptions``, else all evaluated);
-# - ``ood_near/<score>/<metric>`` and ``ood_far/<score>/<metric>``: the mean over the near or far
-# OOD
-#   sets of :mod:`reports.records.flatten` that the record has;
-# - ``cost_device``, ``cost_precision``: what the cost was measured on (``cost.device`` /
-#   ``cost.precision``, else ``environment.device``); ``shared_device``: 1.0 when other cells ran on
-#   the same device while this one measured its throughput, 0.0 when not, NaN when not recorded;
-# - ``train_device_h``: training wall time in device-hours (``cost.train_time_s`` / 3600, one device
-#   per cell), named by ``cost_device`` on the page ("GPU-hours" on a GPU).
-
-
-# ... and "diagnostics_shown": the diagnostics the records declare, as JSON
-# (reports.records.flatten),
-# joined per configuration so reports.columns.diagnostic_columns reads them from the summary.
+# The text columns of a row, joined per configuration by the summary ("diagnostics_shown": the
+# declarations as JSON, which reports.columns.diagnostic_columns reads from the summary).
 TEXT = ("cost_device", "cost_precision", "corruption_mean_over", "mce_over", "diagnostics_shown")
 
 
@@ -295,29 +278,6 @@ def extra_columns(rec: Mapping[str, Any]) -> dict[str, Any]:
         **ood_group_columns(rec),
         **condition_columns(rec),
     }
-
-
-# Post-hoc calibration in the leaderboard: the calibrated columns, the conformal columns, the
-# reliability bins the figure draws, and ``single+TS`` as a configuration of its own.
-#
-# A record's ``metrics.calibration`` (docs/records.md; :mod:`harness.metrics.posthoc`) becomes,
-# in its row:
-#
-# - ``ts/<metric>``: the pool-then-calibrate metrics (``nll``, ``ece``, ``brier``, ``aece``,
-#   ``aurc`` on the clean test set; ``cNLL``, ``cECE`` over the corruptions) and ``ts/temperature``;
-#   ``ts_members/<metric>`` likewise for calibrate-then-pool when it was fitted;
-# - ``ood_ts/<set>/<score>/<metric>``: OOD detection by the calibrated MSP and entropy;
-# - ``cp/<thr|aps|raps>/<coverage|size>`` on the clean test set and ``cp/<name>/c_coverage`` /
-#   ``c_size`` averaged over the corruptions (coverage under shift);
-# - ``rel/<view>/<count|conf|correct>/<bin>``: per reliability bin, the number of samples and the
-#   sums of their confidences and correctness, for ``raw`` (the ensemble), ``members`` (all
-#   members pooled) and ``ts`` (the ensemble after scaling). Sums, so a configuration's diagram
-#   pools its seeds by adding them.
-#
-# :func:`with_posthoc_rows` then adds, for every done ``single`` cell with a calibration, a row of
-# the configuration ``single+TS``: its quality columns are the calibrated ones. It is the baseline a
-# reader compares an ensemble against (Guo et al., 2017; Ovadia et al., 2019), so it gets its own
-# line in the leaderboard and in the paired table.
 
 
 #: Clean-set metrics a temperature changes (accuracy does not: it is checked equal).
@@ -428,21 +388,11 @@ def with_posthoc_rows(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([cells, derived], ignore_index=True)
 
 
-# Which OOD sets are near- and which far-OOD for each in-distribution dataset.
-#
-# OpenOOD v1.5 (Zhang et al., "OpenOOD v1.5: Enhanced Benchmark for Out-of-Distribution Detection",
-# 2023, Table 1) splits each benchmark's OOD sets into *near* (semantic shift, similar images) and
-# *far* (different image statistics) and reports the mean over each group. This is the one place the
-# reporter reads that split from; it needs no torch and no dataset registry. For CIFAR-10/100 it is
-# OpenOOD's split; for the built-in ``digits`` the held-out digits 8 and 9 are near and
-# scikit-learn's
-# photo patches far (as their dataset descriptions say).
-#
-# A record may override it: ``evaluation.ood_groups`` = ``{"<ood set>": "near" | "far"}`` (a suite
-# that brings its own OOD sets names their kind there). A set that is in neither group counts in its
-# own per-set columns only.
-
-
+# Which OOD sets are near- and which far-OOD for each in-distribution dataset: OpenOOD v1.5
+# (Zhang et al., 2023, Table 1) splits each benchmark's OOD sets into near (semantic shift) and far
+# (different image statistics). For the built-in digits, the held-out digits 8 and 9 are near and
+# scikit-learn's photo patches far. A record's evaluation.ood_groups overrides it; a set in
+# neither group counts in its own per-set columns only.
 Kind = Literal["near", "far"]
 
 _CIFAR_FAR = ("mnist", "svhn", "textures", "places365")

@@ -198,15 +198,9 @@ def load_rows(
     if fresh or not frames:
         frames.append(rows_frame(fresh))
     rows = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    # Back to the folder order: the kept rows first, then the read ones, each in order.
-    n_kept, order, i_kept, i_read = len(kept), [], 0, 0
-    for kind, _ in parts:
-        if kind == "index":
-            order.append(i_kept)
-            i_kept += 1
-        else:
-            order.append(n_kept + i_read)
-            i_read += 1
+    # Back to the folder order: ``rows`` holds the kept rows first, then the read ones.
+    from_index, read = iter(range(len(kept))), iter(range(len(kept), len(kept) + len(fresh)))
+    order = [next(from_index) if kind == "index" else next(read) for kind, _ in parts]
     rows = rows.iloc[order].reset_index(drop=True) if order else rows.reset_index(drop=True)
     if index and (fresh or cached is None or len(kept) != len(cached)):
         _write(path, rows)
@@ -226,8 +220,7 @@ def _write(path: Path, rows: pd.DataFrame) -> None:
 
 def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[str]:
     """The cell folders of a suite's results folder (or of each suite folder of a results root),
-    each folder's in name order, as paths in text (10,000 Path objects were a twentieth of a
-    warm report)."""
+    each folder's in name order, as paths in text (10,000 Path objects add up)."""
     ignore = {p.resolve() for p in ignore}
 
     names = {p.name for p in ignore}  # resolve only what could be ignored: one stat a folder

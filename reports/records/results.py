@@ -31,7 +31,6 @@ import pandas as pd
 
 from reports.columns import ID_COLUMNS
 from reports.records.flatten import (
-    _as_record,
     _config_rest,
     _flatten,
     describe_config,
@@ -294,11 +293,6 @@ def results_from_rows(
         source=source,
         suites=suites,
     )
-
-
-def variant_keys(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Dotted config keys (besides the identity and seed) that differ inside one group."""
-    return variant_of(rows_frame([record_row(_as_record(r)) for r in records]))
 
 
 def records_to_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

@@ -42,18 +42,20 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import pandas as pd
 
 from harness.contract import RECORD_FILE
-from reports.figures.base import RenderedFigure
 from reports.records.index import load_results
 from reports.records.results import Results
 from reports.render.markdown import render_markdown as _markdown
 from reports.render.page import ReportOptions, context
 from reports.render.paired import PairedStats, paired_stats, resolve_reference
+
+if TYPE_CHECKING:  # the figures import seaborn and matplotlib: only when drawing
+    from reports.figures.base import RenderedFigure
 
 TEMPLATES = Path(__file__).parent / "templates"
 FORMATS = ("html", "csv", "md", "latex")

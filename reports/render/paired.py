@@ -25,7 +25,7 @@ from reports.columns import (
     m_text,
 )
 from reports.records.results import Results
-from reports.stats.bolding import config_key
+from reports.stats.bolding import bold_rows, config_key
 from reports.stats.paired import COLUMNS as PAIRED_COLUMNS
 from reports.stats.paired import (
     TEST_NAMES,
@@ -143,27 +143,16 @@ def _paired_columns(paired: PairedStats, summary: pd.DataFrame) -> list[Column]:
 
 
 def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
-    """:func:`reports.stats.bolding.bold_rows` of every leaderboard column of ``results``, computed
-    once per report (the page, Markdown and LaTeX each show a subset of the columns; a column's
-    bold cells do not depend on which other columns are shown)."""
+    """:func:`reports.stats.bolding.bold_rows` of every leaderboard column of ``results``,
+    computed once per report (the page, Markdown and LaTeX each show a subset of the columns; a
+    column's bold cells do not depend on which other columns are shown)."""
     key = ("bold", id(results.summary))
     if key not in paired.memo:
-        paired.memo[key] = compute_bold(results, paired.test, paired.alpha)
+        columns = leaderboard_columns(results.summary)
+        paired.memo[key] = bold_rows(
+            results.summary, results.cells, columns, test=paired.test, alpha=paired.alpha
+        )
     return paired.memo[key]
-
-
-def compute_bold(results: Results, test: str, alpha: float) -> dict[str, set[Any]]:
-    """:func:`bold_cells` without a :class:`PairedStats` (it needs only the results, the test and
-    the level: a report's worker computes them while the paired table is computed)."""
-    from reports.stats.bolding import bold_rows
-
-    columns = leaderboard_columns(results.summary)
-    return bold_rows(results.summary, results.cells, columns, test=test, alpha=alpha)
-
-
-def set_bold(paired: PairedStats, results: Results, bold: dict[str, set[Any]]) -> None:
-    """Give ``paired`` the bold cells of ``results`` computed elsewhere (:func:`compute_bold`)."""
-    paired.memo[("bold", id(results.summary))] = bold
 
 
 def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
@@ -204,8 +193,7 @@ def _significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tupl
 
 
 def paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any] | None:
-    """The paired table as the page and Markdown show it (computed once per report; its rows
-    through ``row_cache`` where given: :func:`reports.render.paired.paired_rows`)."""
+    """The paired table as the page and Markdown show it (computed once per report)."""
     if paired.reference is None:
         return None
     key = ("context", id(summary))
@@ -282,8 +270,6 @@ def markdown_paired(paired: PairedStats, summary: pd.DataFrame) -> list[str]:
 
 
 _KEYS = ["dataset", "backbone", "method", "M", "hparams", "variant", "reference"]
-_TEXT = ("dataset", "backbone", "method", "m", "hparams", "variant", "reference", "config")
-_CELL = ("key", "text", "value", "lo", "hi", "n", "title", "extra")
 
 
 def format_delta(value: Any, kind: str) -> str:

@@ -16,7 +16,7 @@ import pandas as pd
 from harness.contract import SUITE_FILE, read_manifest
 from harness.contract.done_index import file_key
 from harness.contract.manifest import expected_cells
-from reports.columns import Column, format_cell, leaderboard_columns
+from reports.columns import Column, format_cell, leaderboard_columns, m_text
 from reports.records.flatten import describe_config
 from reports.records.index import load_results
 from reports.records.results import Results
@@ -30,10 +30,6 @@ def _clip(text: str, width: int = MAX_TEXT) -> str:
     text = " ".join(str(text).split())  # no newlines or tabs from a config value
     text = "".join(ch if ch.isprintable() else "?" for ch in text)  # nor escape sequences
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _m(value) -> str:
-    return "" if pd.isna(value) else f"{float(value):g}"
 
 
 def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) -> str:
@@ -60,7 +56,7 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     rows = []
     for _, r in summary.iterrows():
         cells = [
-            _m(r[k]) if k == "M" else str(int(r[k])) if k == "n" else _clip(r[k]) for k in ident
+            m_text(r[k]) if k == "M" else str(int(r[k])) if k == "n" else _clip(r[k]) for k in ident
         ]
         for c in cols:
             text = format_cell(r[f"{c.key}_mean"], r[f"{c.key}_std"], None, c.kind, show_n=False)

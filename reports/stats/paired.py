@@ -37,7 +37,7 @@ Why these methods (the suites ship 2, 3, 5 and 10 seeds):
 Which reference cells a configuration is paired with (its *reference configuration*):
 
 - same dataset, backbone, variant (the recipe and other config fields, see
-  :func:`reports.records.results.variant_keys`) and seed; never across those;
+  :func:`reports.records.results.variant_of`) and seed; never across those;
 - the reference's configuration at the same M when the reference has cells at that M; otherwise
   the reference's configurations at any M (a ``single`` reference has only M=1);
 - every reference configuration that is left is paired separately, one row each, named in the
@@ -341,23 +341,3 @@ def _rows(meta, diffs, keys, m_of, ref_method, level, test, alpha, holm_adjust) 
     out["better"] = out["better"].astype("boolean")
     out["n_pairs"] = out["n_pairs"].astype(int)
     return out
-
-
-__all__ = [
-    "DEFAULT_METRICS",
-    "TESTS",
-    "default_metrics",
-    "default_reference",
-    "holm",
-    "min_pairs",
-    "min_pvalue",
-    "paired_differences",
-    "parse_reference",
-    "per_seed_table",
-    "pvalue",
-    "reference_label",
-    "reference_mask",
-    "signflip_pvalue",
-    "t_interval",
-    "t_pvalue",
-]
