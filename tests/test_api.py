@@ -148,3 +148,13 @@ def test_every_name_the_reports_package_advertises_exists():
     for name in reports.__all__:
         assert getattr(reports, name) is not None, name
     assert reports.direction("acc") is not None and "acc" in reports.DIRECTIONS
+    # A star import in a fresh interpreter binds every advertised name (and loads no torch).
+    code = (
+        "import sys\nfrom reports import *\nimport reports\n"
+        "missing = [n for n in reports.__all__ if n not in globals()]\n"
+        "print(missing, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.strip() == "[] False", proc.stderr

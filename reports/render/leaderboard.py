@@ -226,14 +226,3 @@ def write_report(
     html_path = out / "leaderboard.html"
     html_path.write_text(_render_page({**page, "figures": rendered}), encoding="utf-8")
     return html_path
-
-
-__all__ = [
-    "FORMATS",
-    "PairedStats",
-    "ReportOptions",
-    "paired_stats",
-    "render_html",
-    "render_markdown",
-    "write_report",
-]
