@@ -1,4 +1,4 @@
-"""Hyper-parameters selected on the validation split, never on the test set.
+"""Two tables of the page and the Markdown: accuracy per corruption, and selection on validation.
 
 A suite that sweeps a method's hyper-parameters (σN-Ens's τ, say) and holds out a validation split
 (``recipe.validation: n``) leaves the choice to the reader. This view makes it: per (dataset,
