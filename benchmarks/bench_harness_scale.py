@@ -8,15 +8,14 @@ for every cell but 10 from a real record (``tests/golden/smoke_records.json.gz``
 cell run on CPU) with the cell's own identity and per-configuration and per-seed noise on its
 metrics, then times, each in a fresh process:
 
-- ``report cold``: ``harness report`` with no index (``--no-figures`` and with figures, and with
-  figures in one process: ``--serial``; by default forked workers read records and draw figures);
-- ``report warm``: again after 10 records changed (the index re-reads those 10; the changed
-  records are the 10 seeds of one configuration, ``single`` on the first dataset, so the figures
-  that draw it are redrawn and the others come from the figure cache);
+- ``report cold``: ``harness report`` with no record index (``--no-index``), without and with
+  figures: every record read, every table and figure written;
+- ``report, 10 changed``: a report with the index first (which writes it), then 10 records
+  rewritten and a report again (the index re-reads those 10; every table and figure is written
+  again: the index is the reporter's only cache), without and with figures;
 - ``validate``, ``run plan`` (``harness run --dry-run``, which decides every cell) and ``status``.
 
-Each row: wall seconds, CPU seconds of the process and its workers, and the process's peak
-resident memory (VmHWM).
+Each row: wall seconds, CPU seconds, and the process's peak resident memory (VmHWM).
 
 The table it prints is the one in ``docs/benchmarks.md``.
 """
@@ -125,8 +124,7 @@ def change(results: Path, cell_ids: list[str]) -> None:
 
 # Peak memory from /proc/self/status VmHWM (the high-water mark of this process's own memory:
 # getrusage's ru_maxrss carries the parent's peak across exec). CPU seconds beside wall seconds:
-# on a machine shared with other jobs the wall time is mostly waiting for a core; they include
-# the report's forked workers (waited for, so in os.times()'s children's share).
+# on a machine shared with other jobs the wall time is mostly waiting for a core.
 _CHILD = """
 import os, sys, time
 def cpu():
@@ -138,29 +136,25 @@ sys.stdout = open(os.devnull, "w")
 code = main(sys.argv[1:])
 wall, cpu = time.perf_counter() - t, cpu() - c
 peak = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM")) / 1024
-import resource
-worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest worker's
-print(f"@@ {wall:.3f} {peak:.0f} {code} {cpu:.3f} {worker:.0f}", file=sys.stderr)
+print(f"@@ {wall:.3f} {peak:.0f} {code} {cpu:.3f}", file=sys.stderr)
 """
 
 
-def timed(args: list[str]) -> tuple[float, float, float, float]:
-    """(wall s, peak MiB, CPU s, the largest worker's peak MiB) of ``harness <args>`` in a fresh
-    process (imports included)."""
+def timed(args: list[str]) -> tuple[float, float, float]:
+    """(wall s, peak MiB, CPU s) of ``harness <args>`` in a fresh process (imports included)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", _CHILD, *args], capture_output=True, text=True,
                           env=env, cwd=ROOT)  # fmt: skip
     line = [x for x in proc.stderr.splitlines() if x.startswith("@@ ")]
     if proc.returncode or not line or line[-1].split()[3] != "0":
         raise RuntimeError(f"harness {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
-    _, wall, peak, _, cpu, worker = line[-1].split()
-    return float(wall), float(peak), float(cpu), float(worker)
+    _, wall, peak, _, cpu = line[-1].split()
+    return float(wall), float(peak), float(cpu)
 
 
-def _cell(value: tuple[float, float, float, float]) -> str:
-    wall, peak, cpu, worker = value
-    workers = f" (workers ≤ {worker:.0f})" if worker > 1 else ""  # (validate starts a child too)
-    return f"{wall:.1f} s ({cpu:.1f} s CPU), {peak:.0f} MiB{workers}"
+def _cell(value: tuple[float, float, float]) -> str:
+    wall, peak, cpu = value
+    return f"{wall:.1f} s ({cpu:.1f} s CPU), {peak:.0f} MiB"
 
 
 class _Rows(dict):
@@ -170,12 +164,12 @@ class _Rows(dict):
         super().__init__()
         self.n = n
 
-    def __setitem__(self, key: str, value: tuple[float, float, float, float]) -> None:
+    def __setitem__(self, key: str, value: tuple[float, float, float]) -> None:
         super().__setitem__(key, value)
         print(f"N={self.n}: {key}: {_cell(value)}", flush=True)
 
 
-def bench(root: Path, n: int) -> dict[str, tuple[float, float, float, float]]:
+def bench(root: Path, n: int) -> dict[str, tuple[float, float, float]]:
     """Every timing of one N (see the module docstring)."""
     results = root / f"scale{n}" / f"scale{n}"
     if results.parent.exists():
@@ -189,14 +183,13 @@ def bench(root: Path, n: int) -> dict[str, tuple[float, float, float, float]]:
     report = ["report", str(results), "--output", str(root / f"scale{n}" / "page")]
     out["report cold, no figures"] = timed([*report, "--no-figures", "--no-index"])
     out["report cold"] = timed([*report, "--no-index"])
-    out["report cold, one process (--serial)"] = timed([*report, "--no-index", "--serial"])
-    timed(report)  # a report with the index: writes it, and the figure cache beside the page
+    out["report writing the index"] = timed(report)
     change(results, changed)
     os.sync()
-    out["report warm, 10 changed, no figures"] = timed([*report, "--no-figures"])
+    out["report, 10 changed, no figures"] = timed([*report, "--no-figures"])
     change(results, changed)
     os.sync()
-    out["report warm, 10 changed"] = timed(report)
+    out["report, 10 changed"] = timed(report)
     out["validate"] = timed(["validate", str(suite_file), "--skip-data"])
     out["run plan (--dry-run)"] = timed(["run", str(suite_file), "--dry-run", "--results",
                                          str(results.parent)])  # fmt: skip

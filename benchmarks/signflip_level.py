@@ -4,12 +4,12 @@
 
 Simulates ``reps`` experiments per noise shape and number of paired seeds n: n per-seed
 differences drawn with mean exactly zero (no true difference), tested with the two tests behind
-the report's ▲/▼ marks (:func:`reports.significance.pvalue`): the default exact sign-flip test and
-``--test t`` (the paired t-test). A false mark is p ≤ α. The sign-flip test is exact, at most α,
-when each difference is as likely positive as negative — a symmetric distribution; with a skewed
-one of mean zero (most seeds slightly positive, a few strongly negative) that premise fails. The
-table it prints (false-mark rate, %, Monte Carlo standard error about 0.07 points at 100,000
-reps) is the one in ``docs/benchmarks.md``.
+the report's ▲/▼ marks (:func:`reports.stats.significance.pvalue`): the default exact sign-flip
+test and ``--test t`` (the paired t-test). A false mark is p ≤ α. The sign-flip test is exact,
+at most α, when each difference is as likely positive as negative — a symmetric distribution;
+with a skewed one of mean zero (most seeds slightly positive, a few strongly negative) that
+premise fails. The table it prints (false-mark rate, %, Monte Carlo standard error about 0.07
+points at 100,000 reps) is the one in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports.significance import pvalue
+from reports.stats.significance import pvalue
 
 NS = (2, 3, 5, 6, 8, 10)  # the suites ship 2, 3, 5 and 10 seeds; 6 is the sign-flip's minimum
 _CHUNK = 10_000

@@ -1,6 +1,10 @@
-"""Reports: result records → leaderboard (HTML, CSV, Markdown), figures and a terminal table.
+"""Reports: result records → leaderboard (HTML, CSV, Markdown, LaTeX), figures, terminal table.
 
-Public API (imported lazily, so ``import reports.terminal`` does not pull in matplotlib)::
+Four sub-packages, one job each: ``records`` (read, flatten and index result records),
+``stats`` (per-configuration summaries, paired tests, bolding), ``render`` (the page, Markdown,
+LaTeX and terminal tables) and ``figures`` (seaborn figures). ``columns`` is the shared vocabulary.
+
+Public API (imported lazily, so ``import reports`` pulls in neither matplotlib nor Jinja2)::
 
     write_report(results_dir, out_dir=None, *, expected=None, figures=True, reference=None,
                  options=ReportOptions(), formats=("html", "csv", "md"), published=None) -> Path
@@ -19,24 +23,24 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "write_report": "reports.leaderboard",
-    "render_html": "reports.leaderboard",
-    "render_markdown": "reports.leaderboard",
-    "load_results": "reports.aggregate",
-    "load_frame": "reports.aggregate",
-    "from_records": "reports.aggregate",
-    "records_to_frame": "reports.aggregate",
-    "aggregate": "reports.summary",
+    "write_report": "reports.render.leaderboard",
+    "render_html": "reports.render.leaderboard",
+    "render_markdown": "reports.render.leaderboard",
+    "load_results": "reports.records.index",
+    "load_frame": "reports.records.index",
+    "from_records": "reports.records.results",
+    "records_to_frame": "reports.records.results",
+    "Results": "reports.records.results",
+    "aggregate": "reports.stats.summary",
     "direction": "reports.columns",
     "DIRECTIONS": "reports.columns",
-    "Results": "reports.aggregate",
-    "render_figures": "reports.figures",
-    "write_figure_files": "reports.figures",
-    "ReportOptions": "reports.page",
-    "paired_differences": "reports.stats",
-    "render_latex": "reports.latex",
-    "format_table": "reports.terminal",
-    "format_results": "reports.terminal",
+    "render_figures": "reports.figures.draw",
+    "write_figure_files": "reports.figures.draw",
+    "ReportOptions": "reports.render.page",
+    "paired_differences": "reports.stats.paired",
+    "render_latex": "reports.render.latex",
+    "format_table": "reports.render.terminal",
+    "format_results": "reports.render.terminal",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,7 +1,8 @@
 """Leaderboard columns: metric directions, column definitions and number formats.
 
-Pure data and formatting, no I/O and no torch: :mod:`reports.aggregate` (records → frames),
-:mod:`reports.summary` (per-configuration statistics) and the renderers all read them from here.
+Pure data and formatting, no I/O and no torch: :mod:`reports.records.results` (records → frames),
+:mod:`reports.stats.summary` (per-configuration statistics) and the renderers all read them from
+here.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ OOD_METRICS = {
     "fpr95_id": "FPR95-ID",
 }
 OOD_SHOWN = {("msp", "auroc"), ("msp", "fpr95")}  # the rest waits in the column picker
-OOD_GROUPS = {"ood_near": "near", "ood_far": "far"}  # near-/far-OOD means (reports.ood_groups)
+OOD_GROUPS = {"ood_near": "near", "ood_far": "far"}  # near-/far-OOD means (reports.records.flatten)
 
 
 def ood_sets(frame: pd.DataFrame) -> list[str]:
@@ -125,31 +126,19 @@ def ood_sets(frame: pd.DataFrame) -> list[str]:
 
 def ood_columns(summary: pd.DataFrame) -> list[Column]:
     """Near/far means, then each OOD set: every score × metric (MSP AUROC/FPR95 shown)."""
-    out = [
+    sources = [*OOD_GROUPS.items(), *((f"ood/{s}", s) for s in ood_sets(summary))]
+    return [
         Column(
             f"{prefix}/{score}/{m}",
-            f"{mlabel} {kind} ({slabel})",
+            f"{mlabel} {name} ({slabel})",
             "OOD",
             "pct",
             hidden=(score, m) not in OOD_SHOWN,
         )
-        for prefix, kind in OOD_GROUPS.items()
+        for prefix, name in sources
         for score, slabel in OOD_SCORES.items()
         for m, mlabel in OOD_METRICS.items()
     ]
-    out += [
-        Column(
-            f"ood/{s}/{score}/{m}",
-            f"{mlabel} {s} ({slabel})",
-            "OOD",
-            "pct",
-            hidden=(score, m) not in OOD_SHOWN,
-        )
-        for s in ood_sets(summary)
-        for score, slabel in OOD_SCORES.items()
-        for m, mlabel in OOD_METRICS.items()
-    ]
-    return out
 
 
 def corruption_names(frame: pd.DataFrame) -> list[str]:
@@ -195,7 +184,8 @@ def diagnostic_columns(summary: pd.DataFrame) -> list[Column]:
     ]
 
 
-#: Post-hoc calibration (reports.calibrated): the pool-then-calibrate metrics beside the raw ones.
+#: Post-hoc calibration (reports.records.flatten): the pool-then-calibrate metrics beside the raw
+#: ones.
 CALIBRATED = (
     Column("ts/nll", "NLL (TS)", "Calibrated (TS)", "f3"),
     Column("ts/ece", "ECE (TS, %)", "Calibrated (TS)", "pct"),
@@ -262,15 +252,8 @@ def format_number(value: Any, kind: str) -> str:
 
 
 def format_cell(mean: Any, std: Any, n: Any, kind: str, *, show_n: bool = True) -> str:
-    """``mean ± std (n)``; the ± part is left out when std is NaN (n = 1) or exactly 0."""
-    text = format_number(mean, kind)
-    if text == "–":
-        return text
-    if std is not None and not (isinstance(std, float) and math.isnan(std)) and float(std) != 0:
-        text += f" ± {format_number(std, kind)}"
-    if show_n and n is not None and not pd.isna(n):
-        text += f" ({int(n)})"
-    return text
+    """``mean ± std (n)``: :func:`cell_text` with the n shown."""
+    return cell_text(mean, std, n, kind, show_n=show_n)
 
 
 def m_text(m: Any, missing: str = "") -> str:

@@ -13,7 +13,7 @@ import pytest
 
 import harness.api as h
 import reports
-from reports.aggregate import load_results as report_results
+from reports.records.index import load_results as report_results
 from tests.conftest import REPO
 
 TAU_FRONTIER = REPO / "docs" / "results" / "claims_fmnist_tau_frontier"
@@ -148,3 +148,13 @@ def test_every_name_the_reports_package_advertises_exists():
     for name in reports.__all__:
         assert getattr(reports, name) is not None, name
     assert reports.direction("acc") is not None and "acc" in reports.DIRECTIONS
+    # A star import in a fresh interpreter binds every advertised name (and loads no torch).
+    code = (
+        "import sys\nfrom reports import *\nimport reports\n"
+        "missing = [n for n in reports.__all__ if n not in globals()]\n"
+        "print(missing, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.strip() == "[] False", proc.stderr

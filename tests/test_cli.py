@@ -155,7 +155,7 @@ def test_local_workers_record_label_and_shared_device_and_report_lists_missing(
     assert main(["report", str(results), "-o", str(tmp_path / "page")]) == 0
     html = (tmp_path / "page" / "leaderboard.html").read_text()
     assert gone in html and "mc_dropout(M=4,dropout_rate=0.3)/seed" in html
-    from reports.terminal import print_summary
+    from reports.render.terminal import print_summary
 
     capsys.readouterr()
     assert print_summary(results) == 0

@@ -19,7 +19,7 @@ BASE_ERR = {"gaussian_noise": [0.1, 0.2, 0.4, 0.6, 0.8], "contrast": [0.05, 0.1,
 
 
 def test_mce_uses_the_severities_both_models_have():
-    from reports.corruption_error import mean_corruption_error
+    from reports.stats.summary import mean_corruption_error
 
     base = {c: dict(enumerate(e, start=1)) for c, e in BASE_ERR.items()}
     mine = {c: {s: 0.8 * base[c][s] for s in (1, 2)} for c in base}  # 0.8×, fewer severities
@@ -31,7 +31,7 @@ def test_mce_uses_the_severities_both_models_have():
 
 
 def test_mce_warns_on_a_zero_baseline_corruption():
-    from reports.corruption_error import mean_corruption_error
+    from reports.stats.summary import mean_corruption_error
 
     base = {"gaussian_noise": {1: 0.5}, "contrast": {1: 0.0}}
     mine = {"gaussian_noise": {1: 0.4}, "contrast": {1: 0.1}}
@@ -45,7 +45,7 @@ def test_report_mce_with_mismatched_severities_is_0_80():
     a baseline evaluated at 1–5: mCE 0.80 in the report."""
     from record_factory import make_record
 
-    from reports.aggregate import from_records
+    from reports.records.results import from_records
 
     def record(method, m, seed, sevs, factor):
         cells = [

@@ -128,7 +128,7 @@ def test_replace_keeps_defaults_out_of_equality():
 
 
 def test_reporter_names_rows_from_the_record_not_todays_defaults():
-    from reports.aggregate import records_to_frame
+    from reports.records.results import records_to_frame
 
     def done(cell: Cell, **over) -> dict:
         rec = new_record(cell, {}, "t0")

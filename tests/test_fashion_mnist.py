@@ -317,7 +317,7 @@ def test_suite_without_the_data_names_the_package_and_the_download(tmp_path, no_
 
 
 def test_published_values_of_the_reproduction_parse_and_cite_the_readme():
-    from reports.published import read_published
+    from reports.render.published import read_published
 
     rows = read_published(SUITES / "reproduce" / "fashion_mnist_readme.published.csv")
     assert dict(zip(rows["backbone"], rows["value"])) == {

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from reports.aggregate import from_records
+from reports.records.results import from_records
 from tests.golden.statistics import SMOKE, load_golden, smoke_records, snapshot
 from tests.scale_records import golden_records
 

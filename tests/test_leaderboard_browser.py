@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from record_factory import make_record, write_records
 
-from reports.aggregate import load_results
-from reports.bolding import bold_rows, config_key
 from reports.columns import leaderboard_columns
-from reports.leaderboard import write_report
-from reports.page import ReportOptions
+from reports.records.index import load_results
+from reports.render.leaderboard import write_report
+from reports.render.page import ReportOptions
+from reports.stats.bolding import bold_rows, config_key
 
 pytestmark = pytest.mark.browser
 

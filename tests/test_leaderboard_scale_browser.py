@@ -10,7 +10,7 @@ import pytest
 from record_factory import make_record, write_records
 from test_leaderboard_browser import console_problems, driver  # noqa: F401 (the fixture)
 
-from reports.leaderboard import write_report
+from reports.render.leaderboard import write_report
 
 pytestmark = pytest.mark.browser
 

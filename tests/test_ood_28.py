@@ -10,7 +10,7 @@ import torch
 from harness.data import ood_28
 from harness.data.base import DataMissingError
 from harness.registry import DATASETS
-from reports.ood_groups import ood_kind
+from reports.records.flatten import ood_kind
 from tests import fabricate
 
 OFFLINE = ("digits_28", "letters_28", "photos_28")

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 from record_factory import make_record, write_records
 
-import reports.record_index as record_index
+import reports.records.index as record_index
 from harness.cli import main
 from harness.cli.run import PLAN_LINES, print_plan
-from reports.terminal import print_summary
+from reports.render.terminal import print_summary
 
 
 def _cells(n: int) -> list[SimpleNamespace]:

@@ -7,10 +7,9 @@ import pytest
 from record_factory import make_record, write_records
 from test_leaderboard_browser import driver  # noqa: F401  (the module's headless Chromium)
 
-from reports.aggregate import load_results
-from reports.calibrated import SINGLE_TS, calibration_columns
-from reports.flatten import flatten_record
-from reports.stats import paired_differences
+from reports.records.flatten import SINGLE_TS, calibration_columns, flatten_record
+from reports.records.index import load_results
+from reports.stats.paired import paired_differences
 
 
 def _bins(conf: float, acc: float, n: int) -> dict:
@@ -110,7 +109,7 @@ def test_single_ts_is_a_configuration_and_pairs_with_the_same_seeds(tmp_path):
 
 
 def test_reliability_figure_draws_one_panel_per_configuration(tmp_path):
-    from reports.figures import reliability
+    from reports.figures.draw import reliability
 
     recs = [
         calibrated(make_record(method=m, M=mm, seed=s), t=1.2, nll=0.3, ece=0.02)
@@ -152,7 +151,7 @@ def test_page_toggles_raw_and_calibrated_columns_and_shows_reliability(tmp_path,
     from selenium.webdriver.support.ui import Select
     from test_leaderboard_browser import console_problems
 
-    from reports.leaderboard import write_report
+    from reports.render.leaderboard import write_report
 
     recs = []
     for seed in range(2):

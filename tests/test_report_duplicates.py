@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reports.aggregate import from_records
+from reports.records.results import from_records
 from tests.record_factory import make_record
 
 

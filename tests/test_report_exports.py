@@ -16,13 +16,13 @@ from record_factory import make_record, write_records
 from test_reports import parse
 
 from harness.cli import main as harness_main
-from reports.aggregate import from_records
 from reports.columns import format_number, leaderboard_columns
-from reports.latex import render_latex
-from reports.leaderboard import render_html, render_markdown, write_report
-from reports.page import ReportOptions
-from reports.paired_view import paired_stats
-from reports.published import read_published
+from reports.records.results import from_records
+from reports.render.latex import render_latex
+from reports.render.leaderboard import render_html, render_markdown, write_report
+from reports.render.page import ReportOptions
+from reports.render.paired import paired_stats
+from reports.render.published import read_published
 
 PDFLATEX = shutil.which("pdflatex")
 SOURCE = "https://example.org/paper, Table 2"

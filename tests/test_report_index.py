@@ -1,4 +1,4 @@
-"""The record index (reports/record_index.py) and the done index (harness/contract/done_index.py):
+"""The record index (reports/records/index.py) and the done index (harness/contract/done_index.py):
 caches that make a report or a plan over 10,000 records cheap, and are never trusted over the
 records themselves."""
 
@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from record_factory import make_record, write_records
 
-import reports.record_index as record_index
+import reports.records.index as record_index
 from harness.contract import DamagedRecord
 from harness.contract.done_index import INDEX_FILE as DONE_FILE
 from harness.contract.done_index import DoneIndex
-from reports.aggregate import load_results
+from reports.records.index import load_results
 
 
 def _folder(tmp_path: Path) -> Path:

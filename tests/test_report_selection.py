@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from reports.aggregate import records_to_frame
-from reports.leaderboard import write_report
-from reports.page import cell_text
-from reports.selection import markdown_selection, selected_on_validation
-from reports.summary import aggregate
+from reports.records.results import records_to_frame
+from reports.render.leaderboard import write_report
+from reports.render.page import cell_text
+from reports.render.tables import markdown_selection, selected_on_validation
+from reports.stats.summary import aggregate
 from tests.record_factory import make_record, write_records
 
 

@@ -14,15 +14,15 @@ from record_factory import DELETE, make_record, tau_sweep_records, write_records
 from harness.cli import main
 from harness.contract.errors import UsageError
 from harness.contract.record import validate_record
-from reports.aggregate import from_records, load_frame, load_results, records_to_frame
 from reports.columns import DIRECTIONS, direction, format_cell, leaderboard_columns
-from reports.figures import FIGURES, pareto_front, render_figures
-from reports.flatten import format_hparams
-from reports.leaderboard import render_html, render_markdown, write_report
-from reports.paired_view import paired_stats
-from reports.results import missing_cells
-from reports.summary import aggregate
-from reports.terminal import format_results, format_table
+from reports.figures.draw import FIGURES, pareto_front, render_figures
+from reports.records.flatten import format_hparams
+from reports.records.index import load_frame, load_results
+from reports.records.results import from_records, missing_cells, records_to_frame
+from reports.render.leaderboard import render_html, render_markdown, write_report
+from reports.render.paired import paired_stats
+from reports.render.terminal import format_results, format_table
+from reports.stats.summary import aggregate
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_ATTR = '"><img src=x onerror=alert(2)>'

@@ -118,7 +118,7 @@ def interrupt_after(monkeypatch, epochs: int) -> None:
 
 @pytest.mark.parametrize("umask", [0o002, 0o022])
 def test_written_files_honour_the_umask(cell, tmp_path, monkeypatch, umask):
-    from reports.leaderboard import write_report
+    from reports.render.leaderboard import write_report
 
     old = os.umask(umask)
     try:

@@ -134,7 +134,7 @@ def test_diagnostics_and_schedule_are_recorded_per_epoch(cells, tmp_path):
         assert d["num_features"] == 8 + 16 + 16  # width 8: 8, 16, 16 BatchNorm channels
     assert rec["history"][0]["train_reg"] < 0  # L_div is part of the training loss
     # the reporter reads the same record: k_eff of the last epoch
-    from reports.aggregate import records_to_frame
+    from reports.records.results import records_to_frame
 
     frame = records_to_frame([rec])
     assert frame["k_eff"].iloc[0] == pytest.approx(per_epoch[-1]["k_eff"])

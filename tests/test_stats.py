@@ -10,9 +10,9 @@ import pytest
 from record_factory import make_record
 from scipy import stats as scipy_stats
 
-from reports import stats
-from reports.aggregate import records_to_frame
-from reports.stats import (
+from reports.records.results import records_to_frame
+from reports.stats import paired as stats
+from reports.stats.paired import (
     default_metrics,
     default_reference,
     holm,
@@ -355,20 +355,3 @@ def test_signflip_marks_from_six_pairs_and_holm_across_the_table():
         paired_differences(_cells(rows), "ref", ["acc"], test="z")
     with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\), got 5"):
         paired_differences(_cells(rows), "ref", ["acc"], alpha=5)
-
-
-def test_the_t_table_is_scipys_quantiles_bit_for_bit():
-    from scipy.special import stdtrit
-
-    from reports.significance import t_quantile
-    from reports.t_table import T_975
-
-    df = np.arange(1, len(T_975) + 1)
-    assert np.array_equal(np.asarray(T_975), stdtrit(df, 0.975))
-    # Through t_quantile: the table where it holds the value, scipy elsewhere, NaN for NaN.
-    mixed = np.array([[1.0, 9.0], [np.nan, 200.0]])
-    want = stdtrit(mixed, 0.975)
-    assert np.array_equal(t_quantile(0.975, mixed), want, equal_nan=True)
-    for q, d in ((0.975, 201), (0.975, 2.5), (0.95, 5), (0.975, 0.5)):
-        assert t_quantile(q, d) == stdtrit(d, q)
-    assert isinstance(t_quantile(0.975, 4), np.floating)  # a scalar, as stdtrit gives

@@ -8,7 +8,7 @@ import json
 
 from harness.cli import main
 from harness.registry import METHODS
-from reports.flatten import flatten_record as flatten
+from reports.records.flatten import flatten_record as flatten
 from tests.record_factory import make_record, write_records
 
 

@@ -15,7 +15,7 @@
     net = h.sigma_ensemble(my_resnet, num_members=4)   # methods.sigma_public
 
 Everything here goes through the code the CLI and the reporter use (suite loading and
-validation, ``harness run``, ``reports.aggregate``, ``reports.stats``); nothing is computed a
+validation, ``harness run``, ``reports.records``, ``reports.stats``); nothing is computed a
 second way. Reading results imports no torch; :func:`run` and the σN-Ens functions do.
 """
 
@@ -224,7 +224,7 @@ def load_results(path: PathLike, *, with_records: bool = False) -> pd.DataFrame:
     Raises:
         FileNotFoundError: the folder does not exist.
     """
-    from reports.aggregate import load_results as load
+    from reports.records.index import load_results as load
 
     cells = load(Path(path)).cells.reset_index(drop=True)
     if with_records:
@@ -251,7 +251,7 @@ def leaderboard(path: PathLike) -> pd.DataFrame:
     """The leaderboard's table: one row per configuration (``dataset``, ``backbone``,
     ``method``, ``M``, ``hparams``, ``variant``) with ``n`` seeds and ``<metric>_mean``,
     ``_std``, ``_n``, ``_ci`` for each metric."""
-    from reports.aggregate import load_results as load
+    from reports.records.index import load_results as load
 
     return load(Path(path)).summary
 
@@ -277,10 +277,10 @@ def paired(
         holm: Holm's adjustment over every row.
 
     Returns:
-        :func:`reports.stats.paired_differences`'s frame (``mean_diff``, ``ci_lo``, ``ci_hi``,
-        ``p_value``, ``significant``… per configuration × metric).
+        :func:`reports.stats.paired.paired_differences`'s frame (``mean_diff``, ``ci_lo``,
+        ``ci_hi``, ``p_value``, ``significant``… per configuration × metric).
     """
-    from reports.stats import default_reference, paired_differences
+    from reports.stats.paired import default_reference, paired_differences
 
     cells = load_results(path)
     reference = reference or default_reference(cells)
@@ -303,7 +303,7 @@ def compare(
     Pairing and statistics are the leaderboard's: a configuration is (dataset, backbone,
     method, M, hparams, variant); seeds present in one folder only and non-finite values are
     left out; the interval is the paired t-interval and the p-value that of ``test``
-    (:mod:`reports.significance`).
+    (:mod:`reports.stats.significance`).
 
     Returns:
         One row per configuration × metric: the configuration keys, ``metric``, ``n_pairs``,
@@ -313,8 +313,8 @@ def compare(
     import numpy as np
     import pandas as pd
 
-    from reports.significance import pvalue, t_interval
-    from reports.stats import CONFIG_KEYS, default_metrics
+    from reports.stats.paired import CONFIG_KEYS, default_metrics
+    from reports.stats.significance import pvalue, t_interval
 
     a, b = (load_results(p) for p in (path_a, path_b))
     a, b = (f[f["status"] == "done"] for f in (a, b))

@@ -220,7 +220,7 @@ def _add_evaluate(sub) -> None:
 
 def _add_report(sub) -> None:
     """``harness report``."""
-    from reports.cli_options import add_report_arguments  # argparse only
+    from reports.render.cli import add_report_arguments  # argparse only
 
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
     rep.add_argument("results_dir")
@@ -232,7 +232,7 @@ def _add_report(sub) -> None:
     )
     _add_plugin_argument(rep)
     rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
-    add_report_arguments(rep)  # reports/cli_options.py: --reference --format --interval ...
+    add_report_arguments(rep)  # reports/render/cli.py: --reference --format --interval ...
     rep.set_defaults(fn="harness.cli.report:cmd_report")
 
 

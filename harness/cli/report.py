@@ -9,13 +9,13 @@ from harness.cli.validate import load_suite_arg
 
 def cmd_report(args) -> int:
     from harness.config.validator import require_results
-    from reports.cli_options import report_kwargs
-    from reports.leaderboard import write_report
-    from reports.terminal import expected_of
+    from reports.render.cli import report_kwargs
+    from reports.render.leaderboard import write_report
+    from reports.render.terminal import expected_of
 
     # The manifest's cells, never-started = missing; with overrides, the cells of the recorded
     # suite file with those overrides applied.
-    expected = expected_of(args.results_dir, keep=not getattr(args, "no_index", False))
+    expected = expected_of(args.results_dir)
     if args.overrides:
         from harness.contract import read_manifest
 

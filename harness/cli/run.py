@@ -104,10 +104,11 @@ def _run_and_report(executor, todo: list, results: Path, args) -> int:
 
 
 def summary_or_full_disk(results: Path) -> int:
-    """:func:`reports.terminal.print_summary`, whose record index may not fit on a file system
-    the run filled: then one line instead of the table (the records are all there), status 1."""
+    """:func:`reports.render.terminal.print_summary`, whose record index may not fit on a file
+    system the run filled: then one line instead of the table (the records are all there),
+    status 1."""
     from harness.storage.space import out_of_space, out_of_space_cause
-    from reports.terminal import print_summary
+    from reports.render.terminal import print_summary
 
     try:
         return print_summary(results)

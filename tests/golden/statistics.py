@@ -15,11 +15,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from reports.aggregate import from_records
-from reports.bolding import bold_rows, config_key
 from reports.columns import leaderboard_columns
-from reports.paired_view import paired_stats
-from reports.results import Results
+from reports.records.results import Results, from_records
+from reports.render.paired import paired_stats
+from reports.stats.bolding import bold_rows, config_key
 
 HERE = Path(__file__).parent
 SMOKE = HERE / "smoke_records.json.gz"  # 41 cells of the smoke suite at 6 seeds, run on CPU

@@ -1,0 +1,267 @@
+"""Reading a results folder (:func:`load_results`), through the record index: the flattened rows
+of a results folder, kept beside it, re-read per change. This is the reporter's one on-disk cache.
+
+``load_rows(results_dir, cell_dirs)`` stats every ``<cell>/record.json``; a record whose relative
+path, size and modification time (ns) match an
+entry of ``.report-index.npz`` is taken from there, every other one is read, checked
+(:func:`harness.contract.read_record`) and flattened (:func:`reports.records.results.record_row`).
+So a report of 10,000 records of which 10 changed parses 10 JSON files; the index is then
+rewritten whole (a fraction of a second at that size, simpler than keeping a delta).
+
+The index is a cache, never a source: a NumPy ``.npz`` archive read with ``allow_pickle=False``
+(no code in it can run), whose header names this format, its version and a hash of the code that
+flattens records. An archive that cannot be read, names another format or code, or whose columns
+disagree in length is ignored and rebuilt. Records modified within two seconds of the index's
+write are stored but re-read next time (a rewrite within the file system's timestamp granularity,
+with the same size, would otherwise go unseen). Invalid records are never stored: they are read,
+and named, on every report.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.contract import RECORD_FILE, RecordError, read_record
+from harness.contract.done_index import file_key
+from reports.records.results import Problem, Results, record_row, results_from_rows, rows_frame
+
+INDEX_FILE = ".report-index.npz"
+FORMAT = "harness-report-index"
+VERSION = 5  # 5: no delta file
+_RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
+_KEY = ("_path", "_size", "_mtime")
+
+
+def code_stamp() -> str:
+    """Hash of the modules that decide what a row holds: another version rebuilds the index."""
+    from harness.contract import record as contract_record
+
+    here = Path(__file__).parent
+    h = hashlib.sha1()
+    for path in (here / "flatten.py", here / "results.py", Path(__file__),
+                 Path(contract_record.__file__)):  # fmt: skip
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+_NUMERIC = {"float64": "f", "int64": "i", "bool": "b"}  # dtype → the array holding its columns
+
+
+def _json_array(value: Any) -> np.ndarray:
+    return np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
+
+
+def _encode(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Columns → a few arrays (one member each of the archive: each member costs a header parse
+    to read, and 160 of them were half the index's reading): the float, int and bool columns
+    each stacked in one 2-D array, text as each row's code (int32, stacked) among its column's
+    distinct values (one JSON list of lists), anything else as a JSON list of its own."""
+    stacks: dict[str, list[np.ndarray]] = {"f": [], "i": [], "b": [], "s": []}
+    uniques_of: list[list[Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    columns = []
+    for i, name in enumerate(frame.columns):
+        col = frame[name]
+        dtype = str(col.dtype)
+        kind = _NUMERIC.get(dtype) or ("s" if dtype == "str" else "o")
+        if kind == "s":  # each distinct text once (most repeat: method, device, …), codes
+            codes, uniques = pd.factorize(col)  # (-1: missing)
+            stacks["s"].append(codes.astype(np.int32))
+            uniques_of.append(uniques.tolist())
+        elif kind != "o":
+            stacks[kind].append(col.to_numpy(dtype=dtype))
+        else:
+            values = [None if v is pd.NA else v for v in col.tolist()]
+            text = json.dumps(values, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+            arrays[f"o{i}"] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        columns.append([str(name), dtype, kind, len(stacks[kind]) - 1 if kind != "o" else i])
+    for kind, parts in stacks.items():
+        if parts:
+            arrays[kind] = np.stack(parts)  # (columns × rows): each column contiguous
+    arrays["u"] = _json_array(uniques_of)
+    header = {"format": FORMAT, "version": VERSION, "code": code_stamp(), "columns": columns,
+              "rows": len(frame), "written_ns": time.time_ns()}  # fmt: skip
+    arrays["header"] = _json_array(header)
+    return arrays
+
+
+def _column(data: Any, stacks: dict[str, np.ndarray], uniques: list, spec: list) -> pd.Series:
+    """One stored column (``spec``: its name, dtype, kind and place)."""
+    _, dtype, kind, at = spec
+    if kind in ("f", "i", "b"):
+        if str(stacks[kind].dtype) != dtype:
+            raise ValueError(f"{kind} holds {stacks[kind].dtype}, not {dtype}")
+        return pd.Series(stacks[kind][at], dtype=dtype)
+    if kind == "s":  # codes out of range: IndexError, not an index
+        values = pd.array(uniques[at], dtype="str")
+        return pd.Series(values.take(stacks["s"][at].astype(np.intp), allow_fill=True))
+    return pd.Series(json.loads(bytes(data[f"o{at}"])), dtype=dtype)
+
+
+def _decode(path: Path) -> pd.DataFrame | None:
+    """The stored rows (less those modified too near the write to trust), or None for anything
+    that is not an index this code wrote."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            header = json.loads(bytes(data["header"]).decode("utf-8"))
+            if (header.get("format"), header.get("version")) != (FORMAT, VERSION):
+                return None
+            if header.get("code") != code_stamp():
+                return None
+            n = int(header["rows"])
+            racy = int(header["written_ns"]) - _RACY_NS
+            stacks = {k: data[k] for k in ("f", "i", "b", "s") if k in data.files}
+            uniques = json.loads(bytes(data["u"]))
+            columns = {}
+            for spec in header["columns"]:
+                values = _column(data, stacks, uniques, spec)
+                if len(values) != n:
+                    return None
+                columns[spec[0]] = values
+    except Exception:
+        return None
+    frame = pd.DataFrame(columns)
+    if not set(_KEY) <= set(frame.columns) or frame["_path"].duplicated().any():
+        return None
+    return frame[frame["_mtime"].astype("int64") < racy]
+
+
+def _read(cell_dir: Path, problems: list[Problem]) -> dict[str, Any] | None:
+    """The record of a cell folder (read and checked, :func:`harness.contract.read_record`), or
+    None with its problem (missing, invalid) noted."""
+    try:
+        rec = read_record(cell_dir)
+        if rec is None:
+            reason = "no record.json in its folder: pending, running, or killed before writing"
+            problems.append(Problem(cell_dir.name, "missing", reason))
+            return None
+    except (OSError, ValueError, RecordError) as e:  # a DamagedRecord is a RecordError
+        problems.append(Problem(cell_dir.name, "invalid", f"{type(e).__name__}: {e}"))
+        return None
+    return rec
+
+
+def load_rows(
+    results_dir: Path, cell_dirs: Sequence[Path | str], *, index: bool = True
+) -> tuple[pd.DataFrame, list[Problem]]:
+    """The rows of every usable record of ``cell_dirs`` in their order, and the problems; with
+    ``index``, unchanged records come from :data:`INDEX_FILE` and the index is rewritten when
+    anything changed (module docstring)."""
+    path = results_dir / INDEX_FILE
+    cached = _decode(path) if index and path.is_file() else None
+    known: dict[str, tuple[int, int, int]] = {}
+    if cached is not None:
+        keys = zip(
+            cached["_path"], cached["_size"].astype("int64"), cached["_mtime"].astype("int64")
+        )
+        known = {p: (int(s), int(m), i) for i, (p, s, m) in enumerate(keys)}
+    problems: list[Problem] = []
+    parts: list[tuple[str, Any]] = []  # ("index", position) or ("read", row), in folder order
+    base = os.path.join(os.fspath(results_dir), "")
+    # Records are trees (no reference cycles): the collector's passes over the ~100 objects of
+    # each of 10,000 records would add a fifth to the reading, so it waits until they are read.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for cell_dir in cell_dirs:
+            where = os.fspath(cell_dir)  # strings: 10,000 Path operations add up
+            if where.startswith(base):
+                rel = f"{where[len(base) :]}/{RECORD_FILE}"
+            else:
+                rel = f"{Path(cell_dir).relative_to(results_dir)}/{RECORD_FILE}"
+            st = file_key(os.path.join(where, RECORD_FILE))
+            hit = known.get(rel)
+            if hit is not None and st == hit[:2]:
+                parts.append(("index", hit[2]))
+                continue
+            rec = _read(Path(cell_dir), problems)
+            if rec is not None:
+                row = record_row(rec)
+                row["_path"], row["_size"], row["_mtime"] = rel, *(st or (-1, -1))
+                parts.append(("read", row))
+    finally:
+        if enabled:
+            gc.enable()
+    fresh = [row for kind, row in parts if kind == "read"]
+    kept = [at for kind, at in parts if kind == "index"]
+    frames = [] if cached is None or not kept else [cached.iloc[kept]]
+    if fresh or not frames:
+        frames.append(rows_frame(fresh))
+    rows = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # Back to the folder order: ``rows`` holds the kept rows first, then the read ones.
+    from_index, read = iter(range(len(kept))), iter(range(len(kept), len(kept) + len(fresh)))
+    order = [next(from_index) if kind == "index" else next(read) for kind, _ in parts]
+    rows = rows.iloc[order].reset_index(drop=True) if order else rows.reset_index(drop=True)
+    if index and (fresh or cached is None or len(kept) != len(cached)):
+        _write(path, rows)
+    return rows, problems
+
+
+def _write(path: Path, rows: pd.DataFrame) -> None:
+    """Write the index atomically; a folder that cannot take it just goes without one."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **_encode(rows))
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        tmp.unlink(missing_ok=True)
+
+
+def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[str]:
+    """The cell folders of a suite's results folder (or of each suite folder of a results root),
+    each folder's in name order, as paths in text (10,000 Path objects add up)."""
+    ignore = {p.resolve() for p in ignore}
+
+    names = {p.name for p in ignore}  # resolve only what could be ignored: one stat a folder
+
+    def subdirs(d: Path | str) -> list[str]:
+        with os.scandir(d) as entries:
+            found = [
+                (e.name, e.path)
+                for e in entries
+                if e.is_dir() and not e.name.startswith((".", "_"))
+                and (e.name not in names or Path(e.path).resolve() not in ignore)
+            ]  # fmt: skip
+        return [path for _, path in sorted(found)]  # one folder: by name, as Paths compare
+
+    if any(results_dir.glob(f"*/{RECORD_FILE}")) or not any(results_dir.glob(f"*/*/{RECORD_FILE}")):
+        return subdirs(results_dir)
+    return [cell for suite in subdirs(results_dir) for cell in subdirs(suite)]  # results root
+
+
+def load_results(
+    results_dir: Path | str,
+    expected: Iterable[Any] | None = None,
+    ignore: Iterable[Path] = (),
+    *,
+    index: bool = False,
+) -> Results:
+    """Read a suite's results folder (or a folder of suite folders) into :class:`Results`.
+
+    A cell folder without ``record.json`` is listed as missing (pending, running or killed), an
+    unreadable or invalid record as invalid; ``expected`` adds cells that have no folder at all.
+    With ``index``, the flattened rows are kept in ``.report-index.npz`` beside the results and
+    only records whose path, size or mtime changed are read again (:mod:`reports.records.index`).
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"results folder {results_dir} does not exist")
+    cell_dirs = _cell_dirs(results_dir, ignore)
+    rows, problems = load_rows(results_dir, cell_dirs, index=index)
+    return results_from_rows(rows, expected=expected, problems=problems, source=str(results_dir))
+
+
+def load_frame(results_dir: Path | str) -> pd.DataFrame:
+    """The per-cell frame (done and failed cells) of a results folder; see :func:`load_results`."""
+    return load_results(results_dir).cells
