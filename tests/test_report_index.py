@@ -141,3 +141,15 @@ def test_done_index_is_one_stat_for_known_records_and_never_trusts_a_changed_one
         DoneIndex(results).is_done(cell.name)
     (results / DONE_FILE).write_text("[1, 2")  # a damaged index: ignored
     assert DoneIndex(results).entries == {}
+
+
+def test_the_mlflow_file_store_beside_the_cells_is_not_a_missing_cell(tmp_path):
+    """`--logger mlflow` without a server writes `<results>/mlruns`: not a cell, so neither a
+    missing row nor a problem (it had been reported as one cell missing)."""
+    results = _folder(tmp_path)
+    before = load_results(results)
+    (results / "mlruns" / "0").mkdir(parents=True)
+    (results / "mlruns" / "0" / "meta.yaml").write_text("name: Default\n")
+    after = load_results(results)
+    assert "mlruns" not in {p.cell_id for p in after.problems}
+    _same(before, after)

@@ -218,9 +218,15 @@ def _write(path: Path, rows: pd.DataFrame) -> None:
         tmp.unlink(missing_ok=True)
 
 
+#: Folders a run writes beside its cells that are not cells: the MLflow file store of
+#: ``--logger mlflow`` without a tracking server (``harness.storage.trackers``).
+NOT_CELLS = frozenset({"mlruns"})
+
+
 def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[str]:
     """The cell folders of a suite's results folder (or of each suite folder of a results root),
-    each folder's in name order, as paths in text (10,000 Path objects add up)."""
+    each folder's in name order, as paths in text (10,000 Path objects add up); hidden folders,
+    ``_``-prefixed ones and :data:`NOT_CELLS` are not cells."""
     ignore = {p.resolve() for p in ignore}
 
     names = {p.name for p in ignore}  # resolve only what could be ignored: one stat a folder
@@ -230,7 +236,7 @@ def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[str]:
             found = [
                 (e.name, e.path)
                 for e in entries
-                if e.is_dir() and not e.name.startswith((".", "_"))
+                if e.is_dir() and not e.name.startswith((".", "_")) and e.name not in NOT_CELLS
                 and (e.name not in names or Path(e.path).resolve() not in ignore)
             ]  # fmt: skip
         return [path for _, path in sorted(found)]  # one folder: by name, as Paths compare
