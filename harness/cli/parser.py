@@ -19,7 +19,7 @@ def _add_override_arguments(p: argparse.ArgumentParser) -> None:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="override suite entries, e.g. recipe.epochs=1 grid.seeds=[0,1] evaluation.ood=[] "
+        help="override suite entries, e.g. recipe.epochs=2 grid.seeds=[0,1] evaluation.ood=[] "
         "grid.methods.sigma_ens.hparams.tau=0.5 (values read as YAML)",
     )
     p.add_argument(
