@@ -13,6 +13,7 @@ import pytest
 
 import harness.api as h
 import reports
+from harness.api import HarnessError
 from reports.records.index import load_results as report_results
 from tests.conftest import REPO
 
@@ -158,3 +159,11 @@ def test_every_name_the_reports_package_advertises_exists():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.stdout.strip() == "[] False", proc.stderr
+
+
+def test_paired_refuses_a_reference_that_did_not_run():
+    """As `harness report --reference` does (exit 2): an unknown reference is an error, not an
+    empty table."""
+    with pytest.raises(HarnessError, match="reference nonexistent: no done cells"):
+        h.paired(TAU_FRONTIER, "nonexistent")
+    assert len(h.paired(TAU_FRONTIER, "single")) > 0
