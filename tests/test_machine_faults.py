@@ -458,6 +458,35 @@ def test_real_full_file_system_with_local_workers(tmp_path):
         ]
 
 
+class _ReapedElsewhere:
+    """A dead worker whose exit code another thread stores only after our first join: what
+    happens when the pool's manager thread reaps it first (our waitpid gets ECHILD)."""
+
+    pid = 4111
+
+    def __init__(self) -> None:
+        self.exitcode: int | None = None
+        self.joins = 0
+
+    def join(self, timeout: float | None = None) -> None:
+        self.joins += 1
+        if self.joins == 2:
+            self.exitcode = -9
+
+
+def test_the_killing_signal_is_read_even_when_the_pool_reaped_the_worker_first():
+    from harness.executors.faults import signal_name
+    from harness.executors.local import dead_worker_exit_code
+
+    proc = _ReapedElsewhere()
+    assert signal_name(dead_worker_exit_code(proc)) == "SIGKILL"
+    assert proc.joins == 2
+
+    never = _ReapedElsewhere()
+    never.join = lambda timeout=None: None  # the code never arrives: unknown, after the wait
+    assert dead_worker_exit_code(never, timeout=0.3) is None
+
+
 @pytest.mark.slow
 def test_sigkilled_worker_is_replaced_and_a_cell_that_kills_twice_is_failed(tmp_path):
     from harness.executors.base import ExecutorOptions

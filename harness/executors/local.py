@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -164,6 +165,21 @@ def run_local(
 WAIT_POLL_S = 0.2  # how often the parent looks at the Ctrl-C flag while cells run
 
 
+def dead_worker_exit_code(proc: Any, timeout: float = 10.0) -> int | None:
+    """The exit code of a pool's worker that died (minus the signal that killed it), or None
+    when it is not known within ``timeout`` seconds.
+
+    The pool's manager thread reaps the dead worker too. When its ``waitpid`` wins the race,
+    ours fails (ECHILD) and ``join`` returns before the manager has stored the exit code on the
+    shared Process object, so one ``join`` can report None for a worker that SIGKILL ended:
+    ask again until the code is there.
+    """
+    deadline = time.monotonic() + timeout
+    while proc.exitcode is None and time.monotonic() < deadline:
+        proc.join(timeout=0.1)
+    return proc.exitcode
+
+
 def _run_on_slots(
     cells: list[Cell],
     slots: list[str | None],
@@ -216,9 +232,7 @@ def _run_on_slots(
     def killed(i: int, cell: Cell) -> dict[str, Any] | None:
         """The worker running ``cell`` died: a new one, and the cell again or its failure."""
         proc = workers[i]
-        if proc is not None:
-            proc.join(timeout=10)
-        pid, code = (proc.pid, proc.exitcode) if proc is not None else (None, None)
+        pid, code = (proc.pid, dead_worker_exit_code(proc)) if proc is not None else (None, None)
         replace(i)
         if faults.worker_killed(cell.cell_id, cell.label, pid, code):
             queue.append(cell)  # next to start, on whichever worker is free first
