@@ -122,6 +122,24 @@ def test_conformal_coverage_on_exchangeable_scores():
         assert 0.88 <= np.mean(cover[name]) <= 0.93, (name, np.mean(cover[name]))
 
 
+def test_randomised_sets_repeat_and_leave_the_global_generator_alone():
+    """APS/RAPS draw their noise from a fixed seed: the same batch gets the same sets whatever
+    ran before, and the evaluation's own draws (MC Dropout's masks) are not moved."""
+    z, y = _synthetic(600, 10, seed=9, sharpen=1.0)
+    probs = z.softmax(-1).unsqueeze(0)
+    post = PosthocCalibration.fit(probs[:, :300], y[:300], alpha=0.1)
+    torch.manual_seed(123)
+    first = post.sets(probs[:, 300:])
+    after_sets = torch.rand(5)
+    torch.manual_seed(123)
+    expected = torch.rand(5)
+    assert torch.equal(after_sets, expected)  # the global stream continues as if no sets ran
+    torch.rand(17)  # another state of the global generator: the sets do not change
+    again = post.sets(probs[:, 300:])
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not torch.equal(first["aps"], first["thr"])  # randomised APS differs from THR
+
+
 def test_set_accumulator_counts_coverage_and_size():
     sets = torch.tensor([[True, False, True], [False, True, False], [True, True, True]])
     acc = SetAccumulator()

@@ -17,7 +17,8 @@ minimising the NLL on the held-out split. For an ensemble of member probabilitie
   which the softmax ignores). The ensemble's top label, and so its accuracy, may change.
 
 The fit is torch-uncertainty's :class:`~torch_uncertainty.post_processing.TemperatureScaler`
-(L-BFGS on ``1/T``, cross-entropy); the tests check it against an independent scalar fit.
+(L-BFGS on ``1/T``, cross-entropy, here with full steps: ``lr = 1``); the tests check it against
+an independent scalar fit.
 
 **Conformal sets** (split conformal; Vovk et al., 2005; Angelopoulos & Bates, 2021) at a
 target miscoverage ``α``: torch-uncertainty's ``ConformalClsTHR`` (Sadinle et al., 2019),
@@ -60,6 +61,9 @@ LOG_FLOOR = 1e-300
 
 #: Smallest 1/T a fit returns (T = 10⁶: a uniform prediction to float64 precision).
 MIN_INV_TEMPERATURE = 1e-6
+
+#: L-BFGS iterations of the temperature fit (full steps; a handful are used in practice).
+FIT_MAX_ITER = 50
 
 #: The conformal predictors computed, by record key.
 CONFORMAL_METHODS = ("thr", "aps", "raps")
@@ -128,7 +132,11 @@ def fit_temperature(logits: Tensor, labels: Tensor) -> float:
     if len(labels) == 0:
         raise ValueError("temperature scaling needs at least one held-out sample")
     logits = logits.detach().to(torch.float64)
-    scaler = TemperatureScaler(model=nn.Identity())
+    # L-BFGS's full step (lr 1) rather than the library's default 0.1: on this convex scalar
+    # problem it converges in a few iterations, where 0.1 spends its 100 on the approach and
+    # can stop short (measured against scipy's bounded fit: 0.07 s and 4e-6 relative error
+    # against 0.45 s and 1e-4, and a default-lr fit ended at T < 0 for T* = 43).
+    scaler = TemperatureScaler(model=nn.Identity(), lr=1.0, max_iter=FIT_MAX_ITER)
     scaler.inv_temp = nn.Parameter(torch.ones(1, dtype=torch.float64))  # float64 like the data
     with _quiet_library():
         scaler.fit(_loader(logits, labels), progress=False)
@@ -172,9 +180,16 @@ def one_thread() -> Iterator[None]:
 
 @contextmanager
 def _seeded(seed: int) -> Iterator[None]:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    """The CPU generator seeded with ``seed`` inside, restored after (the sets' noise never
+    moves the draws of the evaluation around them). Only the CPU generator: the sets are
+    computed on CPU tensors. Not ``fork_rng`` + ``torch.manual_seed``, which also seed every
+    accelerator's generators: 0.47 ms a batch against 5 µs, measured, for the same draws."""
+    state = torch.get_rng_state()
+    torch.default_generator.manual_seed(seed)
+    try:
         yield
+    finally:
+        torch.set_rng_state(state)
 
 
 @dataclass
