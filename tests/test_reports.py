@@ -404,7 +404,10 @@ def test_figures_skip_without_their_data():
             seed=s,
             corruption=False,
             ood_sets=(),
-            overrides={"cost": {"params_total": None, "eval_images_per_s": None}},
+            overrides={
+                "cost": {"params_total": None, "eval_images_per_s": None},
+                "history": [],  # no per-epoch validation metrics: no training curves
+            },
         )
         for s in (0, 1)
     ]
@@ -586,3 +589,55 @@ def test_two_seeds_never_mark_and_the_page_says_why(tmp_path):
     # the t-test can mark at n = 2; the page then names it
     by_t = render_html(res, [], paired=paired_stats(res, test="t", holm=True))
     assert "paired t-test" in by_t and "Holm-adjusted" in by_t
+
+
+def _history(accs, nlls):
+    return [
+        {"epoch": e, "lr": 0.1, "train_loss": 1.0, "val_acc": a, "val_nll": n}
+        for e, (a, n) in enumerate(zip(accs, nlls), start=1)
+    ]
+
+
+def test_training_curves_are_columns_per_epoch_and_drawn_as_the_seed_mean():
+    """The plateau figure: validation accuracy/NLL from `history` and k_eff from the per-epoch
+    diagnostics become `curve/<key>/<epoch>` columns; each line is the mean over seeds."""
+    from reports.figures.draw import training_curves
+
+    recs = [
+        make_record(method="single", M=1, seed=s, corruption=False, ood_sets=(),
+                    overrides={"history": _history(accs, [0.9, 0.6, 0.5])})
+        for s, accs in ((0, [0.70, 0.80, 0.84]), (1, [0.72, 0.84, 0.86]))
+    ]  # fmt: skip
+    recs.append(
+        make_record(method="sigma_ens", hparams={"tau": 0.1}, corruption=False, ood_sets=(),
+                    k_eff=2.0, overrides={"history": _history([0.6, 0.7], [1.0, 0.8])})
+    )  # fmt: skip
+    frame = records_to_frame(recs)
+    single = frame[frame["method"] == "single"].sort_values("seed")
+    assert list(single["curve/val_acc/002"]) == [0.80, 0.84]
+    assert list(single["curve/val_nll/003"]) == [0.5, 0.5]
+    sigma = frame[frame["method"] == "sigma_ens"].iloc[0]
+    assert sigma["curve/k_eff/000"] == pytest.approx(2.3) and sigma["curve/k_eff/001"] == 2.0
+    assert math.isnan(single.iloc[0]["curve/k_eff/001"])  # single keeps no sharing
+
+    fig = training_curves(frame)
+    acc_ax, nll_ax, keff_ax = fig.axes[:3]
+    assert [a.get_ylabel() for a in (acc_ax, nll_ax, keff_ax)] == [
+        "Validation accuracy (%)  ↑", "Validation NLL  ↓", "k_eff on σ(γ)"
+    ]  # fmt: skip
+    lines = {tuple(line.get_xdata()): list(line.get_ydata()) for line in acc_ax.get_lines()}
+    assert lines[(1, 2, 3)] == pytest.approx([71.0, 82.0, 85.0])  # single, mean of two seeds
+    assert lines[(1, 2)] == pytest.approx([60.0, 70.0])  # σN-Ens, one seed
+    (keff,) = [line for line in keff_ax.get_lines() if len(line.get_xdata())]
+    assert list(keff.get_xdata()) == [0, 1] and keff.get_ydata()[-1] == pytest.approx(2.0)
+    # no per-epoch values at all: nothing to draw
+    bare = make_record(corruption=False, overrides={"history": []})
+    assert training_curves(records_to_frame([bare])) is None
+    assert figures_note(bare) == (
+        "skipped: needs per-epoch validation metrics (recipe.validation) or σN-Ens's per-epoch "
+        "k_eff"
+    )
+
+
+def figures_note(record):
+    return {f.id: f.note for f in render_figures(records_to_frame([record]))}["fig-curves"]

@@ -316,6 +316,54 @@ def reliability(cells: pd.DataFrame) -> Figure | None:
         return fig
 
 
+#: The training-curves panels: (column key, axis label, scale to show).
+_CURVES = (
+    ("val_acc", "Validation accuracy (%)  ↑", 100.0),
+    ("val_nll", "Validation NLL  ↓", 1.0),
+    ("k_eff", "k_eff on σ(γ)", 1.0),
+)
+
+
+def training_curves(cells: pd.DataFrame) -> Figure | None:
+    """Validation accuracy and NLL, and σN-Ens's k_eff, after every epoch: one line per
+    configuration (mean ± std over seeds). Where a schedule has flattened (the plateau)."""
+    from reports.records.flatten import SINGLE_TS
+
+    d = _done(cells)
+    d = d[d["method"] != SINGLE_TS]  # the derived row repeats single's training
+    cols = [c for c in d.columns if c.startswith("curve/")]
+    if d.empty or not cols:
+        return None
+    long = d[["setting", "label", "seed", *cols]].melt(
+        id_vars=["setting", "label", "seed"], var_name="column", value_name="value"
+    )
+    long = long[np.isfinite(pd.to_numeric(long["value"], errors="coerce"))]
+    parts = long["column"].str.split("/", expand=True)
+    long = long.assign(key=parts[1], epoch=parts[2].astype(int))
+    shown = [c for c in _CURVES if c[0] in set(long["key"])]
+    if long["epoch"].nunique() < 2 or not shown:
+        return None
+    wide = long.pivot_table(
+        index=["setting", "label", "seed", "epoch"], columns="key", values="value"
+    ).reset_index()
+    for key, _, scale in shown:
+        wide[key] = wide[key] * scale
+    settings = _settings(wide)
+    ys = [(key, name) for key, name, _ in shown]
+    pal = _palette(wide["label"])  # one colour per configuration in every panel
+    with _style():
+        fig, panels = _panels(len(settings), len(ys))
+        for row, (title, s) in zip(panels, settings):
+            for ax, (y, name) in zip(row, ys):
+                part = s[s[y].notna()]
+                order = [k for k in pal if k in set(part["label"])]
+                sns.lineplot(data=part, x="epoch", y=y, hue="label", hue_order=order,
+                             palette=pal, errorbar="sd", ax=ax)  # fmt: skip
+                ax.set(title=title, xlabel="epoch", ylabel=name)
+        _figure_legend(fig, (ax for row in panels for ax in row))
+        return fig
+
+
 @dataclass(frozen=True)
 class FigureSpec:
     id: str
@@ -362,6 +410,14 @@ FIGURES: tuple[FigureSpec, ...] = (
         "One point per configuration (mean over seeds).",
         "accuracy with parameter counts or eval throughput",
         quality_vs_cost,
+    ),
+    FigureSpec(
+        "fig-curves",
+        "Training curves: validation metrics and k_eff after every epoch",
+        "Measured on the validation split after each epoch (never the test set); mean ± std "
+        "over seeds. k_eff: σN-Ens's sharing on σ(γ) (4 = every member uses every feature).",
+        "per-epoch validation metrics (recipe.validation) or σN-Ens's per-epoch k_eff",
+        training_curves,
     ),
     FigureSpec(
         "fig-reliability",

@@ -8,7 +8,8 @@ the mCE); ``corruption_mean_over`` and ``mce_over`` (which corruptions cAcc and 
 ``cost_device``, ``cost_precision``, ``shared_device`` and ``train_device_h``; the post-hoc
 calibration of ``metrics.calibration`` (:func:`calibration_columns`: ``ts/…``, ``ts_members/…``,
 ``ood_ts/…``, conformal ``cp/…`` and the reliability bins ``rel/<view>/<stat>/<bin>``, sums so
-seeds pool by adding); and the declared diagnostics. :func:`with_posthoc_rows` adds ``single+TS``
+seeds pool by adding); the per-epoch curves ``curve/<key>/<epoch>`` (:func:`curve_columns`); and
+the declared diagnostics. :func:`with_posthoc_rows` adds ``single+TS``
 as a configuration of its own: the baseline a reader compares an ensemble against (Guo et al.,
 2017; Ovadia et al., 2019).
 """
@@ -167,6 +168,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     row.update(diagnostic_values(rec))
     row.update(extra_columns(rec))  # per corruption, near/far OOD, cost conditions
     row.update(calibration_columns(metrics))  # post-hoc calibration, conformal sets, bins
+    row.update(curve_columns(rec))  # per-epoch validation metrics and k_eff
     error = rec.get("error") or {}
     row["error_type"] = str(error.get("type", "")) if error else ""
     row["error_message"] = str(error.get("message", "")) if error else ""
@@ -192,6 +194,32 @@ def diagnostic_values(rec: Mapping[str, Any]) -> dict[str, Any]:
         entry = (per_epoch[0] if d.epoch == "first" else per_epoch[-1]) if per_epoch else {}
         out[d.column_key] = _num(entry.get(d.key))
     out[DIAGNOSTICS] = json.dumps([d.to_json() for d in shown], sort_keys=True) if shown else ""
+    return out
+
+
+#: Per-epoch values kept as ``curve/<key>/<epoch:03d>`` columns (the training-curves figure):
+#: the validation metrics of ``history`` and the sharing of ``diagnostics.per_epoch``.
+CURVE_HISTORY = ("val_acc", "val_nll")
+CURVE_DIAGNOSTICS = ("k_eff", "k_eff_scale")
+
+
+def curve_columns(rec: Mapping[str, Any]) -> dict[str, float]:
+    """``curve/<key>/<epoch>`` of one record: validation accuracy and NLL after every epoch
+    (records trained with a validation split) and σN-Ens's per-epoch k_eff on σ(γ) and on the
+    effective scale (records whose method keeps them); none for a record without them."""
+    out: dict[str, float] = {}
+    sources = (
+        (rec.get("history") or [], CURVE_HISTORY),
+        ((rec.get("diagnostics") or {}).get("per_epoch") or [], CURVE_DIAGNOSTICS),
+    )
+    for entries, keys in sources:
+        for entry in entries:
+            epoch = entry.get("epoch") if isinstance(entry, Mapping) else None
+            if not isinstance(epoch, int) or isinstance(epoch, bool):
+                continue
+            for k in keys:
+                if k in entry:
+                    out[f"curve/{k}/{epoch:03d}"] = _num(entry[k])
     return out
 
 
