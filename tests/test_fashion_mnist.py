@@ -214,7 +214,7 @@ def test_every_method_builds_the_28x28_cnn(name):
     """The ``cnn``-family builders give each method its variant of *this* network: both
     max-pools are there (the digits CNN has one), and eval gives (M, B, K)."""
     spec = METHODS.get(name)
-    m = 1 if name == "single" else 4
+    m = 1 if METHODS.get(name).max_members == 1 else 4
     hp = spec.hparams(**expand_hparams(spec, {})[0])
     torch.manual_seed(0)
     model = spec.build(BuildContext("fmnist_cnn", (1, 28, 28), 10, m), hp)
@@ -271,7 +271,7 @@ def test_benchmark_networks_have_the_published_parameter_counts(name, params):
 @pytest.mark.parametrize("name", ["single", "deep_ensemble", "mc_dropout"])
 def test_plain_benchmark_networks_build_under_the_methods_that_take_any_network(name):
     spec = METHODS.get(name)
-    m = 1 if name == "single" else 2
+    m = 1 if METHODS.get(name).max_members == 1 else 2
     hp = spec.hparams(**expand_hparams(spec, {})[0])
     model = spec.build(BuildContext("tf_tutorial_cnn", (1, 28, 28), 10, m), hp)
     model.eval()
@@ -282,7 +282,7 @@ def test_plain_benchmark_networks_build_under_the_methods_that_take_any_network(
 @pytest.mark.parametrize("name", METHODS.names())
 def test_every_method_builds_resnet18_for_28x28_grey(name):
     spec = METHODS.get(name)
-    m = 1 if name == "single" else 2
+    m = 1 if METHODS.get(name).max_members == 1 else 2
     hp = spec.hparams(**expand_hparams(spec, {})[0])
     torch.manual_seed(0)
     model = spec.build(BuildContext("resnet18", (1, 28, 28), 10, m), hp)
