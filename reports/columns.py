@@ -19,7 +19,10 @@ Direction = Literal["higher", "lower"]
 
 GROUP_KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
 ID_COLUMNS = ("suite", "cell_id", "status", *GROUP_KEYS, "seed")
-TEXT_COLUMNS = ("error_type", "error_message", "error_traceback", "started_at", "finished_at")
+TEXT_COLUMNS = (
+    "error_type", "error_message", "error_traceback", "started_at", "finished_at",
+    "diagnostics_undeclared",
+)  # fmt: skip
 
 # The one table of metric directions, by base metric name. A column maps to its base name with
 # base_metric(): "ood/svhn/msp/auroc" → "auroc", "sev3_ece" → "ece". Diversity diagnostics

@@ -641,3 +641,24 @@ def test_training_curves_are_columns_per_epoch_and_drawn_as_the_seed_mean():
 
 def figures_note(record):
     return {f.id: f.note for f in render_figures(records_to_frame([record]))}["fig-curves"]
+
+
+def test_records_without_diagnostic_declarations_say_how_to_get_their_figures():
+    """A σN-Ens τ sweep written before methods declared their diagnostics draws no k_eff vs τ;
+    the page says why and what to run instead of leaving the figure out silently."""
+    old = [
+        make_record(method="sigma_ens", hparams={"tau": t}, k_eff=2.0, corruption=False,
+                    ood_sets=(), overrides={"diagnostics": {"declared": DELETE}})
+        for t in (0.1, 1.0)
+    ]  # fmt: skip
+    figures = {f.id: f for f in render_figures(records_to_frame(old))}
+    assert "fig-keff" not in figures
+    assert figures["fig-diagnostics"].png is None
+    assert figures["fig-diagnostics"].note == (
+        "skipped: 2 record(s) keep per-epoch diagnostics without their methods' declarations "
+        "(written by an older harness); `harness upgrade <results folder>` adds them, and the "
+        "figures they declare (k_eff vs τ)"
+    )
+    new = [make_record(method="sigma_ens", hparams={"tau": t}, k_eff=2.0) for t in (0.1, 1.0)]
+    figures = {f.id: f for f in render_figures(records_to_frame(new))}
+    assert "fig-diagnostics" not in figures and figures["fig-keff"].png is not None

@@ -452,8 +452,31 @@ def render_one(spec: FigureSpec, cells: pd.DataFrame) -> RenderedFigure:
 
 
 def render_figures(cells: pd.DataFrame) -> list[RenderedFigure]:
-    """Every figure of :func:`figure_specs`, drawn."""
-    return [render_one(spec, cells) for spec in figure_specs(cells)]
+    """Every figure of :func:`figure_specs`, drawn; and, where records were written before
+    methods declared their diagnostics, a note saying how to get the figures they declare."""
+    out = [render_one(spec, cells) for spec in figure_specs(cells)]
+    if note := undeclared_note(cells):
+        out.append(RenderedFigure("fig-diagnostics", "Figures of the methods' diagnostics", "",
+                                  None, note))  # fmt: skip
+    return out
+
+
+def undeclared_note(cells: pd.DataFrame) -> str:
+    """Why a diagnostic's figure (σN-Ens's k_eff vs τ) is absent: done records that keep
+    per-epoch diagnostics but no declarations (an older harness wrote them); empty otherwise."""
+    from reports.records.flatten import UNDECLARED
+
+    if UNDECLARED not in cells or cells.empty:
+        return ""
+    done = cells[cells["status"] == "done"] if "status" in cells else cells
+    n = int((done[UNDECLARED] == "undeclared").sum())
+    if not n:
+        return ""
+    return (
+        f"skipped: {n} record(s) keep per-epoch diagnostics without their methods' "
+        "declarations (written by an older harness); `harness upgrade <results folder>` adds "
+        "them, and the figures they declare (k_eff vs τ)"
+    )
 
 
 def figure_specs(cells: pd.DataFrame) -> list[FigureSpec]:

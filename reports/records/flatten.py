@@ -179,6 +179,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
 
 
 DIAGNOSTICS = "diagnostics_shown"  # the text column of the declarations (reports.columns)
+UNDECLARED = "diagnostics_undeclared"  # "undeclared" for a record written before declarations
 
 
 def diagnostic_values(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,6 +195,10 @@ def diagnostic_values(rec: Mapping[str, Any]) -> dict[str, Any]:
         entry = (per_epoch[0] if d.epoch == "first" else per_epoch[-1]) if per_epoch else {}
         out[d.column_key] = _num(entry.get(d.key))
     out[DIAGNOSTICS] = json.dumps([d.to_json() for d in shown], sort_keys=True) if shown else ""
+    # Per-epoch diagnostics without declarations: a record of a harness before methods declared
+    # them (`harness upgrade` adds them, and with them the figures they name).
+    undeclared = bool(per_epoch) and not isinstance(section.get("declared"), list)
+    out[UNDECLARED] = "undeclared" if undeclared else ""
     return out
 
 
