@@ -69,7 +69,7 @@ def bench_one(
     spec = METHODS.get(name)
     params = expand_hparams(spec, hp)[0]
     torch.manual_seed(0)
-    model = spec.build(BuildContext(backbone, in_shape, classes, m), spec.hparams(**params))
+    model = spec.build(BuildContext(backbone, in_shape, classes, m), spec.make_hparams(params))
     model.to(device)
     if recipe.channels_last and device.type == "cuda":
         model.to(memory_format=torch.channels_last)
