@@ -31,7 +31,6 @@ import torch
 
 from harness.config.suite import load_suite
 from harness.contract import Cell, Evaluation, Recipe
-from harness.contract.build import build_dataclass
 from harness.registry.core import PLUGINS_ENV
 from harness.storage.checkpoint import read_events
 from harness.storage.lease import pid_alive, read_owner
@@ -182,15 +181,24 @@ def test_two_process_cell_equals_one_process_cell(tmp_path, with_plugin, mlp_ref
     assert not (tmp_path / "results" / cell.cell_id / "checkpoint.pt").exists()
 
 
-def test_batch_size_must_divide_over_processes():
-    with pytest.raises(ValueError, match="batch_size 65 is not divisible by processes 2"):
-        Recipe(batch_size=65, processes=2)
-    errors: list[str] = []  # a suite's recipe reports it as one error line
-    build_dataclass(Recipe, {"batch_size": 10, "processes": 4}, "recipe", errors)
-    assert errors == [
-        "recipe: batch_size 10 is not divisible by processes 4: every process trains on an "
+def test_batch_size_must_divide_over_processes(tmp_path, capsys):
+    from harness.cli import main
+    from harness.config.validator import recipe_problems
+
+    (problem,) = recipe_problems(Recipe(batch_size=65, processes=2), "recipe")
+    assert str(problem) == (
+        "recipe.batch_size: 65 is not divisible by processes 2: every process trains on an "
         "equal block of the global batch"
-    ]
+    )
+    assert recipe_problems(Recipe(batch_size=64, processes=2), "recipe") == []
+    suite = tmp_path / "s.yaml"  # a suite's recipe: one line at validate, nothing trains
+    suite.write_text(
+        "name: s\ngrid: {datasets: [digits], backbones: [digits_cnn], methods: [single]}\n"
+        "recipe: {batch_size: 10, processes: 4}\n"
+    )
+    assert main(["validate", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert "recipe.batch_size: 10 is not divisible by processes 4" in err, err
 
 
 def sigma_cell() -> Cell:

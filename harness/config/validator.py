@@ -71,6 +71,12 @@ def recipe_problems(
             out.append(problem("milestones", text, "epochs"))
         if any(b <= a for a, b in itertools.pairwise(ms)):
             out.append(problem("milestones", f"{ms} must be strictly increasing"))
+    if recipe.batch_size % recipe.processes:
+        text = (
+            f"{recipe.batch_size} is not divisible by processes {recipe.processes}: every "
+            "process trains on an equal block of the global batch"
+        )
+        out.append(problem("batch_size", text, "processes"))
     if recipe.warmup_epochs and recipe.warmup_epochs >= recipe.epochs:
         text = f"{recipe.warmup_epochs} is not below epochs={recipe.epochs}"
         out.append(problem("warmup_epochs", text, "epochs"))

@@ -94,13 +94,6 @@ class Recipe:
         },
     )
 
-    def __post_init__(self) -> None:
-        if self.batch_size % self.processes:
-            raise ValueError(
-                f"batch_size {self.batch_size} is not divisible by processes {self.processes}: "
-                "every process trains on an equal block of the global batch"
-            )
-
 
 #: Recipe fields that change how fast a cell trains or evaluates, never what it computes (up to
 #: floating-point summation order): left out of the cell id, so toggling one reuses finished
