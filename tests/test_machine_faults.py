@@ -300,6 +300,20 @@ def test_validate_refuses_a_data_root_that_is_a_file(tmp_path, capsys):
         assert "Traceback" not in out + err
 
 
+def test_validate_refuses_results_under_a_file(tmp_path, capsys):
+    """`--results /etc/hostname` (a file) passed validate and failed at the first record."""
+    suite = write_grid(tmp_path, "res")
+    a_file = tmp_path / "hostname"
+    a_file.write_text("not a folder")
+    rc = main(["validate", str(suite), "--results", str(a_file)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.strip() == (
+        f"{a_file / 'res'}: the results folder cannot be created: {a_file} is not a directory"
+    ), (out, err)
+    (tmp_path / "ok").mkdir()
+    assert main(["validate", str(suite), "--results", str(tmp_path / "ok")]) == 0
+
+
 def test_validate_refuses_a_results_folder_without_room_for_one_cell(tmp_path, capsys):
     from harness.engine.footprint import footprint, surely_fits
 

@@ -33,15 +33,18 @@ def load_suite_arg(
 def preflight(suite, args, data_root: Path | None, results: Path | None = None) -> int:
     """Print the problems a valid suite can still meet on this machine (``--tensorboard``
     without the package, a data root that is no folder, data that is not there, a results
-    folder without room for one cell); 2 if any. The suite itself was validated when it was
-    loaded. ``data_root`` None: the cells run elsewhere, nothing of this machine is checked."""
+    folder that is a file or under one, or without room for one cell); 2 if any. The suite
+    itself was validated when it was loaded. ``data_root`` None: the cells run elsewhere,
+    nothing of this machine is checked."""
     problems = tensorboard_problems_of(args)
     if data_root is not None:
         if root_problem := data_root_problem(data_root):
             problems.append(root_problem)  # every dataset would say the same, less clearly
         else:
             problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
-        if results is not None and (room := results_space_problem(suite.cells(), results)):
+        if results is not None and (bad := folder_problem(results, "the results folder")):
+            problems.append(bad)  # the space check below would read the wrong file system
+        elif results is not None and (room := results_space_problem(suite.cells(), results)):
             problems.append(room)
     for p in problems:
         print(p, file=sys.stderr)
@@ -63,20 +66,26 @@ def tensorboard_problems_of(args) -> list[str]:
     return tensorboard_problems() + logger_problems([n for n in names if n != "tensorboard"])
 
 
+def folder_problem(folder: Path, what: str) -> str | None:
+    """``folder`` (``what`` names it in the line) is a file, or does not exist and cannot be
+    created: a file where it or one of its parents should be, or no permission to write."""
+    folder = Path(folder).expanduser()
+    if folder.exists():
+        return None if folder.is_dir() else f"{folder}: {what} is not a directory"
+    from harness.storage.space import nearest_existing
+
+    parent = nearest_existing(folder)
+    if not parent.is_dir():
+        return f"{folder}: {what} cannot be created: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{folder}: {what} cannot be created: no permission to write in {parent}"
+    return None
+
+
 def data_root_problem(data_root: Path) -> str | None:
     """The data root (``--data-root``, ``$HARNESS_DATA_ROOT`` or the user cache) is a file, or
     does not exist and cannot be created (datasets are read and caches written there)."""
-    root = Path(data_root).expanduser()
-    if root.exists():
-        return None if root.is_dir() else f"{root}: the data root is not a directory"
-    from harness.storage.space import nearest_existing
-
-    parent = nearest_existing(root)
-    if not parent.is_dir():
-        return f"{root}: the data root cannot be created: {parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{root}: the data root cannot be created: no permission to write in {parent}"
-    return None
+    return folder_problem(data_root, "the data root")
 
 
 def results_space_problem(cells: list, results: Path) -> str | None:
