@@ -299,7 +299,7 @@ def test_page_renders_and_screenshot(driver, page):
 
     driver.get(page)
     figures = driver.find_elements(By.CSS_SELECTOR, "#figures figure img")
-    assert len(figures) == 6
+    assert len(figures) == 7  # the 6 of before and the training curves (records keep history)
     assert all(
         driver.execute_script("return arguments[0].naturalWidth", img) > 100 for img in figures
     )  # every data-URI image decoded
