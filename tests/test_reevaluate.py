@@ -127,6 +127,30 @@ def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys)
     assert all(p.read_text() == texts[p] for p in paths)
 
 
+def test_add_only_names_the_added_sets_in_the_evaluation_block():
+    """A record completed with a new OOD set or corruption family says so in its evaluation
+    block (the block names what its metrics hold); what it had keeps its place; a corruption
+    block it already held is kept whole, and so are its settings."""
+    from harness.engine.reevaluate import added_evaluation
+
+    cal = {"calibrate": True, "calibration": 500, "calibrate_members": False,
+           "conformal_alpha": 0.1}  # fmt: skip
+    old = {"ood": ["a"], "corruptions": [], "severities": [1, 5], "cost": True,
+           "calibrate": False}  # fmt: skip
+    new = {"ood": ["b", "a"], "corruptions": ["all"], "severities": [1, 3], "cost": False, **cal}
+    assert added_evaluation(old, new, {"clean": {}, "ood": {"a": {}}}) == {
+        "ood": ["a", "b"],
+        "corruptions": ["all"],
+        "severities": [1, 3],
+        "cost": True,
+        **cal,
+    }
+    had = {**old, "corruptions": ["contrast"]}
+    kept = added_evaluation(had, new, {"corruption": {"cells": []}})
+    assert kept["corruptions"] == ["contrast"] and kept["severities"] == [1, 5]
+    assert added_evaluation(None, new, {}) == {**new, "ood": ["b", "a"]}
+
+
 def test_calibration_changes_no_raw_number_of_a_stochastic_method(tmp_path):
     """MC Dropout draws its masks from the global generator in eval: the held-out pass of the
     calibration must not shift the test set's draws (every raw number as without calibration)."""

@@ -40,6 +40,26 @@ def add_missing(old: Any, new: Any) -> Any:
     return old
 
 
+def added_evaluation(
+    old: dict[str, Any] | None, new: dict[str, Any], old_metrics: dict[str, Any]
+) -> dict[str, Any]:
+    """The evaluation block of a record after ``add_only``: it names what the record's metrics
+    now hold. The old block, with ``new``'s calibration settings; ``ood`` extended by the sets
+    ``new`` adds (:func:`add_missing` adds them set by set); ``corruptions`` and ``severities``
+    taken from ``new`` only when the record had no corruption metrics (a corruption block that
+    exists is kept whole, so its settings stay too)."""
+    out = dict(old or new)
+    for key in CALIBRATION_FIELDS:
+        out[key] = new[key]
+    out["ood"] = [
+        *out.get("ood", []),
+        *(s for s in new.get("ood", []) if s not in out.get("ood", [])),
+    ]
+    if "corruption" not in old_metrics and new.get("corruptions"):
+        out["corruptions"], out["severities"] = new["corruptions"], new["severities"]
+    return out
+
+
 class NotTheRecordsWeights(ValueError):
     """``final.pt`` does not reproduce the record's clean metrics: adding metrics computed from
     it would describe another model than the one the record's numbers come from."""
@@ -78,7 +98,8 @@ def reevaluate_cell(
     Args:
         add_only: keep every value the record holds and add only the metrics it lacks (post-hoc
             calibration, reliability bins, a new OOD set); ``finished_at`` is kept and the
-            evaluation block gains the calibration settings. Otherwise ``metrics`` is replaced.
+            evaluation block names what was added (:func:`added_evaluation`). Otherwise
+            ``metrics`` is replaced.
 
     Returns:
         The new record, or None when another live process holds the cell's lease.
@@ -103,11 +124,11 @@ def reevaluate_cell(
         evaluation = cell.to_json()["evaluation"]
         if add_only:
             check_same_model(cell_dir, record, metrics)
-            record["metrics"] = add_missing(record.get("metrics") or {}, metrics)
-            record["evaluation"] = {
-                **(record.get("evaluation") or evaluation),
-                **{k: evaluation[k] for k in CALIBRATION_FIELDS},
-            }
+            old_metrics = record.get("metrics") or {}
+            record["metrics"] = add_missing(old_metrics, metrics)
+            record["evaluation"] = added_evaluation(
+                record.get("evaluation"), evaluation, old_metrics
+            )
         else:
             record["metrics"] = metrics
             record["evaluation"] = evaluation
