@@ -170,3 +170,16 @@ def test_inprocess_single_worker_is_not_a_shared_device(tmp_path, write_suite):
     assert code == 0
     (rec,) = list(iter_records(tmp_path / "twoseeds"))
     assert rec["cost"]["shared_device"] is False and rec["label"].endswith("/seed3")
+
+
+def test_validate_only_counts_the_selected_cells_and_names_the_grid_they_come_from(capsys):
+    """`validate --only` reports the cells it selected, and the grid's size beside them (the
+    grid's shape alone read as if it were the selection's)."""
+    smoke = str(REPO / "suites" / "smoke.yaml")
+    assert main(["validate", smoke, "--skip-data"]) == 0
+    whole = capsys.readouterr().out.strip().splitlines()[0]
+    n = int(whole.split("'smoke', ")[1].split(" cells")[0])
+    assert main(["validate", smoke, "--skip-data", "--only", "method=single"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[0]
+    assert f"'smoke', 2 cells (of the grid's {n}: 1 datasets × " in line, line
+    assert n == 20 and "(1 datasets" in whole

@@ -140,13 +140,16 @@ def cmd_validate(args) -> int:
         data_root = default_data_root(args.data_root)
     if preflight(suite, args, data_root, Path(args.results or "results") / suite.name):
         return 2
-    cells = CellFilter(args.only).select(suite.cells())
-    print(
-        f"{args.suite}: OK — suite {suite.name!r}, {len(cells)} cells "
-        f"({len(suite.grid.datasets)} datasets × {len(suite.grid.backbones)} backbones × "
+    every = suite.cells()
+    cells = CellFilter(args.only).select(every)
+    grid = (
+        f"{len(suite.grid.datasets)} datasets × {len(suite.grid.backbones)} backbones × "
         f"{len(suite.grid.methods)} methods × M {list(suite.grid.M)} × "
-        f"{len(suite.grid.seeds)} seeds)"
+        f"{len(suite.grid.seeds)} seeds"
     )
+    # With --only the count is of the selected cells; the grid they are taken from says so.
+    shape = f"of the grid's {len(every)}: {grid}" if len(cells) != len(every) else grid
+    print(f"{args.suite}: OK — suite {suite.name!r}, {len(cells)} cells ({shape})")
     for name, why in suite.left_out:  # a new backbone family must not drop methods silently
         print(f"  methods: [all] leaves out {name}: {why}")
     if args.verbose:
