@@ -280,16 +280,15 @@ def paired(
         :func:`reports.stats.paired.paired_differences`'s frame (``mean_diff``, ``ci_lo``,
         ``ci_hi``, ``p_value``, ``significant``… per configuration × metric).
     """
-    from reports.stats.paired import default_reference, paired_differences, reference_mask
+    from reports.stats.paired import default_reference, missing_reference, paired_differences
 
     cells = load_results(path)
     reference = reference or default_reference(cells)
     if reference is None:
         raise HarnessError([f"{path}: no reference: neither deep_ensemble nor single ran"])
-    done = cells[cells["status"] == "done"]
-    if not reference_mask(done, reference).any():  # as `harness report --reference` refuses it
-        methods = ", ".join(sorted(set(done["method"]))) or "none"
-        raise HarnessError([f"{path}: reference {reference}: no done cells (methods: {methods})"])
+    problem = missing_reference(cells, reference)  # as `harness report --reference` refuses it
+    if problem:
+        raise HarnessError([f"{path}: {problem}"])
     return paired_differences(cells, reference, metrics, level=level, test=test, holm_adjust=holm)
 
 

@@ -32,8 +32,8 @@ from reports.stats.paired import (
     check_test,
     default_reference,
     min_pairs,
+    missing_reference,
     paired_differences,
-    reference_mask,
 )
 
 #: Where the marks' level holds, measured by benchmarks/signflip_level.py (100,000 null
@@ -92,12 +92,9 @@ def resolve_reference(results: Results, reference: str | None, test: str) -> str
     cells = results.cells
     if reference is None:
         return default_reference(cells)
-    if not reference_mask(cells[cells["status"] == "done"], reference).any():
-        methods = sorted(set(cells.loc[cells["status"] == "done", "method"]))
-        raise UsageError(
-            f"--reference {reference}: no done cells of that method in these results "
-            f"(methods: {', '.join(methods) or 'none'})"
-        )
+    problem = missing_reference(cells, reference)
+    if problem:
+        raise UsageError(f"--{problem}")
     return reference
 
 

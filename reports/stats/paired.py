@@ -130,6 +130,19 @@ def reference_mask(cells: pd.DataFrame, reference: str) -> pd.Series:
     return mask
 
 
+def missing_reference(cells: pd.DataFrame, reference: str) -> str | None:
+    """Why ``reference`` cannot be compared with (it has no done cells: the line names the
+    methods that have some), or None. One check for the report's ``--reference`` and
+    :func:`harness.api.paired`."""
+    done = _done(cells)
+    if reference_mask(done, reference).any():
+        return None
+    methods = ", ".join(sorted(set(done["method"]))) or "none"
+    return (
+        f"reference {reference}: no done cells of that method in these results (methods: {methods})"
+    )
+
+
 def _same(a: object, b: object) -> bool:
     try:
         return float(a) == float(b)  # 0.001 in YAML and 1e-3 in a record are one value
