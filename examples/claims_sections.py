@@ -51,27 +51,33 @@ class Section:
 
 
 SECTIONS = (
-    Section("τ: separating (τ = 0.2) vs sharing (τ = 2)", ((SEP, SHARE),), CALIBRATION),
     Section(
-        "against the deep ensemble (M = 4)",
+        "S2. The frontier: separating (τ = 0.2) against sharing (τ = 2)",
+        ((SEP, SHARE),),
+        CALIBRATION,
+    ),
+    Section(
+        "S3. Against the deep ensemble (M = 4)",
         ((SEP, "deep_ensemble"), (SHARE, "deep_ensemble")),
         CALIBRATION,
     ),
     Section(
-        "against the single model",
+        "S4. Against the single model",
         ((SEP, "single"), (SHARE, "single"), ("deep_ensemble", "single")),
         CALIBRATION,
     ),
     Section(
-        "what the gate and the comparators do (σN-Ens τ = 0.2 as reference)",
+        "S6. The gate and the comparators (reference: σN-Ens τ = 0.2)",
         (("film_ensemble", SEP), ("batch_ensemble", SEP), ("packed_ensemble", SEP)),
         CALIBRATION,
     ),
     Section(
-        "OOD against the deep ensemble", ((SEP, "deep_ensemble"), (SHARE, "deep_ensemble")), OOD
+        "S8. OOD detection against the deep ensemble (AUROC)",
+        ((SEP, "deep_ensemble"), (SHARE, "deep_ensemble")),
+        OOD,
     ),
     Section(
-        "conversion (12-epoch single → σN-Ens τ = 0.2, 2 epochs) and its control",
+        "S9. Conversion (12-epoch single → σN-Ens τ = 0.2, 2 epochs) and its control",
         ((CONVERTED, "single_continued"), (CONVERTED, SEP), ("single_continued", "single")),
         CALIBRATION,
     ),
@@ -79,7 +85,7 @@ SECTIONS = (
 
 CORRUPTION_SECTIONS = (
     Section(
-        "corruption (13 corruptions × 5 severities)",
+        "S7. Corruption (13 corruptions × 5 severities)",
         ((SEP, "deep_ensemble"), (SEP, "single"), ("deep_ensemble", "single")),
         CORRUPTION,
     ),
