@@ -37,6 +37,11 @@ OOD = tuple(f"ood/{s}/{score}/auroc" for score in ("msp", "mi") for s in
 CORRUPTION = ("cAcc", "cNLL", "cECE", "ts/cNLL", "ts/cECE")
 #: Metrics where lower is better; every other one is higher-is-better.
 LOWER = {"nll", "ece", "ts/nll", "ts/ece", "cNLL", "cECE", "ts/cNLL", "ts/cECE"}
+#: Column headings (Δ: configuration − reference; pp: percentage points).
+HEADINGS = {"acc": "Acc (pp)", "nll": "NLL", "ece": "ECE (pp)", "ts/nll": "NLL (TS)",
+            "ts/ece": "ECE (TS, pp)", "cAcc": "cAcc (pp)", "cNLL": "cNLL", "cECE": "cECE (pp)",
+            "ts/cNLL": "cNLL (TS)", "ts/cECE": "cECE (TS, pp)"}  # fmt: skip
+HEADINGS.update({m: f"AUROC {m.split('/')[1]} {m.split('/')[2].upper()} (pp)" for m in OOD})
 #: Shown ×100 (percentage points).
 PERCENT = {"acc", "ece", "ts/ece", "cAcc", "cECE", "ts/cECE", *OOD}
 
@@ -137,7 +142,7 @@ def _cell(row: pd.Series) -> str:
 
 def markdown(section: Section, rows: pd.DataFrame) -> str:
     """One table: a row per comparison, a column per metric (Δ [95% CI] and the mark)."""
-    head = ["comparison", "n", *(f"Δ {m}" for m in section.metrics)]
+    head = ["comparison", "n", *(f"Δ {HEADINGS.get(m, m)}" for m in section.metrics)]
     lines = [f"#### {section.title}", "", "| " + " | ".join(head) + " |",
              "|---|---:|" + "---:|" * len(section.metrics)]  # fmt: skip
     for (config, reference), group in rows.groupby(["config", "reference"], sort=False):
