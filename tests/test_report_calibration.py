@@ -132,6 +132,14 @@ def test_reliability_figure_draws_one_panel_per_configuration(tmp_path):
     }
     x, y = lines["ensemble, raw"].get_data()
     assert list(x) == pytest.approx([0.95]) and list(y) == pytest.approx([0.9])
+    # a long configuration label is wrapped to the panel's width, not run into its neighbour
+    hp = {"tau": 0.2, "lam": 0.003, "gate_fold": "constant", "gamma_init_mean": 0.0}
+    long = [calibrated(make_record(method="sigma_ens", hparams=hp), t=1.1, nll=0.3, ece=0.02)]
+    write_records(tmp_path / "long", long)
+    fig = reliability(load_results(tmp_path / "long").cells)
+    (title,) = [ax.get_title() for ax in fig.axes if ax.axison and ax.get_title()]
+    assert "gate_fold=constant" in title.replace("\n", " ")
+    assert max(len(line) for line in title.splitlines()) <= 40 and title.count("\n") >= 2
     # without bins there is no figure
     plain = load_results(_write(tmp_path / "plain", [make_record()])).cells
     assert reliability(plain) is None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,7 +279,10 @@ def reliability(cells: pd.DataFrame) -> Figure | None:
     d = d.loc[d[f"rel/raw/count/{bins[0]}"].notna(), ["setting", "label", *_rel_columns(d)]]
     if d.empty:
         return None
-    d = d.assign(panel=d["label"] + "\n" + d["setting"])  # two lines: panels are narrow
+    # A panel is 3 inches wide: the configuration wrapped to its width (a σN-Ens label with its
+    # hyper-parameters ran into the next panel's title), then the dataset/backbone.
+    wrap = d["label"].map(lambda s: "\n".join(textwrap.wrap(s, 40, break_on_hyphens=False)))
+    d = d.assign(panel=wrap + "\n" + d["setting"])
     panels = list(d.groupby("panel", sort=True))[:_MAX_RELIABILITY_PANELS]
     per_row = min(4, len(panels))
     nrows = -(-len(panels) // per_row)
