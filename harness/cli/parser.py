@@ -231,7 +231,12 @@ def _add_report(sub) -> None:
         help="expect the cells of the recorded suite file with these overrides",
     )
     _add_plugin_argument(rep)
-    rep.add_argument("-o", "--output", help="output folder (default: the results folder)")
+    rep.add_argument(
+        "-o",
+        "--output",
+        help="output folder (default: the results folder); the record index still goes beside "
+        "the results (--no-index writes nothing there)",
+    )
     add_report_arguments(rep)  # reports/render/cli.py: --reference --format --interval ...
     rep.set_defaults(fn="harness.cli.report:cmd_report")
 
