@@ -9,6 +9,7 @@
 #   benchmarks/gpu_check.sh            # on a machine with a GPU and the harness installed
 #   SMALL=1 benchmarks/gpu_check.sh    # the same commands at a tiny size, to check on a CPU
 #   PARTS=eager benchmarks/gpu_check.sh   # a subset: any of eager, compile, scaling (default all)
+#   LIMIT=120 benchmarks/gpu_check.sh      # each command's time limit in seconds (default 300)
 #
 # Each command has its own time limit so one slow compile cannot lose the other results; the
 # eager rows come first, so a run cut short still has them. Every command rewrites its JSON after
@@ -19,10 +20,10 @@ OUT=${OUT:-artifacts/gpu}
 mkdir -p "$OUT"
 if [ "${SMALL:-0}" = 1 ]; then
   # tiny inputs and few methods: proves every command and the Markdown step on a CPU in minutes
-  size=(--batch 4 --image-size 8 --classes 10 --steps 1 --warmup 1); limit=300
+  size=(--batch 4 --image-size 8 --classes 10 --steps 1 --warmup 1); limit=${LIMIT:-300}
   r18=(--methods sigma_ens deep_ensemble); wrn=(--methods sigma_ens)
 else
-  size=(--batch 128 --image-size 32 --classes 100 --steps 30 --warmup 10); limit=300
+  size=(--batch 128 --image-size 32 --classes 100 --steps 30 --warmup 10); limit=${LIMIT:-300}
   r18=(); wrn=()
 fi
 run() {  # run NAME ARGS...: one bench, its output tee'd to $OUT/NAME.log
