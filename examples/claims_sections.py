@@ -2,6 +2,7 @@
 
     python examples/claims_sections.py docs/results/claims_fmnist_study
     python examples/claims_sections.py docs/results/claims_fmnist_study_corruption --corruption
+    python examples/claims_sections.py docs/results/claims_fmnist_study_corruption --severities
 
 `harness report --holm` adjusts over its whole paired table (every configuration × metric against
 one reference). A study asks its questions in families instead — "σN-Ens against the deep
@@ -196,15 +197,61 @@ def describe(path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _config(record: dict) -> str:
+    """The name the tables give a record's configuration."""
+    hp, method = record["config"].get("hparams") or {}, record["config"]["method"]
+    return f"σN-Ens τ = {hp['tau']:g}" if "tau" in hp else NAMES.get(method, method)
+
+
+def severities(path: str) -> str:
+    """ECE per corruption severity (mean over the corruptions, then mean ± std over seeds), its
+    slope (``ece_slope``, pp per level), the same after temperature scaling (the clean-fitted
+    temperature applied to the corrupted sets) and accuracy at severities 1 and 5, as Markdown;
+    from the records' ``metrics.corruption`` and ``metrics.calibration.ts.corruption``."""
+    groups: dict[str, list[dict]] = {}
+    for record in h.load_records(path):
+        if record.get("status") == "done" and "corruption" in record.get("metrics", {}):
+            groups.setdefault(_config(record), []).append(record)
+
+    def stat(values: list[float], digits: int = 2) -> str:
+        s = pd.Series(values) * 100
+        return f"{s.mean():.{digits}f} ± {s.std():.{digits}f}"
+
+    lines = ["| configuration | n | clean ECE (%) raw / TS | ECE (%) severity 1 | 2 | 3 | 4 | 5 "
+             "| slope (pp / level) | TS: severity 1 → 5 | TS slope | corrupted Acc (%), "
+             "severity 1 → 5 |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]  # fmt: skip
+    for name, records in sorted(groups.items(), key=lambda kv: kv[0] != "single"):
+        raw = [r["metrics"]["corruption"] for r in records]
+        ts = [r["metrics"]["calibration"]["ts"]["corruption"] for r in records]
+        sev = [stat([m["per_severity"][str(k)]["ece"] for m in raw]) for k in range(1, 6)]
+        ts_ends = [stat([m["per_severity"][str(k)]["ece"] for m in ts], 1) for k in (1, 5)]
+        acc = [pd.Series([m["per_severity"][str(k)]["acc"] for m in raw]).mean() * 100
+               for k in (1, 5)]  # fmt: skip
+        clean = [pd.Series([r["metrics"]["clean"]["ece"] for r in records]).mean() * 100,
+                 pd.Series([r["metrics"]["calibration"]["ts"]["clean"]["ece"]
+                            for r in records]).mean() * 100]  # fmt: skip
+        lines.append(
+            f"| {name} | {len(records)} "
+            f"| {clean[0]:.2f} / {clean[1]:.2f} | "
+            + " | ".join(sev)
+            + f" | {stat([m['ece_slope'] for m in raw])} | {ts_ends[0]} → {ts_ends[1]} "
+            f"| {stat([m['ece_slope'] for m in ts])} | {acc[0]:.1f} → {acc[1]:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="the study's results folder")
     parser.add_argument("--corruption", action="store_true", help="the corruption section")
     parser.add_argument("--describe", action="store_true", help="only the per-configuration table")
+    parser.add_argument("--severities", action="store_true",
+                        help="only the ECE-by-severity table (a corruption folder)")  # fmt: skip
     parser.add_argument("--csv", help="also write every comparison (raw and adjusted p) here")
     args = parser.parse_args()
-    if args.describe:
-        print(describe(args.results))
+    if args.describe or args.severities:
+        print(describe(args.results) if args.describe else severities(args.results))
         return
     sections = CORRUPTION_SECTIONS if args.corruption else SECTIONS
     frames = []
