@@ -121,6 +121,10 @@ def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys)
         bins = new["metrics"]["clean"]["reliability"]
         assert sum(bins["count"]) == 289 and len(bins["count"]) == 15
         assert new["evaluation"]["calibrate"] is True
+        # what the evaluation cost is kept beside the run's own timings, which stay as they were
+        (run,) = new["timings"]["reevaluations"]
+        assert run["add_only"] is True and run["cpu_s"] > 0 and run["wall_s"] > 0
+        assert {k: new["timings"][k] for k in old["timings"]} == old["timings"]
         # running it again adds nothing and changes nothing
         texts[p] = p.read_text()
     assert main(["evaluate", str(folder), "--suite", str(calibrated), "--add-only"]) == 0

@@ -9,6 +9,7 @@ run, and the record rewritten atomically.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,18 @@ def added_evaluation(
     ]
     if "corruption" not in old_metrics and new.get("corruptions"):
         out["corruptions"], out["severities"] = new["corruptions"], new["severities"]
+    return out
+
+
+def with_reevaluation(
+    timings: dict[str, Any] | None, wall_s: float, cpu_s: float, add_only: bool
+) -> dict[str, Any]:
+    """``timings`` with one more entry in ``reevaluations`` (``at``, ``wall_s``, ``cpu_s``,
+    ``add_only``): what ``harness evaluate`` spent on the cell, kept beside the training run's
+    own ``train_s``/``eval_s``/``cpu_s``, which describe the run and stay as they were."""
+    out = dict(timings or {})
+    entry = {"at": now(), "wall_s": wall_s, "cpu_s": cpu_s, "add_only": add_only}
+    out["reevaluations"] = [*out.get("reevaluations", []), entry]
     return out
 
 
@@ -114,6 +127,7 @@ def reevaluate_cell(
     except LeaseHeld:
         return None
     with lease:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
         device = resolve_device(cell.recipe.device)
         spec, splits = load_data(cell, data_root)
         model, _ = build_model(cell, spec, None, device)
@@ -129,9 +143,16 @@ def reevaluate_cell(
             record["evaluation"] = added_evaluation(
                 record.get("evaluation"), evaluation, old_metrics
             )
+            changed = record["metrics"] != old_metrics
         else:
             record["metrics"] = metrics
             record["evaluation"] = evaluation
             record["finished_at"] = now()
+            changed = True
+        if changed:  # a re-evaluation's cost is part of the cell's cost; a no-op adds nothing
+            record["timings"] = with_reevaluation(
+                record.get("timings"), time.perf_counter() - wall0, time.process_time() - cpu0,
+                add_only,
+            )  # fmt: skip
         write_record(cell_dir, record)
         return record
