@@ -1,0 +1,99 @@
+"""Operators dispatched per training step, per method: the launch count a GPU pays, on a CPU.
+
+    python benchmarks/op_count.py                          # every registered method, ResNet-18
+    python benchmarks/op_count.py sigma_ens single --backbone wrn28_10
+
+On an accelerator every dispatched operator that computes is a kernel launch, and its Python
+and dispatcher overhead is paid whatever the batch: a model whose step dispatches many small
+operators is launch-bound at CIFAR batch sizes (docs/benchmarks.md: eager σN-Ens on an H200).
+This counts them below Python with a ``TorchDispatchMode`` over the harness's real loop
+(``train_epoch``: forward, loss, backward, optimizer step, schedule), as the difference between
+an epoch of ``2 + STEPS`` steps and one of 2, so the per-epoch reads drop out. The count does
+not depend on the batch or image size; a small batch keeps it quick. Metadata-only operators
+(``view``, ``detach``, ``t``, …) launch nothing but still cost dispatch time; both are listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.config.suite import expand_hparams
+from harness.contract.config import Recipe
+from harness.data.loader import DeviceLoader
+from harness.engine.cost import synthetic_images
+from harness.engine.train import make_optimizer, make_scheduler, train_epoch
+from harness.registry import METHODS
+from methods.base import BuildContext
+
+#: Operators that only change metadata (no kernel on a GPU).
+METADATA = {"view", "detach", "t", "unsqueeze", "squeeze", "expand", "as_strided", "alias",
+            "select", "slice", "permute", "transpose", "reshape", "_unsafe_view", "unbind",
+            "split", "lift_fresh"}  # fmt: skip
+
+
+class Count(TorchDispatchMode):
+    """Counts dispatched operators by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket).removeprefix("aten.")] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_step(name: str, backbone: str, members: int, steps: int = 4, batch: int = 8):
+    """Mean operators per training step of method ``name`` (a Counter by operator)."""
+    spec = METHODS.get(name)
+    m = max(spec.min_members, min(members, spec.max_members or members))
+    shape, classes = (3, 32, 32), 100
+    torch.manual_seed(0)
+    model = spec.build(
+        BuildContext(backbone, shape, classes, m), spec.hparams(**expand_hparams(spec, {})[0])
+    )
+    streams = spec.feeding_for({}).streams(m)
+    recipe = Recipe(epochs=1, batch_size=batch)
+
+    def epoch(n: int) -> Counter[str]:
+        loader = DeviceLoader(
+            synthetic_images(batch * n, shape, classes), batch, torch.device("cpu"),
+            mean=(0.5,) * 3, std=(0.25,) * 3, augment="crop_flip", shuffle=True,
+            drop_last=True, streams=streams,
+        )  # fmt: skip
+        opt = make_optimizer(model, recipe)
+        sched = make_scheduler(opt, recipe, len(loader))
+        with Count() as count:
+            train_epoch(model, loader, opt, sched, recipe, torch.device("cpu"), sync_every=50)
+        return count.ops
+
+    base, more = epoch(2), epoch(2 + steps)
+    return Counter({k: (more[k] - base[k]) / steps for k in more if more[k] != base[k]})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("methods", nargs="*", help="default: every registered method")
+    parser.add_argument("--backbone", default="resnet18")
+    parser.add_argument("--M", type=int, default=4)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print("| method | operators / step | of which compute | top compute operators |")
+    print("|---|---:|---:|---|")
+    for name in args.methods or METHODS.names():
+        ops = ops_per_step(name, args.backbone, args.M)
+        compute = {k: v for k, v in ops.items() if k not in METADATA}
+        top = ", ".join(f"{k} {v:.0f}" for k, v in Counter(compute).most_common(6))
+        print(f"| {name} | {sum(ops.values()):,.0f} | {sum(compute.values()):,.0f} | {top} |")
+
+
+if __name__ == "__main__":
+    main()
