@@ -64,6 +64,27 @@ def test_a_large_plan_lists_what_would_run_and_counts_the_rest(folder, capsys):
     assert lines[-1] == f"dry run: 0 of 60 cells would run → {folder}"
 
 
+def test_the_plan_reads_the_records_and_writes_nothing_beside_them(folder, capsys):
+    """No cache of the plan's own: a record truncated or from a newer harness after a first plan
+    is seen at once (the cell is redone), and planning adds no file to the results folder."""
+    cells = _cells(60)
+    before = sorted(p.name for p in folder.iterdir())
+    print_plan(cells, cells, folder, force=False)
+    capsys.readouterr()
+    path = folder / "c000" / "record.json"
+    path.write_bytes(path.read_bytes()[:300])  # truncated after it was done
+    rec = make_record(cell_id="c001", seed=1)
+    rec["schema_version"] = 99
+    (folder / "c001" / "record.json").write_text(json.dumps(rec))
+    print_plan(cells, cells[:2], folder, force=False, every=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("run   c000  toy/single(M=1)/seed0  (damaged record.json")
+    assert "truncated" in lines[0]
+    assert lines[1].startswith("run   c001  toy/single(M=1)/seed1  (damaged record.json")
+    assert "newer harness" in lines[1]
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
 def test_a_plan_with_many_cells_to_run_lists_the_first_and_says_how_to_see_all(tmp_path, capsys):
     cells = _cells(200)
     print_plan(cells, cells, tmp_path / "absent", force=False)

@@ -1,6 +1,5 @@
-"""The record index (reports/records/index.py) and the done index (harness/contract/done_index.py):
-caches that make a report or a plan over 10,000 records cheap, and are never trusted over the
-records themselves."""
+"""The record index (reports/records/index.py): the one cache beside the results, which makes a
+report over 10,000 records cheap and is never trusted over the records themselves."""
 
 from __future__ import annotations
 
@@ -15,9 +14,6 @@ import pytest
 from record_factory import make_record, write_records
 
 import reports.records.index as record_index
-from harness.contract import DamagedRecord
-from harness.contract.done_index import INDEX_FILE as DONE_FILE
-from harness.contract.done_index import DoneIndex
 from reports.records.index import load_results
 
 
@@ -119,28 +115,6 @@ def test_deleted_and_damaged_records_leave_the_index(tmp_path):
     assert gone.parent.name not in ids and bad.parent.name not in ids
     status = {p.cell_id: p.status for p in res.problems}
     assert status[gone.parent.name] == "missing" and status[bad.parent.name] == "invalid"
-
-
-def test_done_index_is_one_stat_for_known_records_and_never_trusts_a_changed_one(tmp_path):
-    results = _folder(tmp_path)
-    cell = sorted(p for p in results.iterdir() if p.is_dir())[0]
-    index = DoneIndex(results)
-    assert index.is_done(cell.name) and index.entries
-    index.save()
-    assert (results / DONE_FILE).is_file()
-    again = DoneIndex(results)
-    assert cell.name in again.entries  # kept: written more than 2 s after the record
-    path = cell / "record.json"
-    path.write_bytes(path.read_bytes()[:300])  # truncated after it was known to be done
-    with pytest.raises(DamagedRecord, match="truncated"):
-        again.is_done(cell.name)
-    rec = make_record(overrides={"cell_id": cell.name})
-    rec["schema_version"] = 99
-    path.write_text(json.dumps(rec))
-    with pytest.raises(DamagedRecord, match="newer harness"):
-        DoneIndex(results).is_done(cell.name)
-    (results / DONE_FILE).write_text("[1, 2")  # a damaged index: ignored
-    assert DoneIndex(results).entries == {}
 
 
 def test_the_mlflow_file_store_beside_the_cells_is_not_a_missing_cell(tmp_path):

@@ -127,9 +127,11 @@ def summary_or_full_disk(results: Path) -> int:
 PLAN_LINES = 50
 
 
-def _verdict(cell, chosen: set, leases: dict, index, force: bool) -> tuple[str, str, str]:
+def _verdict(
+    cell, chosen: set, leases: dict, results: Path | None, force: bool
+) -> tuple[str, str, str]:
     """(``run`` or ``skip``, the kind of reason the summary counts, why) for one cell."""
-    from harness.contract import DamagedRecord
+    from harness.contract import DamagedRecord, read_record
     from harness.storage.lease import describe
 
     if cell.cell_id not in chosen:
@@ -141,8 +143,7 @@ def _verdict(cell, chosen: set, leases: dict, index, force: bool) -> tuple[str, 
             f"leased by {describe(leases[cell.cell_id])}",
         )
     try:
-        done = index is not None and index.is_done(cell.cell_id)
-        rec = {"status": "done"} if done else index and index.record(cell.cell_id)
+        rec = read_record(results / cell.cell_id) if results is not None else None
     except DamagedRecord as exc:
         why = f"damaged record.json, set aside and redone: {exc.reason}"
         return "run", "damaged record.json, set aside and redone", why
@@ -164,23 +165,20 @@ def print_plan(
     leased (the first :data:`PLAN_LINES`) and the number of cells per verdict and reason."""
     from collections import Counter
 
-    from harness.contract.done_index import DoneIndex
     from harness.storage.lease import live_leases
 
     chosen = {c.cell_id for c in selected}
     leases = live_leases(results) if results.is_dir() else {}
-    index = DoneIndex(results) if results.is_dir() else None  # done: one stat per cell
+    where = results if results.is_dir() else None
     every = every or len(all_cells) <= PLAN_LINES
     counts: Counter = Counter()
     shown = 0
     for c in all_cells:
-        verdict, kind, why = _verdict(c, chosen, leases, index, force)
+        verdict, kind, why = _verdict(c, chosen, leases, where, force)
         counts[verdict, kind] += 1
         if every or ((verdict == "run" or kind.startswith("leased")) and shown < PLAN_LINES):
             print(f"{verdict:4s}  {c.cell_id}  {c.label}  ({why})")
             shown += not every
-    if index is not None:
-        index.save()
     n_run = sum(n for (verdict, _), n in counts.items() if verdict == "run")
     if not every:
         for (verdict, why), n in sorted(counts.items()):

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from harness.contract import SUITE_FILE, Cell, DamagedRecord, build_manifest, set_aside
-from harness.contract.done_index import DoneIndex
 from harness.contract.manifest import read_manifest_file
+from harness.contract.record import read_record
 from harness.storage.records import atomic_write_text
 
 
@@ -122,14 +122,12 @@ def pending(cells: list[Cell], results_dir: Path, force: bool = False) -> list[C
     if force:
         return list(cells)
     out = []
-    index = DoneIndex(Path(results_dir))  # one stat per cell whose done record is known
     for c in cells:
         try:
-            done = index.is_done(c.cell_id)
+            rec = read_record(Path(results_dir) / c.cell_id)
         except DamagedRecord as exc:
             print(f"warning: {exc}; the cell is redone (the file is kept aside)", file=sys.stderr)
-            done = False
-        if not done:
+            rec = None
+        if not (rec and rec.get("status") == "done"):
             out.append(c)
-    index.save()
     return out

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contract import read_manifest
-from harness.contract.done_index import DoneIndex
 from harness.contract.record import DamagedRecord, read_record
 from harness.executors.faults import MACHINE_FAULTS
 from harness.executors.slurm.submit import SLURM_DIR, read_jobs
@@ -116,15 +115,10 @@ def cell_states(results_dir: Path) -> list[CellState]:
     jobs = read_jobs(results_dir)
     slurm = sacct_states(list(jobs.values()))
     leases = live_leases(results_dir)
-    index = DoneIndex(Path(results_dir))  # a known done record costs one stat
-    states = [
-        _with_progress(
-            _cell_state(c, manifest, results_dir, jobs, slurm, leases, index), results_dir
-        )
+    return [
+        _with_progress(_cell_state(c, manifest, results_dir, jobs, slurm, leases), results_dir)
         for c in manifest["current"]
     ]
-    index.save()
-    return states
 
 
 def _with_progress(state: CellState, results_dir: Path) -> CellState:
@@ -142,14 +136,11 @@ def _cell_state(
     jobs: dict[str, str],
     slurm: dict[str, str],
     leases: dict[str, dict],
-    index: DoneIndex | None = None,
 ) -> CellState:
     """One cell's state from its record, its lease and its Slurm job."""
     label = manifest["cells"][cell_id]["label"]
     job = jobs.get(cell_id)
     try:
-        if index is not None and index.is_done(cell_id):
-            return CellState(cell_id, label, "done", job)
         rec = read_record(Path(results_dir) / cell_id)
     except DamagedRecord as exc:  # not done; the next run sets the file aside and redoes it
         if cell_id not in leases:

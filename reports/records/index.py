@@ -32,7 +32,6 @@ import numpy as np
 import pandas as pd
 
 from harness.contract import RECORD_FILE, RecordError, read_record
-from harness.contract.done_index import file_key
 from reports.records.results import Problem, Results, record_row, results_from_rows, rows_frame
 
 INDEX_FILE = ".report-index.npz"
@@ -40,6 +39,16 @@ FORMAT = "harness-report-index"
 VERSION = 5  # 5: no delta file
 _RACY_NS = 2_000_000_000  # mtimes this close to the write are re-read next time
 _KEY = ("_path", "_size", "_mtime")
+
+
+def file_key(path: Path | str) -> tuple[int, int] | None:
+    """(size, mtime in ns) of ``path`` itself (a symlink is not followed), or None if absent:
+    what says a file changed since the record index last read it."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def code_stamp() -> str:

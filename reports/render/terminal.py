@@ -14,11 +14,10 @@ from typing import Any
 import pandas as pd
 
 from harness.contract import SUITE_FILE, read_manifest
-from harness.contract.done_index import file_key
 from harness.contract.manifest import expected_cells
 from reports.columns import Column, format_cell, leaderboard_columns, m_text
 from reports.records.flatten import describe_config
-from reports.records.index import load_results
+from reports.records.index import file_key, load_results
 from reports.records.results import Results
 from reports.stats.summary import aggregate
 
