@@ -193,7 +193,8 @@ def _sklearn_path(root: Path) -> Path:
     return Path(sklearn.__file__).parent / "datasets" / "data"
 
 
-# Train-split statistics of the uint8-scaled images (computed once; test in tests/test_digits.py).
+# Train-split statistics of the uint8-scaled images (computed once; checked by
+# tests/harness/data/test_digits.py).
 DIGITS_MEAN = (0.3027,)
 DIGITS_STD = (0.3767,)
 HARD_MEAN = (0.3026,)

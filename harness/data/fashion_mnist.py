@@ -89,7 +89,8 @@ CLASSES = (
 )
 SUBSET_SIZE = 10_000
 SUBSET_SEED = 0
-# Training-set statistics on the [0, 1] scale (tests/test_fashion_mnist.py recomputes them).
+# Training-set statistics on the [0, 1] scale (recomputed by
+# tests/harness/data/test_fashion_mnist.py).
 FASHION_MEAN, FASHION_STD = (0.2860,), (0.3530,)
 SUBSET_MEAN, SUBSET_STD = (0.2865,), (0.3531,)
 

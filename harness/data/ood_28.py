@@ -61,7 +61,7 @@ LETTER_ANGLES = (-12.0, 0.0, 12.0)  # degrees
 PHOTO_PATCHES = 2_000
 PHOTO_MIN_STD = 20.0  # grey levels: flatter patches are trivially OOD and are dropped
 # Each set's own statistics on the [0, 1] scale (for completeness: the harness normalises an
-# OOD set with the in-distribution set's; tests/test_ood_28.py recomputes them).
+# OOD set with the in-distribution set's; tests/harness/data/test_ood_28.py recomputes them).
 DIGITS_28_MEAN, DIGITS_28_STD = (0.1557,), (0.2773,)
 LETTERS_28_MEAN, LETTERS_28_STD = (0.1153,), (0.2859,)
 PHOTOS_28_MEAN, PHOTOS_28_STD = (0.4733,), (0.3080,)

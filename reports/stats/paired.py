@@ -11,10 +11,10 @@ Why these methods (the suites ship 2, 3, 5 and 10 seeds):
 
 - **Interval: the paired t-interval** ``mean ± t_{n-1, (1+level)/2} · s/√n`` (Student 1908). It is
   exact for normal noise at every n ≥ 2 and conservative for symmetric heavy-tailed noise
-  (Student-t, Laplace, Cauchy), which ``tests/test_stats.py`` checks by simulation at n = 2, 3, 5,
-  10. The percentile bootstrap this module used before is a large-sample method: with no true
-  difference its 95% interval excluded 0 in about 49% of cases at 2 seeds, 26% at 3 and 16% at
-  5, so it is gone.
+  (Student-t, Laplace, Cauchy), which ``tests/reports/stats/test_stats.py`` checks by simulation
+  at n = 2, 3, 5, 10. The percentile bootstrap this module used before is a large-sample method:
+  with no true difference its 95% interval excluded 0 in about 49% of cases at 2 seeds, 26% at 3
+  and 16% at 5, so it is gone.
 - **Marks (default): the exact sign-flip permutation test** (Fisher 1935, ch. 21; Good 2005,
   §3.1). Under "no difference" with the two methods exchangeable on a seed, each paired difference
   is as likely positive as negative; the p-value is the fraction of the 2ⁿ sign patterns whose

@@ -1,7 +1,8 @@
 """Small-sample tests and intervals for paired differences (why these: :mod:`reports.stats.paired`).
 
 Every function works along the last axis of its input (one difference per seed), so thousands of
-simulated experiments run at once: ``tests/test_stats.py`` checks the level and coverage with them.
+simulated experiments run at once: ``tests/reports/stats/test_stats.py`` checks the level and
+coverage with them.
 A report asks for thousands of tests (one per configuration × metric, and as many bolding
 comparisons), so :func:`paired` and :func:`unpaired` group them by sample size and run each group
 as one array operation instead of a Python call per comparison.

@@ -19,7 +19,7 @@ from torch import nn
 from harness.contract.config import Recipe
 from harness.engine.train import ensemble_loss, train_epoch
 from harness.registry import METHODS
-from tests.test_host_sync import BATCH, CPU, setup
+from tests.harness.engine.test_host_sync import BATCH, CPU, setup
 
 
 class RecordingBackend:

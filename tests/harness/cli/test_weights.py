@@ -145,7 +145,7 @@ def test_syntax():
 def test_a_pickle_on_the_hub_that_needs_full_unpickling_is_refused(caches, tmp_path):
     hub, _ = caches
     marker = tmp_path / "ran"
-    from tests.test_security import write_payload
+    from tests.harness.engine.test_security import write_payload
 
     path = place_on_hub(hub, "timm/resnet10t.c3_in1k", "pytorch_model.bin", {})
     write_payload(path, marker)

@@ -38,7 +38,7 @@ from tests.fixtures.machine_faults import fault_env
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 SMOKE = REPO / "tests" / "suites" / "slurm_smoke.yaml"
 DIGITS_RECIPE = REPO / "suites" / "common" / "digits_recipe.yaml"
 # One digits_cnn `single` cell: the grid of the suites written by these tests.

@@ -27,7 +27,7 @@ from reports.stats.bolding import bold_rows, config_key
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = REPO / "artifacts"
 CHROMIUM = os.environ.get("HARNESS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = (

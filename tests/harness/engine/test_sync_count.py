@@ -2,9 +2,9 @@
 
 On an accelerator a step must not wait for the device: no value read (``.item()``, ``bool(t)``,
 a library reading a device scalar, an op whose output size depends on values) and no blocking
-host→device copy (from pageable memory, or without ``non_blocking``). tests/test_host_sync.py
-patches Python-level reads only; this counts what reaches the dispatcher, where library code
-and the loader's copies show too, with a ``TorchDispatchMode``:
+host→device copy (from pageable memory, or without ``non_blocking``).
+tests/harness/engine/test_host_sync.py patches Python-level reads only; this counts what reaches
+the dispatcher, where library code and the loader's copies show too, with a ``TorchDispatchMode``:
 
 * value reads: ``aten._local_scalar_dense`` (every ``.item()``/``int(t)``/``bool(t)``) and the
   ops whose output shape depends on values (``nonzero``, ``masked_select``, ``unique``, tensor

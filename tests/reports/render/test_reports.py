@@ -390,7 +390,8 @@ def test_figures_render_png_for_suitable_data(sweep_figures):
     # then the figure σN-Ens's records declare for k_eff (methods/sigma_ens.py), drawn as declared
     assert [f.id for f in sweep_figures] == [*(spec.id for spec in FIGURES), "fig-keff"]
     assert sweep_figures[-1].title == "σN-Ens k_eff vs τ"
-    # the factory's records hold no reliability bins (tests/test_report_calibration.py draws it)
+    # the factory's records hold no reliability bins
+    # (tests/reports/figures/test_report_calibration.py draws it)
     assert {f.id: f.note for f in sweep_figures if not _is_png(f.png)} == {
         "fig-reliability": "skipped: needs reliability bins (metrics.clean.reliability)"
     }

@@ -19,7 +19,7 @@ from harness.data.loader import make_loader
 from harness.registry import BACKBONES, DATASETS
 from tests import fabricate_imagenet as fab
 from tests.conftest import REPO
-from tests.test_download import server  # noqa: F401  (the local HTTP server fixture)
+from tests.harness.cli.test_download import server  # noqa: F401  (the local HTTP server fixture)
 
 CPU = torch.device("cpu")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - depends on how pytest imported this mo
     from mlflow_server import mlflow_server, tracker_package
     from slurm_cluster import slurm_environment
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 DIGITS_RECIPE = REPO / "suites" / "common" / "digits_recipe.yaml"
 
 

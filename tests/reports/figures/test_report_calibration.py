@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 from record_factory import make_record, write_records
-from test_leaderboard_browser import driver  # noqa: F401  (the module's headless Chromium)
 
 from reports.records.flatten import SINGLE_TS, calibration_columns, flatten_record
 from reports.records.index import load_results
 from reports.stats.paired import paired_differences
+from tests.reports.render.test_leaderboard_browser import driver  # noqa: F401  (the module's headless Chromium)
 
 
 def _bins(conf: float, acc: float, n: int) -> dict:
@@ -157,9 +157,9 @@ def test_page_toggles_raw_and_calibrated_columns_and_shows_reliability(tmp_path,
     shows one side or both, single+TS has its row and the reliability figure is on the page."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
-    from test_leaderboard_browser import console_problems
 
     from reports.render.leaderboard import write_report
+    from tests.reports.render.test_leaderboard_browser import console_problems
 
     recs = []
     for seed in range(2):

@@ -295,7 +295,7 @@ def test_every_method_builds_resnet18_for_28x28_grey(name):
 # The suites
 
 
-SUITES = Path(__file__).resolve().parent.parent / "suites"
+SUITES = Path(__file__).resolve().parents[3] / "suites"
 
 
 @pytest.mark.slow

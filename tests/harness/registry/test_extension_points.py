@@ -20,7 +20,7 @@ import pytest
 from harness.cli import main
 from harness.contract import read_record
 from harness.registry import BACKBONES, DATASETS, METHODS
-from tests.test_download import server  # noqa: F401  (the 127.0.0.1 HTTP server fixture)
+from tests.harness.cli.test_download import server  # noqa: F401  (the 127.0.0.1 HTTP server fixture)
 
 METHOD = '''
 """A plugin method: the single network, under its own name."""

@@ -2,7 +2,7 @@
 HParams session), Weights & Biases offline, MLflow — each receiving the cell's configuration as
 parameters, its group (the configuration without the seed), every epoch, and the record's final
 metrics. Each tracker's output is read back with that tracker's own reader. Offline: MLflow's
-file store here; the live tracking server is ``tests/test_trackers_live.py``."""
+file store here; the live tracking server is ``tests/harness/storage/test_trackers_live.py``."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 
 from harness.config.suite import load_suite
 
-SUITE = Path(__file__).resolve().parents[1] / "suites" / "reproduce" / "ub_wrn28_10.yaml"
+SUITE = Path(__file__).resolve().parents[3] / "suites" / "reproduce" / "ub_wrn28_10.yaml"
 CSV = SUITE.with_name("ub_wrn28_10.published.csv")
 COLUMNS = ["dataset", "backbone", "method", "M", "hparams", "metric", "value", "source"]
 SOURCE = (

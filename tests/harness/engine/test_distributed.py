@@ -36,7 +36,7 @@ from harness.storage.checkpoint import read_events
 from harness.storage.lease import pid_alive, read_owner
 from tests.fixtures.machine_faults import fault_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 PLUGIN = "ddp_test_backbone"
 PLUGIN_SOURCE = '''
 """A LayerNorm MLP: a backbone without batch statistics, for the DDP equality test."""

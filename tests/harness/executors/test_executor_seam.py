@@ -1,7 +1,8 @@
 """The executor seam: each executor declares the options it reads and whether its cells run
 here, returns its records and its messages in a :class:`RunOutcome`, and owns ``force``; the
 CLI picks one by name and prints. No cluster needed: the Slurm task's ``force`` is checked by
-calling it with the runner stubbed (tests/test_slurm_executor.py runs it on the local cluster).
+calling it with the runner stubbed (tests/harness/executors/test_slurm_executor.py runs it on the
+local cluster).
 """
 
 from __future__ import annotations

@@ -203,7 +203,7 @@ def test_new_method_module_shows_in_ls_all_and_contract_tests(plugin_package):
     assert "digits/digits_cnn/deep_ensemble(M=2)/seed0" in out.stdout
     assert "digits/digits_cnn/single(M=1)/seed0" in out.stdout  # fixed-size methods use theirs
     # the registry-parametrized method contract tests pick it up and pass
-    for tests in ("tests/test_methods.py", "tests/test_method_contract.py"):
+    for tests in ("tests/methods/test_methods.py", "tests/methods/test_method_contract.py"):
         out = _run("-m", "pytest", "-q", "-p", "no:cacheprovider", tests, "-k", "toy_plugin")
         assert out.returncode == 0, out.stdout[-3000:]
         assert re.search(r"\b[1-9]\d* passed", out.stdout), out.stdout[-2000:]

@@ -15,7 +15,7 @@ from harness.registry import METHODS
 from methods.base import BuildContext
 from tests.sigma_helpers import _single_thread  # noqa: F401  (autouse fixture)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CIFAR_SUITES = ("tau_sweep", "finetune", "vit_cifar", "cifar100_wrn", "cifar10_resnet18")
 # The suites' working τ. The ratio falls as λ/τ²: a τ sweep at fixed λ necessarily reaches τ where
 # L_div is negligible (that is how high τ switches diversity off), so only τ ≤ TAU_MAX is pinned.
