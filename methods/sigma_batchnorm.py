@@ -64,10 +64,14 @@ class _MemberBatchNormTrain(torch.autograd.Function):
         ctx.save_for_backward(x, scale, mean, rstd)
         ctx.dims = dims
         ctx.mark_non_differentiable(mean, var)
+        # the statistics' gradients are never used: no zero tensors materialised for them
+        ctx.set_materialize_grads(False)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_y: Tensor, _grad_mean: Tensor, _grad_var: Tensor):
+        if grad_y is None:  # nothing reached y (the statistics' gradients are never used)
+            return None, None, None, None, None
         x, scale, mean, rstd = ctx.saved_tensors
         dims = ctx.dims
         if x.dtype == torch.bfloat16:

@@ -21,17 +21,34 @@ def _acc(t: Tensor) -> Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-def _grad_scaled(t: Tensor, k: float) -> Tensor:
-    """``t`` in the forward pass, ``k · ∂L/∂t`` in the backward pass (k = 1: ``t`` itself).
+class _GradScale(torch.autograd.Function):
+    """Identity forward (a view: no kernel), gradient × k backward (one multiply).
 
-    ``t.detach() + (t - t.detach())·k`` is exactly ``t`` (the difference is exactly zero), so the
-    forward values are bit-identical; only the gradient is rescaled. No hook, so it traces under
-    ``torch.compile``.
+    It replaced ``t.detach() + (t - t.detach())·k``, the same values and gradients at three
+    kernels more per call forward: called for weight, bias and γ of every σNorm layer each step,
+    those were a sixth of σN-Ens's operators per training step (``benchmarks/op_count.py``), and
+    eager σN-Ens on a GPU is launch-bound. An autograd Function traces under ``torch.compile``.
     """
+
+    @staticmethod
+    def forward(t: Tensor, k: float) -> Tensor:
+        return t.view_as(t)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        ctx.k = inputs[1]
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad * ctx.k, None
+
+
+def _grad_scaled(t: Tensor, k: float) -> Tensor:
+    """``t`` in the forward pass (the same tensor values), ``k · ∂L/∂t`` in the backward pass
+    (k = 1: ``t`` itself). No hook, so it traces under ``torch.compile``."""
     if k == 1.0:
         return t
-    d = t.detach()
-    return d + (t - d) * k
+    return _GradScale.apply(t, k)
 
 
 class SigmaNorm(nn.Module):
