@@ -6,11 +6,12 @@
 On an accelerator every dispatched operator that computes is a kernel launch, and its Python
 and dispatcher overhead is paid whatever the batch: a model whose step dispatches many small
 operators is launch-bound at CIFAR batch sizes (docs/benchmarks.md: eager σN-Ens on an H200).
-This counts them below Python with a ``TorchDispatchMode`` over the harness's real loop
-(``train_epoch``: forward, loss, backward, optimizer step, schedule), as the difference between
-an epoch of ``2 + STEPS`` steps and one of 2, so the per-epoch reads drop out. The count does
-not depend on the batch or image size; a small batch keeps it quick. Metadata-only operators
-(``view``, ``detach``, ``t``, …) launch nothing but still cost dispatch time; both are listed.
+This counts them below Python with a ``TorchDispatchMode`` over the real loop ``harness bench
+--loop real`` times (``train_epoch``: forward, loss, backward, optimizer step, schedule), as the
+difference between a pass of ``2 + STEPS`` steps and one of 2, so the fixed costs drop out. The
+count does not depend on the batch or image size; a small batch keeps it quick. Metadata-only
+operators (``view``, ``detach``, ``t``, …) launch nothing but still cost dispatch time; both are
+listed.
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
-from harness.data.loader import DeviceLoader
-from harness.engine.cost import synthetic_images
-from harness.engine.train import make_optimizer, make_scheduler, train_epoch
+from harness.engine.cost import real_loop_throughput
 from harness.registry import METHODS
 from methods.base import BuildContext
 
@@ -52,30 +51,26 @@ class Count(TorchDispatchMode):
 
 
 def ops_per_step(name: str, backbone: str, members: int, steps: int = 4, batch: int = 8):
-    """Mean operators per training step of method ``name`` (a Counter by operator)."""
+    """Mean operators per training step of method ``name`` (a Counter by operator): the harness
+    bench's real loop (:func:`harness.engine.cost.real_loop_throughput`, no warm-up) counted at
+    ``2 + steps`` and at 2 steps, the difference divided by ``steps``."""
     spec = METHODS.get(name)
     m = max(spec.min_members, min(members, spec.max_members or members))
+    params = expand_hparams(spec, {})[0]
     shape, classes = (3, 32, 32), 100
     torch.manual_seed(0)
-    model = spec.build(
-        BuildContext(backbone, shape, classes, m), spec.hparams(**expand_hparams(spec, {})[0])
-    )
-    streams = spec.feeding_for({}).streams(m)
-    recipe = Recipe(epochs=1, batch_size=batch)
+    model = spec.build(BuildContext(backbone, shape, classes, m), spec.make_hparams(params))
+    recipe, cpu = Recipe(epochs=1, batch_size=batch), torch.device("cpu")
+    streams = spec.feeding_for(params).streams(m)
 
-    def epoch(n: int) -> Counter[str]:
-        loader = DeviceLoader(
-            synthetic_images(batch * n, shape, classes), batch, torch.device("cpu"),
-            mean=(0.5,) * 3, std=(0.25,) * 3, augment="crop_flip", shuffle=True,
-            drop_last=True, streams=streams,
-        )  # fmt: skip
-        opt = make_optimizer(model, recipe)
-        sched = make_scheduler(opt, recipe, len(loader))
-        with Count() as count:
-            train_epoch(model, loader, opt, sched, recipe, torch.device("cpu"), sync_every=50)
-        return count.ops
+    def count(n: int) -> Counter[str]:
+        with Count() as counter:
+            real_loop_throughput(
+                model, recipe, cpu, batch, shape, classes, steps=n, warmup=0, streams=streams
+            )
+        return counter.ops
 
-    base, more = epoch(2), epoch(2 + steps)
+    base, more = count(2), count(2 + steps)
     return Counter({k: (more[k] - base[k]) / steps for k in more if more[k] != base[k]})
 
 
