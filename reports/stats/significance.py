@@ -17,7 +17,7 @@ from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
-from scipy import stats as scipy_stats
+from scipy import special
 
 TESTS = ("signflip", "t")  # see the module docstring
 TEST_NAMES = {
@@ -30,8 +30,10 @@ _CHUNK_ELEMENTS = 262_144  # comparisons × sign patterns per product (2 MB)
 
 
 def t_quantile(q: float, df: np.ndarray | float) -> np.ndarray:
-    """Student's t quantile, ``scipy.stats.t.ppf(q, df)`` (NaN for NaN df)."""
-    return scipy_stats.t.ppf(q, df)
+    """Student's t quantile, ``scipy.stats.t.ppf(q, df)`` (NaN for NaN df): scipy.special's
+    inverse t CDF, which ``t.ppf`` calls, so the values are the same bits; importing
+    scipy.stats costs a report 0.6 s, scipy.special 0.1 s."""
+    return special.stdtrit(df, q)
 
 
 def t_interval(
@@ -75,7 +77,7 @@ def t_pvalue(diffs: np.ndarray | Sequence[float]) -> np.ndarray:
     s = np.where(d.max(axis=-1) == d.min(axis=-1), 0.0, d.std(axis=-1, ddof=1))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.abs(mean) / (s / math.sqrt(n))
-    p = 2 * scipy_stats.t.sf(t, n - 1)
+    p = 2 * special.stdtr(n - 1, -t)  # scipy.stats.t.sf(t, n - 1), as t_quantile says
     return np.where(s == 0, np.where(d[..., 0] == 0, 1.0, 0.0), p)
 
 
@@ -255,8 +257,10 @@ def unpaired_permutation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def unpaired_welch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Welch's two-sided t-test p-values row by row (``a`` (k, n_a), ``b`` (k, n_b), n ≥ 2)."""
+    from scipy import stats  # Welch's test only: see t_quantile
+
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(scipy_stats.ttest_ind(a, b, axis=1, equal_var=False).pvalue, float)
+        return np.asarray(stats.ttest_ind(a, b, axis=1, equal_var=False).pvalue, float)
 
 
 def unpaired(pairs: Sequence[tuple[np.ndarray, np.ndarray]], test: str) -> np.ndarray:
