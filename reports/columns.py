@@ -254,11 +254,6 @@ def format_number(value: Any, kind: str) -> str:
     return f"{v:,.0f}"
 
 
-def format_cell(mean: Any, std: Any, n: Any, kind: str, *, show_n: bool = True) -> str:
-    """``mean ± std (n)``: :func:`cell_text` with the n shown."""
-    return cell_text(mean, std, n, kind, show_n=show_n)
-
-
 def m_text(m: Any, missing: str = "") -> str:
     """An ensemble size for display: ``4``; ``missing`` when absent or NaN."""
     return missing if m is None or pd.isna(m) else f"{float(m):g}"

@@ -220,8 +220,6 @@ def _add_evaluate(sub) -> None:
 
 def _add_report(sub) -> None:
     """``harness report``."""
-    from reports.render.cli import add_report_arguments  # argparse only
-
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
     rep.add_argument("results_dir")
     rep.add_argument(
@@ -237,8 +235,69 @@ def _add_report(sub) -> None:
         help="output folder (default: the results folder); the record index still goes beside "
         "the results (--no-index writes nothing there)",
     )
-    add_report_arguments(rep)  # reports/render/cli.py: --reference --format --interval ...
+    _add_report_options(rep)
     rep.set_defaults(fn="harness.cli.report:cmd_report")
+
+
+def _add_report_options(parser) -> None:
+    """Add ``--reference --format --interval --test --holm --mce-baseline --no-figures
+    --no-index --published``."""
+    parser.add_argument(
+        "--reference",
+        help="reference for the paired differences: a method, or method:key=value,... "
+        "(default: deep_ensemble, else single)",
+    )
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        action="append",
+        choices=("html", "csv", "md", "latex"),  # reports.render.leaderboard.FORMATS
+        help="also write this format (repeatable; leaderboard.html, the CSVs and leaderboard.md "
+        "are always written): latex writes leaderboard.tex, one booktabs table per dataset, "
+        "and every figure as a PDF beside its PNG (fig-ood.pdf, ...)",
+    )
+    parser.add_argument(
+        "--interval",
+        choices=("std", "ci"),
+        help="the ± part of every cell: std over seeds, or the 95%% t-interval of the mean "
+        "(default: std on the page, CSV and Markdown; ci in LaTeX)",
+    )
+    parser.add_argument(
+        "--test",
+        choices=("signflip", "t"),
+        default="signflip",
+        help="the paired test behind the ▲/▼ marks and the bold cells: the exact sign-flip "
+        "permutation test (no normality needed, but symmetric per-seed differences; marks from "
+        "6 seeds) or the paired t-test "
+        "(default: signflip)",
+    )
+    parser.add_argument(
+        "--holm",
+        action="store_true",
+        help="Holm-adjust the paired p-values across the whole paired table",
+    )
+    parser.add_argument(
+        "--mce-baseline",
+        default="single",
+        help="method the mCE column is relative to (default: single); 'none' drops mCE",
+    )
+    parser.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="draw no figures (the tables, statistics and CSVs are written as always)",
+    )
+    parser.add_argument(
+        "--no-index",
+        action="store_true",
+        help="read every record, neither using nor writing the record index (.report-index.npz "
+        "beside the results, which keeps the flattened records so that the next report reads "
+        "only those that changed)",
+    )
+    parser.add_argument(
+        "--published",
+        help="CSV of published values (dataset,backbone,method,M,hparams,metric,value,source) "
+        "to show next to the measured ones (default: <suite>.published.csv beside the suite)",
+    )
 
 
 def _add_upgrade(sub) -> None:

@@ -2,7 +2,7 @@
 
 Each draw function returns a :class:`~matplotlib.figure.Figure`, or None when its data is absent;
 :func:`render_figures` encodes every figure as a base64 PNG for the page and keeps the figure so
-:func:`write_figure_files` can save it as ``<id>.png`` and ``<id>.pdf`` for a paper.
+:func:`write_figure_files` can save it as ``<id>.png`` and, for a paper, ``<id>.pdf``.
 
 Every figure function takes the per-cell frame of :func:`reports.records.results.records_to_frame`
 (done cells are used, failed ones ignored), aggregates over seeds itself (error bars are the
@@ -488,11 +488,16 @@ def figure_specs(cells: pd.DataFrame) -> list[FigureSpec]:
     return [*FIGURES, *(FigureSpec(*f, sweep=True) for f in declared_figures(cells))]
 
 
-def write_figure_files(figures: Sequence[RenderedFigure], out_dir: Path) -> list[Path]:
-    """Save every drawn figure as ``<id>.png`` (150 dpi) and ``<id>.pdf`` (vector) in ``out_dir``.
+def write_figure_files(
+    figures: Sequence[RenderedFigure], out_dir: Path, pdf: bool = False
+) -> list[Path]:
+    """Save every drawn figure as ``<id>.png`` (150 dpi) and, with ``pdf``, ``<id>.pdf`` (vector)
+    in ``out_dir``.
 
     Returns the paths written, in figure order; skipped figures write nothing. File names are the
-    figure ids, so a paper's ``\\includegraphics{fig-ood}`` keeps working across reports.
+    figure ids, so a paper's ``\\includegraphics{fig-ood}`` keeps working across reports. The PDFs
+    are a paper's (``harness report --format latex``): a fifth of a report's time at 1,000
+    records, for files a report refreshed during a study never needs.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -502,11 +507,12 @@ def write_figure_files(figures: Sequence[RenderedFigure], out_dir: Path) -> list
         path = out_dir / f"{f.id}.png"
         path.write_bytes(base64.b64decode(f.png))  # the page's PNG, drawn once at 150 dpi
         written.append(path)
-        with _style():
-            path = out_dir / f"{f.id}.pdf"
-            # No timestamps in the metadata: identical data give identical files.
-            f.figure.savefig(path, format="pdf", metadata={"CreationDate": None})
-            written.append(path)
+        if pdf:
+            with _style():
+                path = out_dir / f"{f.id}.pdf"
+                # No timestamps in the metadata: identical data give identical files.
+                f.figure.savefig(path, format="pdf", metadata={"CreationDate": None})
+                written.append(path)
     return written
 
 

@@ -83,15 +83,13 @@ class Results:
 
 
 def _config_matches(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
-    for k, v in want.items():
-        if k not in have:
-            return False
-        if isinstance(v, Mapping) and isinstance(have[k], Mapping):
-            if not _config_matches(v, have[k]):
-                return False
-        elif v != have[k]:
-            return False
-    return True
+    """Every key of ``want`` is in ``have`` with its value (mappings compared key by key)."""
+    return all(
+        k in have
+        and (_config_matches(v, have[k]) if isinstance(v, Mapping) and isinstance(have[k], Mapping)
+             else v == have[k])
+        for k, v in want.items()
+    )  # fmt: skip
 
 
 def _expected_entry(item: Any) -> tuple[str | None, Mapping[str, Any] | None]:
@@ -191,10 +189,7 @@ def _with_variant(rows: pd.DataFrame) -> pd.DataFrame:
     if variant:
         flat = _flat_config(rows)
         parts = [f"{k}=" + flat[CFG + k].astype(str) for k in variant]
-        text = parts[0]
-        for p in parts[1:]:
-            text = text + ", " + p
-        rows = rows.assign(variant=text.to_numpy())
+        rows = rows.assign(variant=parts[0].str.cat(parts[1:], sep=", ").to_numpy())
     return rows
 
 
@@ -309,6 +304,5 @@ def from_records(
 ) -> Results:
     """:class:`Results` from records already read (each must validate); the same path as a
     results folder's rows (:func:`reports.records.results.results_from_rows`)."""
-
     rows = rows_frame([record_row(r) for r in records])
     return results_from_rows(rows, expected=expected, problems=problems, source=source)

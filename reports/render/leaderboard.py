@@ -6,12 +6,11 @@ autoescape), ``leaderboard.csv`` (one row per configuration: ``<metric>_mean/_st
 metric), ``cells.csv`` (one row per cell), ``paired.csv``
 (:func:`reports.stats.paired.paired_differences`
 against the reference method, one row per configuration × reference configuration × metric) and
-``leaderboard.md``; with ``formats`` containing ``latex``, ``leaderboard.tex``
-(:mod:`reports.render.latex`); every figure also as ``<id>.png`` and ``<id>.pdf`` beside the page;
-with
-published values (:mod:`reports.render.published`), ``published.csv``. Everything is written
-again on every report; only the records are read through the record index
-(:mod:`reports.records.index`).
+``leaderboard.md``; every figure also as ``<id>.png`` beside the page; with ``formats``
+containing ``latex``, a paper's files: ``leaderboard.tex`` (:mod:`reports.render.latex`) and every
+figure as ``<id>.pdf``; with published values (:mod:`reports.render.published`),
+``published.csv``. Everything is written again on every report; only the records are read
+through the record index (:mod:`reports.records.index`).
 
 Stable hooks for tests and scripts: ``table#leaderboard`` with ``th.sortable[data-col]`` headers and
 ``tr.lb-row[data-dataset][data-backbone][data-m]`` rows whose ``td[data-col][data-value]`` hold the
@@ -221,7 +220,7 @@ def write_report(
         from reports.figures.draw import render_figures, write_figure_files
 
         rendered = render_figures(results.cells)
-        write_figure_files(rendered, out)
+        write_figure_files(rendered, out, pdf="latex" in formats)
     page = _page_context(results, paired, options, pub)
     html_path = out / "leaderboard.html"
     html_path.write_text(_render_page({**page, "figures": rendered}), encoding="utf-8")

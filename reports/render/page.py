@@ -317,7 +317,7 @@ def context(
         "bold_rule": bold_rule(paired),
         "paired": paired_context(paired, summary),
         "corruption_table": corruption_table(results, options),
-        "selection": selection_context(summary, cell_text),
+        "selection": selection_context(summary),
         "directions": {
             d: sorted(k for k, v in DIRECTIONS.items() if v == d) for d in ("higher", "lower")
         },

@@ -154,24 +154,6 @@ def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
 
 def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     """(configuration key, metric) → [(class, symbol, title)] of its significant differences."""
-    wanted = tuple((c.key, c.kind) for c in columns)
-    key = ("marks", wanted)
-    if key not in paired.memo:
-        # The marks of a subset of columns already marked (the Markdown's of the page's) are
-        # theirs, filtered: one pass over the paired rows, not one per output.
-        superset = next(
-            (v for k, v in paired.memo.items() if k[0] == "marks" and set(wanted) <= set(k[1])),
-            None,
-        )
-        if superset is None:
-            paired.memo[key] = _significance_marks(paired, columns)
-        else:
-            keys = {c.key for c in columns}
-            paired.memo[key] = {k: v for k, v in superset.items() if k[-1] in keys}
-    return paired.memo[key]
-
-
-def _significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:
     out: dict[tuple, list] = {}
     kinds = {c.key: c.kind for c in columns}
     frame = paired.frame
@@ -217,49 +199,6 @@ def _paired_context(paired: PairedStats, summary: pd.DataFrame) -> dict[str, Any
         ],
         "rows": paired_rows(paired, columns),
     }
-
-
-def md_escape(text: str) -> str:
-    return (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("|", "\\|")
-        .replace("\n", " ")
-    )
-
-
-def markdown_paired(paired: PairedStats, summary: pd.DataFrame) -> list[str]:
-    ctx = paired_context(paired, summary)
-    if ctx is None:
-        return []
-    lines = ["", f"## {md_escape(ctx['title'])}", ""]
-    if not ctx["rows"]:
-        ref = md_escape(paired.reference)
-        return [*lines, f"No configuration shares dataset, backbone, variant and seeds with {ref}."]
-    arrow = {"higher": " ↑", "lower": " ↓", None: ""}
-    head = ["dataset", "backbone", "method", "M", "hparams"]
-    head += ["variant"] if ctx["show_variant"] else []
-    head += ["reference", "n"]
-    lines.append(
-        "| " + " | ".join(head + [c["label"] + arrow[c["better"]] for c in ctx["columns"]]) + " |"
-    )
-    lines.append("|" + "|".join(["---"] * len(head) + ["---:"] * len(ctx["columns"])) + "|")
-    for r in ctx["rows"]:
-        ident = [str(r["m"] if k == "M" else r[k]) for k in head]
-        vals = []
-        for c in r["cells"]:
-            text = c["text"] + (f" {c['extra']}" if c["extra"] else "")
-            vals.append(f"**{text} {c['sig']['symbol']}**" if c["sig"] else text)
-        lines.append("| " + " | ".join(md_escape(v) for v in ident + vals) + " |")
-    lines += [
-        "",
-        f"Δ = configuration − {md_escape(paired.reference)} on the same dataset, backbone, "
-        f"variant and seed (same M where the reference has it); mean over paired seeds "
-        f"[{ctx['level']} paired t-interval]; pp: percentage points. "
-        + md_escape(paired.rule).replace("▲/▼", "**▲**/**▼**", 1),
-    ]
-    return lines
 
 
 # The paired table's rows: one per configuration × reference configuration, one Δ cell per

@@ -25,7 +25,7 @@ import pandas as pd
 from reports.columns import CORRUPTION, COST, QUALITY, Column, format_number, iter_rows, m_text
 from reports.records.results import Results
 from reports.render.page import ReportOptions, cell_text, interval_words
-from reports.render.paired import format_delta, md_escape
+from reports.render.paired import format_delta
 
 HEADER = ("dataset", "backbone", "method", "M", "hparams", "metric", "value", "source")
 COLUMNS = (
@@ -184,29 +184,3 @@ def published_context(compared: pd.DataFrame | None) -> dict[str, Any] | None:
             }
         )
     return {"rows": rows, "interval": interval_words(compared.attrs.get("interval", "std"))}
-
-
-def markdown_published(compared: pd.DataFrame) -> list[str]:
-    """The published-vs-measured table in Markdown."""
-    ctx = published_context(compared)
-    if ctx is None:
-        return []
-    lines = ["", "## Published vs measured", ""]
-    lines += [
-        "| dataset | backbone | method | M | hparams | metric | published | measured | n | "
-        "Δ (measured − published) | source |",
-        "|---|---|---|---|---|---|---:|---:|---:|---:|---|",
-    ]
-    for r in ctx["rows"]:
-        cells = [
-            *r["ident"],
-            r["label"],
-            r["published"],
-            r["measured"],
-            str(r["n"]),
-            r["difference"],
-            r["source"],
-        ]
-        lines.append("| " + " | ".join(md_escape(str(c)) for c in cells) + " |")
-    lines += ["", f"Measured: {md_escape(ctx['interval'])} over seeds; “–”: not run here."]
-    return lines

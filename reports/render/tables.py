@@ -11,7 +11,6 @@ single candidate has nothing to select, so it is left out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -56,13 +55,8 @@ def selected_on_validation(summary: pd.DataFrame, metric: str = SELECT_ON) -> pd
     return pd.DataFrame(rows)
 
 
-def selection_context(
-    summary: pd.DataFrame, cell_text: Callable[[Any, Any, Any, str], str]
-) -> dict[str, Any] | None:
-    """What the page and the Markdown render: header, rows of text; None when empty.
-
-    ``cell_text(mean, spread, n, kind)`` is the page's number format (passed in: the page
-    imports this module)."""
+def selection_context(summary: pd.DataFrame) -> dict[str, Any] | None:
+    """What the page and the Markdown render: header, rows of text; None when empty."""
     table = selected_on_validation(summary)
     if table.empty:
         return None
@@ -81,28 +75,6 @@ def selection_context(
             }
         )
     return {"metric": SELECT_ON, "labels": [label for _, label, _ in SHOWN], "rows": rows}
-
-
-def markdown_selection(
-    summary: pd.DataFrame, cell_text: Callable[[Any, Any, Any, str], str]
-) -> list[str]:
-    """The selection table as Markdown lines (none when nothing was selected)."""
-    ctx = selection_context(summary, cell_text)
-    if ctx is None:
-        return []
-    lines = [
-        "",
-        "## Selected on the validation split (lowest mean validation NLL; test metrics)",
-        "",
-        "| dataset | backbone | method | M | selected | of | val NLL | "
-        + " | ".join(ctx["labels"])
-        + " |",
-        "|---|---|---|---:|---|---:|---:|" + "---:|" * len(ctx["labels"]),
-    ]
-    for r in ctx["rows"]:
-        cells = [*r["ident"], r["hparams"], str(r["candidates"]), r["val"], *r["cells"]]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return lines
 
 
 # The per-corruption accuracy table of the page and the Markdown (one column per corruption).
@@ -134,16 +106,6 @@ def corruption_table(results: Results, options: Any) -> dict[str, Any] | None:
                     "value": "" if pd.isna(r.get(f"{key}_mean")) else repr(float(r[f"{key}_mean"])),
                 }
             )
-        rows.append(
-            {
-                "ident": [
-                    str(r["dataset"]),
-                    str(r["backbone"]),
-                    str(r["method"]),
-                    m_text(r["M"]),
-                    str(r["hparams"]),
-                ],
-                "cells": cells,
-            }
-        )
+        rows.append({"ident": [m_text(r[k]) if k == "M" else str(r[k]) for k in ident],
+                     "cells": cells})  # fmt: skip
     return {"names": names, "rows": rows, "column": Column("corr", "acc", "Corruption", "pct")}

@@ -15,7 +15,7 @@ import pandas as pd
 
 from harness.contract import SUITE_FILE, read_manifest
 from harness.contract.manifest import expected_cells
-from reports.columns import Column, format_cell, leaderboard_columns, m_text
+from reports.columns import Column, cell_text, leaderboard_columns, m_text
 from reports.records.flatten import describe_config
 from reports.records.index import file_key, load_results
 from reports.records.results import Results
@@ -58,7 +58,7 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
             m_text(r[k]) if k == "M" else str(int(r[k])) if k == "n" else _clip(r[k]) for k in ident
         ]
         for c in cols:
-            text = format_cell(r[f"{c.key}_mean"], r[f"{c.key}_std"], None, c.kind, show_n=False)
+            text = cell_text(r[f"{c.key}_mean"], r[f"{c.key}_std"], None, c.kind)
             cells.append(text.replace(" ± ", "±"))
         rows.append(cells)
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]

@@ -7,8 +7,8 @@ import pytest
 
 from reports.records.results import records_to_frame
 from reports.render.leaderboard import write_report
-from reports.render.page import cell_text
-from reports.render.tables import markdown_selection, selected_on_validation
+from reports.render.markdown import markdown_selection
+from reports.render.tables import selected_on_validation
 from reports.stats.summary import aggregate
 from tests.record_factory import make_record, write_records
 
@@ -60,4 +60,4 @@ def test_page_and_markdown_show_the_selection(tmp_path):
     md = (tmp_path / "out" / "leaderboard.md").read_text()
     row = "| digits | mlp | sigma_ens | 4 | tau=1.0 | 3 | 0.3550 | 89.00 | 0.405 ± 0.007 | 3.00 |"
     assert row in md
-    assert markdown_selection(aggregate(records_to_frame(_sweep())[:0]), cell_text) == []
+    assert markdown_selection(aggregate(records_to_frame(_sweep())[:0])) == []

@@ -14,7 +14,7 @@ from record_factory import DELETE, make_record, tau_sweep_records, write_records
 from harness.cli import main
 from harness.contract.errors import UsageError
 from harness.contract.record import validate_record
-from reports.columns import DIRECTIONS, direction, format_cell, leaderboard_columns
+from reports.columns import DIRECTIONS, cell_text, direction, leaderboard_columns
 from reports.figures.draw import FIGURES, pareto_front, render_figures
 from reports.records.flatten import format_hparams
 from reports.records.index import load_frame, load_results
@@ -196,10 +196,10 @@ def test_a_declared_diagnostic_never_overwrites_a_metric():
 
 def test_format_helpers():
     assert format_hparams({"tau": 0.5, "lam": 1e-3, "name": "x"}) == "lam=0.001, name=x, tau=0.5"
-    assert format_cell(0.85, 0.05, 3, "pct") == "85.00 ± 5.00 (3)"
-    assert format_cell(0.7, float("nan"), 1, "pct") == "70.00 (1)"
-    assert format_cell(4_000_000.0, 0.0, 3, "count") == "4.00M (3)"
-    assert format_cell(float("nan"), float("nan"), 0, "f3") == "–"
+    assert cell_text(0.85, 0.05, 3, "pct", show_n=True) == "85.00 ± 5.00 (3)"
+    assert cell_text(0.7, float("nan"), 1, "pct", show_n=True) == "70.00 (1)"
+    assert cell_text(4_000_000.0, 0.0, 3, "count", show_n=True) == "4.00M (3)"
+    assert cell_text(float("nan"), float("nan"), 0, "f3", show_n=True) == "–"
 
 
 def test_directions_table():
@@ -257,6 +257,10 @@ def test_hostile_config_values_are_escaped_everywhere(tmp_path):
     assert HOSTILE not in md and "&lt;script&gt;" in md
     assert "failed: " not in html  # no figure broke on the hostile labels
     assert "data:image/png;base64," in html
+    # Each drawn figure's PNG beside the page; its PDF only with --format latex (a paper's).
+    files = {p.name for p in (tmp_path / "out").glob("fig-*")}
+    assert {"fig-ood.png", "fig-cost.png", "fig-curves.png"} <= files
+    assert all(name.endswith(".png") for name in files), files
 
 
 def test_failed_invalid_and_missing_cells_still_report(tmp_path, records):
