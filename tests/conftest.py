@@ -25,6 +25,17 @@ def write_suite(tmp_path):
     return write
 
 
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment of the local single-node Slurm cluster (``tests/slurm_cluster.py``), for a
+    module's tests: skips with a reason when no cluster answers (fails under
+    ``HARNESS_REQUIRE_SLURM=1``, as CI sets)."""
+    from tests.slurm_cluster import slurm_environment
+
+    with slurm_environment() as env:
+        yield env
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_environment():
     """Restore os.environ after every test: code under test may set variables for the processes

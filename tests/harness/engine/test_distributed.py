@@ -422,16 +422,6 @@ def test_killed_ddp_cell_resumes_on_both_ranks(tmp_path, plugin_dir, mlp_referen
 # ------------------------------------------------------------------ Slurm
 
 
-@pytest.fixture(scope="module")
-def slurm_env():
-    try:  # tests/ as a package or as a rootdir-inserted folder
-        from tests.slurm_cluster import slurm_environment
-    except ImportError:  # pragma: no cover - depends on how pytest imported this module
-        from slurm_cluster import slurm_environment
-    with slurm_environment() as env:  # skips with a reason when no local cluster answers
-        yield env
-
-
 @pytest.mark.slurm
 def test_two_task_cell_runs_through_submitit(slurm_env, tmp_path):
     """One array task of two Slurm tasks (tasks_per_node=2, one CPU each on the 2-CPU node):

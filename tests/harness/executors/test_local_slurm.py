@@ -19,11 +19,6 @@ import pytest
 import submitit
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
-try:  # tests/ as a package or as a rootdir-inserted folder
-    from tests.slurm_cluster import slurm_environment
-except ImportError:  # pragma: no cover - depends on how pytest imported this module
-    from slurm_cluster import slurm_environment
-
 from tests.fixtures.machine_faults import fault_env
 
 pytestmark = pytest.mark.slurm
@@ -31,12 +26,6 @@ pytestmark = pytest.mark.slurm
 # Jobs unpickle the submitted callables in a fresh interpreter that cannot import this test
 # module by name: ship its functions and classes by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-@pytest.fixture(scope="module")
-def slurm_env():
-    with slurm_environment() as env:
-        yield env
 
 
 @pytest.fixture

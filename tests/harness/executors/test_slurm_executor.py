@@ -29,11 +29,6 @@ from pathlib import Path
 
 import pytest
 
-try:  # tests/ as a package or as a rootdir-inserted folder
-    from tests.slurm_cluster import slurm_environment
-except ImportError:  # pragma: no cover - depends on how pytest imported this module
-    from slurm_cluster import slurm_environment
-
 from tests.fixtures.machine_faults import fault_env
 
 pytestmark = pytest.mark.slurm
@@ -43,12 +38,6 @@ SMOKE = REPO / "tests" / "suites" / "slurm_smoke.yaml"
 DIGITS_RECIPE = REPO / "suites" / "common" / "digits_recipe.yaml"
 # One digits_cnn `single` cell: the grid of the suites written by these tests.
 ONE_CELL_GRID = "{datasets: [digits], backbones: [digits_cnn], M: [1], seeds: [0]"
-
-
-@pytest.fixture(scope="module")
-def slurm_env():
-    with slurm_environment() as env:
-        yield env
 
 
 def harness_cmd() -> list[str]:

@@ -172,17 +172,6 @@ def test_cli_names_a_plugin_that_cannot_be_imported(tmp_path):
     assert out.stdout == ""
 
 
-@pytest.fixture(scope="module")
-def slurm_env():
-    try:  # tests/ as a package or as a rootdir-inserted folder
-        from tests.slurm_cluster import slurm_environment
-    except ImportError:  # pragma: no cover - depends on how pytest imported this module
-        from slurm_cluster import slurm_environment
-
-    with slurm_environment() as env:  # skips with a reason when no local cluster answers
-        yield env
-
-
 @pytest.mark.slurm
 def test_plugins_run_in_a_slurm_task(slurm_env, installed_plugin, tmp_path):
     """Both kinds in one array on the local cluster: the entry-point method (found through the
