@@ -1,13 +1,10 @@
 """Helpers to find and use the local single-node Slurm cluster (slurm/local_cluster/start.sh).
 
-Plain module, not a test file. Typical use in a test module::
+Plain module, not a test file. Test modules take the ``slurm_env`` fixture of
+``tests/conftest.py``, which is::
 
-    from slurm_cluster import slurm_environment
-
-    @pytest.fixture(scope="module")
-    def slurm_env():
-        with slurm_environment() as env:  # skips (fails if HARNESS_REQUIRE_SLURM=1) + reason
-            yield env
+    with slurm_environment() as env:  # skips (fails if HARNESS_REQUIRE_SLURM=1) + reason
+        yield env
 
 ``slurm_environment`` / ``require_slurm`` read ``$SLURM_LOCAL_DIR/env.sh`` (default
 ``/tmp/harness-slurm/env.sh``), let ``SLURM_CONF``/``SLURM_LOCAL_DIR`` from the environment

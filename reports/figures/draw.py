@@ -1,4 +1,4 @@
-"""The leaderboard's figures: embedded in the page as PNG, and written as PNG and PDF files.
+"""The leaderboard's figures: embedded in the page as PNG, written as PNG (and, for a paper, PDF).
 
 Each draw function returns a :class:`~matplotlib.figure.Figure`, or None when its data is absent;
 :func:`render_figures` encodes every figure as a base64 PNG for the page and keeps the figure so
@@ -497,7 +497,8 @@ def write_figure_files(
     Returns the paths written, in figure order; skipped figures write nothing. File names are the
     figure ids, so a paper's ``\\includegraphics{fig-ood}`` keeps working across reports. The PDFs
     are a paper's (``harness report --format latex``): a fifth of a report's time at 1,000
-    records, for files a report refreshed during a study never needs.
+    records, for files a report refreshed during a study never needs. Without ``pdf``, a PDF an
+    earlier report left for a figure drawn now is removed: it would show older data than its PNG.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -507,12 +508,14 @@ def write_figure_files(
         path = out_dir / f"{f.id}.png"
         path.write_bytes(base64.b64decode(f.png))  # the page's PNG, drawn once at 150 dpi
         written.append(path)
-        if pdf:
-            with _style():
-                path = out_dir / f"{f.id}.pdf"
-                # No timestamps in the metadata: identical data give identical files.
-                f.figure.savefig(path, format="pdf", metadata={"CreationDate": None})
-                written.append(path)
+        path = out_dir / f"{f.id}.pdf"
+        if not pdf:
+            path.unlink(missing_ok=True)
+            continue
+        with _style():
+            # No timestamps in the metadata: identical data give identical files.
+            f.figure.savefig(path, format="pdf", metadata={"CreationDate": None})
+            written.append(path)
     return written
 
 

@@ -261,6 +261,25 @@ def test_hostile_config_values_are_escaped_everywhere(tmp_path):
     files = {p.name for p in (tmp_path / "out").glob("fig-*")}
     assert {"fig-ood.png", "fig-cost.png", "fig-curves.png"} <= files
     assert all(name.endswith(".png") for name in files), files
+    write_report(tmp_path / "res", tmp_path / "out", formats=("latex",))  # a paper's files
+    pdfs = {p.name: p.read_bytes()[:5] for p in (tmp_path / "out").glob("fig-*.pdf")}
+    assert pdfs == {name.replace(".png", ".pdf"): b"%PDF-" for name in files}
+    write_report(tmp_path / "res", tmp_path / "out")  # a later report: no PDF of older data left
+    assert {p.name for p in (tmp_path / "out").glob("fig-*")} == files
+
+
+def test_markdown_tables_escape_every_cell_and_align_numbers_right():
+    """One writer for every Markdown table: headers and cells escaped alike (an OOD set or a
+    diagnostic label from a record is a header), text columns left, numbers right."""
+    from reports.render.markdown import _table
+
+    assert _table(["set a|b", "<n>"], "lr", [["x&y", 3], ["line\nbreak", "1 | 2"]]) == [
+        "| set a\\|b | &lt;n&gt; |",
+        "|---|---:|",
+        "| x&amp;y | 3 |",
+        "| line break | 1 \\| 2 |",
+    ]
+    assert _table(["a", "b", "c", "d"], "lrl", [])[1] == "|---|---:|---|---|"  # last letter repeats
 
 
 def test_failed_invalid_and_missing_cells_still_report(tmp_path, records):
