@@ -45,7 +45,8 @@ def inputs(offset: float, dtype: torch.dtype):
 
 
 def run(x, grad_y, scale, shift):
-    y, mean, var = _MemberBatchNormTrain.apply(x, scale, shift, 1e-5, DIMS)
+    y, mean, var, rstd = _MemberBatchNormTrain.apply(x, scale, shift, 1e-5, DIMS)
+    assert torch.equal(rstd, torch.rsqrt(var + 1e-5)) and not rstd.requires_grad
     y.backward(grad_y)
     return y, mean, var, x.grad, scale.grad, shift.grad
 
@@ -69,7 +70,7 @@ def test_bf16_matches_float32_within_bf16_tolerance(offset):
 def count_float32_activations(dtype: torch.dtype) -> tuple[list[str], list[str]]:
     x, grad_y, scale, shift = inputs(1.0, dtype)
     with Float32Activations(x.numel()) as forward:
-        y, _, _ = _MemberBatchNormTrain.apply(x, scale, shift, 1e-5, DIMS)
+        y, *_ = _MemberBatchNormTrain.apply(x, scale, shift, 1e-5, DIMS)
     with Float32Activations(x.numel()) as backward:
         y.backward(grad_y)
     return forward.ops, backward.ops
