@@ -86,8 +86,9 @@ class _MemberBatchNormTrain(torch.autograd.Function):
         grad_x = None
         if ctx.needs_input_grad[0]:
             a = scale * rstd  # (M, 1, C, 1..)
-            c_x = -a * rstd * rstd * dot / n  # (M, 1, C, 1..) coefficient of (x - μ)
-            c_0 = -a * sum_g / n  # (M, 1, C, 1..) constant term
+            neg_a = -a  # once for both coefficients (each operator is a launch on a GPU)
+            c_x = neg_a * rstd * rstd * dot / n  # (M, 1, C, 1..) coefficient of (x - μ)
+            c_0 = neg_a * sum_g / n  # (M, 1, C, 1..) constant term
             # dx = a·(g - mean(g) - x̂·mean(g·x̂)) = a·g + c_x·(x-μ) + c_0
             grad_x = torch.addcmul(torch.addcmul(c_0, xc, c_x), g, a).to(x.dtype)
         return grad_x, grad_scale, grad_shift, None, None
@@ -144,8 +145,9 @@ def _bf16_backward(
     grad_x = None
     if ctx.needs_input_grad[0]:
         a = scale * rstd  # (M, 1, C, 1..)
-        c_x = -a * rstd * rstd * dot / n  # coefficient of (x - μ)
-        c_0 = -a * sum_g / n + c_x * offset  # constant term, with x - μ = xc + offset
+        neg_a = -a
+        c_x = neg_a * rstd * rstd * dot / n  # coefficient of (x - μ)
+        c_0 = neg_a * sum_g / n + c_x * offset  # constant term, with x - μ = xc + offset
         # dx = a·g + c_x·(x - μ_b) + c_0, in bf16 (the gradient's dtype)
         lo = x.dtype
         grad_x = torch.addcmul(torch.addcmul(c_0.to(lo), xc, c_x.to(lo)), g, a.to(lo))
