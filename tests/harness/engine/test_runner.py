@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from harness.contract.record import RecordError, read_record, validate_record
 from harness.engine.runner import run_cell
 from harness.executors.base import pending, write_manifest
 from harness.executors.local import run_inprocess
+from harness.storage.checkpoint import read_events
 from harness.storage.records import write_record
 
 TINY = """
@@ -91,9 +91,15 @@ def test_finished_cells_are_skipped_and_force_redoes(tiny, tmp_path):
     again = run_cell(cell, tmp_path, progress=False)
     assert again["finished_at"] == first["finished_at"]
     assert pending(tiny.cells(), tmp_path) == tiny.cells()[1:]
-    time.sleep(1.1)
+    assert [e["event"] for e in read_events(tmp_path / cell.cell_id)].count("train") == 1
     forced = run_cell(cell, tmp_path, force=True, progress=False)
-    assert forced["finished_at"] != first["finished_at"]
+    # Redone from epoch 0 (its events say so; no clock needed), and a new record written.
+    starts = [
+        e["from_epoch"] for e in read_events(tmp_path / cell.cell_id) if e["event"] == "train"
+    ]
+    assert starts == [0, 0]
+    assert forced["started_at"] >= first["finished_at"]
+    assert read_record(tmp_path / cell.cell_id) == forced
 
 
 def test_resume_from_checkpoint_continues_training(tiny, tmp_path, monkeypatch):
@@ -188,7 +194,13 @@ def test_invalid_record_is_rejected_before_writing(tmp_path):
 
 @pytest.mark.slow
 def test_killed_run_resumes_without_redoing_finished_cells(tmp_path):
-    """SIGKILL `harness run` mid-grid, re-run: finished cells are kept, the rest completes."""
+    """SIGKILL `harness run` mid-grid, re-run: finished cells are kept, the rest completes.
+
+    Where the kill lands is made, not timed: inside the 6th checkpoint write of the run (the
+    second cell's second epoch, 4 epochs a cell; the write is torn in half first), by the
+    test-only write fault ``HARNESS_FAULT_KILL_WRITE`` (tests/fixtures/write_faults.py)."""
+    from tests.fixtures.machine_faults import fault_env
+
     text = (
         textwrap.dedent(TINY)
         .replace("seeds: [0]", "seeds: [0, 1, 2]")
@@ -196,40 +208,30 @@ def test_killed_run_resumes_without_redoing_finished_cells(tmp_path):
     )
     suite_file = tmp_path / "kill.yaml"
     suite_file.write_text(text.replace("name: tiny", "name: kill"))
+    cells = [c.cell_id for c in load_suite(suite_file).cells()]
     results = tmp_path / "results"
-    cmd = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "run",
-        str(suite_file),
-        "--results",
-        str(results),
-        "-q",
-    ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    cmd = [sys.executable, "-m", "harness.cli", "run", str(suite_file), "--results", str(results),
+           "-q", "--executor", "inprocess"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_FAULT")}
+    torn = fault_env(env, HARNESS_FAULT_KILL_WRITE="checkpoint.pt:6")
+    killed = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=torn)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
     folder = results / "kill"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if len(list(folder.glob("*/record.json"))) >= 1:
-            break
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
     done_before = {p.parent.name: p.read_text() for p in folder.glob("*/record.json")}
-    assert 1 <= len(done_before) < 6, "kill landed outside the grid"
-    for path in folder.glob("*/record.json"):
-        json.loads(path.read_text())  # every record on disk is whole
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert list(done_before) == [cells[0]]  # the first cell finished, the second was mid-way
+    for text_before in done_before.values():
+        validate_record(json.loads(text_before))  # every record on disk is whole
+    assert read_events(folder / cells[1])[-1]["event"] == "train"  # killed while training
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr
-    assert f"{len(done_before)} already done" in out.stdout
+    assert f"{len(cells)} cells, 1 already done, {len(cells) - 1} to run" in out.stdout
     after = {p.parent.name: p.read_text() for p in folder.glob("*/record.json")}
-    assert len(after) == 6
+    assert sorted(after) == sorted(cells)
     for cell_id, text_before in done_before.items():
         assert after[cell_id] == text_before  # not redone
-    assert not list(folder.glob("**/.*.tmp"))
+    starts = [e["from_epoch"] for e in read_events(folder / cells[1]) if e["event"] == "train"]
+    assert starts == [0, 1]  # resumed after its whole epoch-1 checkpoint, not from scratch
+    assert not list(folder.glob("**/.*.tmp"))  # the torn write's temporary file is gone
 
 
 def test_manifest_lists_expected_cells(tiny, tmp_path):
