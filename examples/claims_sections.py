@@ -1,107 +1,140 @@
 """The reviewed Fashion-MNIST study's marks, Holm-corrected within each section of docs/claims.md.
 
     python examples/claims_sections.py docs/results/claims_fmnist_study
-    python examples/claims_sections.py docs/results/claims_fmnist_study_corruption --corruption
+    python examples/claims_sections.py docs/results/claims_fmnist_study_corruption
     python examples/claims_sections.py docs/results/claims_fmnist_study_corruption --severities
 
 `harness report --holm` adjusts over its whole paired table (every configuration × metric against
 one reference). A study asks its questions in families instead — "σN-Ens against the deep
-ensemble", "the conversion against its control" — and corrects within each (Holm, 1979): this
-script is those families, computed through the public API (:func:`harness.api.paired`, the
-report's own pairing and paired t-test, unadjusted) and adjusted here. It prints one Markdown
-table per section: the mean paired difference (configuration − reference) over the seeds both
-ran, its 95% paired t-interval, and ▲/▼ where the Holm-adjusted p ≤ 0.05 (▲ better, by the
-metric's direction). The families are fixed below, as they were stated in docs/claims.md §S
-before the final rows ran.
+ensemble", "the conversion against its control" — and corrects within each (Holm, 1979). The
+families are not in this script: `suites/claims_fmnist/families.yaml` names each section's results
+folder, comparisons, metrics and test, and this script computes them through the public API
+(:func:`harness.api.paired`, the report's own pairing and paired test, unadjusted) and adjusts
+here. It prints one Markdown table per section whose folder is the one given (by its name, so a
+copy elsewhere reads the same): the mean paired difference (configuration − reference) over the
+seeds both ran, its 95% paired t-interval, and ▲/▼ where the Holm-adjusted p ≤ 0.05 (▲ better, by
+the metric's direction).
+
+The study's own sections (S2–S9) are marked `retrospective: true` there: they were coded after
+the S2–S4 cells were committed (at 61f22c0, after 0a2a0c2), not before the final rows ran; only
+the test (paired t, Holm within each section) was stated before. The sections without the mark
+are registered by their commit before any of their cells run, which
+``tests/test_claims_study.py`` checks against the records' ``finished_at``
+(:func:`registration_times`, :func:`early_records`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import yaml
 
 import harness.api as h
 from reports.stats.significance import holm
 
-SEP = "sigma_ens:tau=0.2,pretrain_epochs=0"  # the selected configuration whose members separate
-SHARE = "sigma_ens:tau=2.0"  # the sharing end (the validation NLL's own choice)
-CONVERTED = "sigma_ens:tau=0.2,pretrain_epochs=12"
-#: How the tables name the configurations.
-NAMES = {SEP: "σN-Ens τ = 0.2", SHARE: "σN-Ens τ = 2", CONVERTED: "converted σN-Ens τ = 0.2",
-         "deep_ensemble": "deep ensemble", "single_continued": "single + 2 epochs"}  # fmt: skip
-CALIBRATION = ("acc", "nll", "ece", "ts/nll", "ts/ece")
-OOD = tuple(f"ood/{s}/{score}/auroc" for score in ("msp", "mi") for s in
-            ("digits_28", "letters_28", "photos_28"))  # fmt: skip
-CORRUPTION = ("cAcc", "cNLL", "cECE", "ts/cNLL", "ts/cECE")
+REPO = Path(__file__).resolve().parent.parent
+#: The families: every section's folder, comparisons, metrics and test.
+FAMILIES = REPO / "suites" / "claims_fmnist" / "families.yaml"
+
 #: Metrics where lower is better; every other one is higher-is-better.
 LOWER = {"nll", "ece", "ts/nll", "ts/ece", "cNLL", "cECE", "ts/cNLL", "ts/cECE"}
 #: Column headings (Δ: configuration − reference; pp: percentage points).
 HEADINGS = {"acc": "Acc (pp)", "nll": "NLL", "ece": "ECE (pp)", "ts/nll": "NLL (TS)",
             "ts/ece": "ECE (TS, pp)", "cAcc": "cAcc (pp)", "cNLL": "cNLL", "cECE": "cECE (pp)",
             "ts/cNLL": "cNLL (TS)", "ts/cECE": "cECE (TS, pp)"}  # fmt: skip
-HEADINGS.update({m: f"AUROC {m.split('/')[1]} {m.split('/')[2].upper()} (pp)" for m in OOD})
-#: Shown ×100 (percentage points).
-PERCENT = {"acc", "ece", "ts/ece", "cAcc", "cECE", "ts/cECE", *OOD}
+#: Shown ×100 (percentage points), besides every AUROC.
+PERCENT = {"acc", "ece", "ts/ece", "cAcc", "cECE", "ts/cECE"}
+
+
+def _heading(metric: str) -> str:
+    if metric.startswith("ood/"):
+        _, dataset, score, _ = metric.split("/")
+        return f"AUROC {dataset} {score.upper()} (pp)"
+    return HEADINGS.get(metric, metric)
+
+
+def _percent(metric: str) -> bool:
+    return metric in PERCENT or (metric.startswith("ood/") and metric.endswith("/auroc"))
 
 
 @dataclass(frozen=True)
 class Section:
-    """One family of comparisons: each configuration minus its reference, on ``metrics``."""
+    """One family of comparisons: each configuration minus its reference, on ``metrics``, in the
+    cells of ``results`` whose paired-table variant is ``variant`` (a section of
+    :data:`FAMILIES`)."""
 
     title: str
-    pairs: tuple[tuple[str, str], ...]  # (configuration, reference)
+    pairs: tuple[tuple[str, str], ...]  # (configuration, reference), as `method[:k=v,...]`
     metrics: tuple[str, ...]
+    id: str = ""
+    results: str = ""  # the folder, relative to the repository root
+    variant: str = ""
+    test: str = "t"
+    level: float = 0.95
+    alpha: float = 0.05
+    retrospective: bool = False
+    reuse: str = ""  # a folder whose records may be copied in unchanged
+    selection: str = ""  # the folder of the section's selection runs (all of its records count)
+    substance: str = ""  # what registers the section (JSON): everything but its title and notes
 
 
-SECTIONS = (
-    Section(
-        "S2. The frontier: separating (τ = 0.2) against sharing (τ = 2)",
-        ((SEP, SHARE),),
-        CALIBRATION,
-    ),
-    Section(
-        "S3. Against the deep ensemble (M = 4)",
-        ((SEP, "deep_ensemble"), (SHARE, "deep_ensemble")),
-        CALIBRATION,
-    ),
-    Section(
-        "S4. Against the single model",
-        ((SEP, "single"), (SHARE, "single"), ("deep_ensemble", "single")),
-        CALIBRATION,
-    ),
-    Section(
-        "S6. The gate and the comparators (reference: σN-Ens τ = 0.2)",
-        (("film_ensemble", SEP), ("batch_ensemble", SEP), ("packed_ensemble", SEP)),
-        CALIBRATION,
-    ),
-    Section(
-        "S8. OOD detection against the deep ensemble (AUROC)",
-        ((SEP, "deep_ensemble"), (SHARE, "deep_ensemble")),
-        OOD,
-    ),
-    Section(
-        "S9. Conversion (12-epoch single → σN-Ens τ = 0.2, 2 epochs) and its control",
-        ((CONVERTED, "single_continued"), (CONVERTED, SEP), ("single_continued", "single")),
-        CALIBRATION,
-    ),
-)
-
-CORRUPTION_SECTIONS = (
-    Section(
-        "S7. Corruption (13 corruptions × 5 severities)",
-        ((SEP, "deep_ensemble"), (SEP, "single"), ("deep_ensemble", "single")),
-        CORRUPTION,
-    ),
-)
+def load_families(path: Path | str = FAMILIES) -> tuple[dict[str, str], tuple[Section, ...]]:
+    """The file's configuration names (``select`` → ``name``) and its sections, in file order."""
+    return _parse(yaml.safe_load(Path(path).read_text(encoding="utf-8")))
 
 
-def _matches(frame: pd.DataFrame, config: str) -> pd.Series:
-    """Rows of a paired table whose configuration is ``config`` (``method[:k=v,...]``)."""
+def _parse(data: dict[str, Any]) -> tuple[dict[str, str], tuple[Section, ...]]:
+    configs = data["configurations"]
+    sections = []
+    for raw in data["sections"]:
+        test = data["tests"][raw["test"]] if isinstance(raw["test"], str) else raw["test"]
+        if test.get("adjust", "holm") != "holm" or test["test"] not in ("t", "signflip"):
+            raise ValueError(f"section {raw['id']}: only a paired t or sign-flip test with Holm")
+        metrics = raw["metrics"]
+        metrics = tuple(data["metrics"][metrics] if isinstance(metrics, str) else metrics)
+        pairs = tuple((configs[a]["select"], configs[b]["select"]) for a, b in raw["comparisons"])
+        selection = raw.get("selection") or {}
+        substance = {k: raw.get(k) for k in ("results", "variant", "reuse", "selection")}
+        substance.update(pairs=pairs, metrics=metrics, test=test)
+        sections.append(Section(
+            title=raw["title"], pairs=pairs, metrics=metrics, id=raw["id"],
+            results=raw["results"], variant=raw.get("variant") or "", test=test["test"],
+            level=float(test.get("level", 0.95)), alpha=float(test.get("alpha", 0.05)),
+            retrospective=bool(raw.get("retrospective", False)), reuse=raw.get("reuse") or "",
+            selection=selection.get("results", ""),
+            substance=json.dumps(substance, sort_keys=True, ensure_ascii=False),
+        ))  # fmt: skip
+    names = {c["select"]: c.get("name", c["select"]) for c in configs.values()}
+    return names, tuple(sections)
+
+
+#: How the tables name the configurations, and every section of the file.
+NAMES, SECTIONS = load_families()
+_CONFIGS = yaml.safe_load(FAMILIES.read_text(encoding="utf-8"))["configurations"]
+SEP = _CONFIGS["sep"]["select"]  # the selected configuration whose members separate
+SHARE = _CONFIGS["share"]["select"]  # the sharing end (the validation NLL's own choice)
+CONVERTED = _CONFIGS["converted"]["select"]
+
+
+def sections_for(path: str, sections: Iterable[Section] = SECTIONS) -> list[Section]:
+    """The sections whose results folder has the name of ``path``'s."""
+    return [s for s in sections if Path(s.results).name == Path(path).name]
+
+
+def _matches(frame: pd.DataFrame, config: str, variant: str = "") -> pd.Series:
+    """Rows of a paired table (or of the cells) whose configuration is ``config``
+    (``method[:k=v,...]``) and whose variant is ``variant``."""
     method, _, rest = config.partition(":")
-    mask = (frame["method"] == method) & (frame["variant"].fillna("") == "")
+    mask = (frame["method"] == method) & (frame["variant"].fillna("") == variant)
     for item in filter(None, rest.split(",")):
         key, value = item.split("=")
         hp = frame["hparams"].fillna("")
@@ -116,8 +149,10 @@ def section_rows(path: str, section: Section) -> pd.DataFrame:
     """The section's comparisons with raw and Holm-adjusted p-values."""
     rows = []
     for config, reference in section.pairs:
-        table = h.paired(path, reference, list(section.metrics), test="t")
-        table = table[_matches(table, config)]
+        table = h.paired(
+            path, reference, list(section.metrics), test=section.test, level=section.level
+        )
+        table = table[_matches(table, config, section.variant)]
         if len(table[["method", "hparams"]].drop_duplicates()) != 1:
             raise SystemExit(f"{path}: {config} vs {reference}: not one configuration in the table")
         for metric in section.metrics:
@@ -127,15 +162,88 @@ def section_rows(path: str, section: Section) -> pd.DataFrame:
             rows.append({**row.iloc[0].to_dict(), "config": config, "reference": reference})
     out = pd.DataFrame(rows)
     out["p_holm"] = holm(out["p_value"].to_numpy(float))
+    out["marked"] = out["p_holm"] <= section.alpha
     return out
 
 
+def _git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def registration_times(
+    path: Path | str = FAMILIES, repo: Path = REPO
+) -> dict[str, datetime | None]:
+    """Per section id of the file as it is on disk: the commit time (``%cI``) from which its
+    substance (:attr:`Section.substance`) is unchanged through every later commit of the file
+    and the working tree; None when that form is not committed. Never before the file's first
+    commit (``git log --diff-filter=A``)."""
+    path = Path(path).resolve()
+    rel = path.relative_to(repo.resolve()).as_posix()
+    current = {s.id: s.substance for s in load_families(path)[1]}
+    commits = [line.split(" ", 1) for line in _git("log", "--format=%H %cI", "--", rel,
+                                                    cwd=repo).splitlines()]  # fmt: skip
+    times: dict[str, datetime | None] = dict.fromkeys(current)
+    open_ids = set(current)
+    for sha, when in commits:  # newest first
+        try:
+            text = _git("show", f"{sha}:{rel}", cwd=repo)
+            then = {s.id: s.substance for s in _parse(yaml.safe_load(text))[1]}
+        except (subprocess.CalledProcessError, KeyError, TypeError, ValueError, yaml.YAMLError):
+            then = {}  # deleted, or a form this parser does not read: nothing registered there
+        for sid in list(open_ids):
+            if then.get(sid) == current[sid]:
+                times[sid] = datetime.fromisoformat(when)
+            else:
+                open_ids.discard(sid)
+        if not open_ids:
+            break
+    return times
+
+
+def section_records(section: Section, repo: Path = REPO) -> list[dict]:
+    """The records the section stands on: those of its results folder whose configuration (and
+    variant) one of its comparisons names, and every record of its selection folder."""
+    found: list[dict] = []
+    folder = repo / section.results
+    if folder.is_dir():
+        cells = h.load_results(folder)
+        configs = {c for pair in section.pairs for c in pair}
+        mask = pd.Series(False, index=cells.index)
+        for config in configs:
+            mask |= _matches(cells, config, section.variant)
+        ids = set(cells.loc[mask, "cell_id"])
+        found += [r for r in h.load_records(folder) if r.get("cell_id") in ids]
+    if section.selection and (repo / section.selection).is_dir():
+        found += list(h.load_records(repo / section.selection))
+    return found
+
+
+def early_records(
+    records: Iterable[dict], registered: datetime, reused: Iterable[dict] = ()
+) -> list[str]:
+    """The records finished before ``registered`` (their ``finished_at``), each as
+    ``"cell_id finished_at"``, except verbatim copies of a ``reused`` record (same cell id and
+    ``finished_at``): a row carried over unchanged from an earlier folder, which its section
+    names. A record without ``finished_at`` counts as early: nothing dates it."""
+    copies = {(r.get("cell_id"), r.get("finished_at")) for r in reused}
+    early = []
+    for record in records:
+        finished = record.get("finished_at")
+        if (record.get("cell_id"), finished) in copies:
+            continue
+        if not finished or datetime.fromisoformat(finished) < registered:
+            early.append(f"{record.get('cell_id')} {finished}")
+    return sorted(early)
+
+
 def _cell(row: pd.Series) -> str:
-    scale = 100 if row["metric"] in PERCENT else 1
+    scale = 100 if _percent(row["metric"]) else 1
     fmt = "{:+.2f}" if scale == 100 else "{:+.3f}"
     mean, lo, hi = (scale * row[k] for k in ("mean_diff", "ci_lo", "ci_hi"))
     text = f"{fmt.format(mean)} [{fmt.format(lo)}, {fmt.format(hi)}]"
-    if math.isfinite(row["p_holm"]) and row["p_holm"] <= 0.05:
+    if math.isfinite(row["p_holm"]) and row["marked"]:
         better = (row["mean_diff"] < 0) == (row["metric"] in LOWER)
         text += " ▲" if better else " ▼"
     return text
@@ -143,7 +251,7 @@ def _cell(row: pd.Series) -> str:
 
 def markdown(section: Section, rows: pd.DataFrame) -> str:
     """One table: a row per comparison, a column per metric (Δ [95% CI] and the mark)."""
-    head = ["comparison", "n", *(f"Δ {HEADINGS.get(m, m)}" for m in section.metrics)]
+    head = ["comparison", "n", *(f"Δ {_heading(m)}" for m in section.metrics)]
     lines = [f"#### {section.title}", "", "| " + " | ".join(head) + " |",
              "|---|---:|" + "---:|" * len(section.metrics)]  # fmt: skip
     for (config, reference), group in rows.groupby(["config", "reference"], sort=False):
@@ -244,7 +352,8 @@ def severities(path: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="the study's results folder")
-    parser.add_argument("--corruption", action="store_true", help="the corruption section")
+    parser.add_argument("--corruption", action="store_true",
+                        help="accepted, unused: the folder picks the sections")  # fmt: skip
     parser.add_argument("--describe", action="store_true", help="only the per-configuration table")
     parser.add_argument("--severities", action="store_true",
                         help="only the ECE-by-severity table (a corruption folder)")  # fmt: skip
@@ -253,7 +362,9 @@ def main() -> None:
     if args.describe or args.severities:
         print(describe(args.results) if args.describe else severities(args.results))
         return
-    sections = CORRUPTION_SECTIONS if args.corruption else SECTIONS
+    sections = sections_for(args.results)
+    if not sections:
+        raise SystemExit(f"{FAMILIES.relative_to(REPO)} names no section in {args.results}")
     frames = []
     for section in sections:
         rows = section_rows(args.results, section)

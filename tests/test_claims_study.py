@@ -1,16 +1,23 @@
 """docs/claims.md's reviewed study recomputes from its committed records: the marks of
 ``examples/claims_sections.py`` (paired t-test, Holm within each section) and the numbers the
-verdict table quotes, read from ``docs/results/claims_fmnist_study``."""
+verdict table quotes, read from ``docs/results/claims_fmnist_study``; and its families,
+``suites/claims_fmnist/families.yaml``, precede the records of every section not marked
+retrospective (checked against git and the records' ``finished_at``)."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import shutil
+import subprocess
 import sys
+from datetime import datetime, timezone
 
 import numpy as np
 import pytest
 
+import harness.api as h
 from reports.stats.significance import holm
 from tests.conftest import REPO
 
@@ -73,3 +80,157 @@ def test_the_severity_table_recomputes_from_the_records():
     slopes = [float(line.split(" | ")[8].split(" ± ")[0]) for line in lines[2:]]
     assert slopes == [6.35, 6.21, 5.65]
     assert sigma[9] == "19.3 ± 1.4 → 42.2 ± 0.6" and sigma[10] == "5.92 ± 0.29"
+
+
+# --- pre-registration: suites/claims_fmnist/families.yaml -------------------------------------
+
+FAMILIES = REPO / "suites" / "claims_fmnist" / "families.yaml"
+
+
+def _git(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def _history_or_skip() -> None:
+    """Skip (with the reason) where the check has no history to read: no git, no repository, or
+    a shallow clone (its oldest commit would show every file as added then, later than it was)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: the families file's commit cannot be read")
+    inside = _git("rev-parse", "--is-inside-work-tree")
+    if inside.returncode != 0 or _git("rev-parse", "--verify", "HEAD").returncode != 0:
+        pytest.skip("no git history in this checkout: the families file's commit cannot be read")
+    if _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.skip("a shallow clone: the families file's first commit is not in its history")
+
+
+def test_the_families_file_holds_the_study_sections_the_tables_print():
+    """The sections the script printed from its own code before the file, now read from it: the
+    same titles, comparisons and metrics in the same order, S2–S9 all marked retrospective."""
+    cs = _sections()
+    study = cs.sections_for("docs/results/claims_fmnist_study")
+    assert [s.id for s in study] == ["S2", "S3", "S4", "S6", "S8", "S9"]
+    assert [s.id for s in cs.sections_for("claims_fmnist_study_corruption")] == ["S7"]
+    assert all(
+        s.retrospective for s in (*study, *cs.sections_for("x/claims_fmnist_study_corruption"))
+    )
+    (s3,) = [s for s in study if s.id == "S3"]
+    assert s3.pairs == ((cs.SEP, "deep_ensemble"), (cs.SHARE, "deep_ensemble"))
+    assert s3.metrics == ("acc", "nll", "ece", "ts/nll", "ts/ece") and s3.test == "t"
+    fresh = [s for s in cs.SECTIONS if not s.retrospective]
+    assert {s.id for s in fresh} >= {f"E{n}.S{k}" for n in (12, 24, 40) for k in (2, 3, 4)}
+    assert {"T3", "T4", "T6"} <= {s.id for s in fresh}
+
+
+def test_early_records_are_those_finished_before_the_registration_but_verbatim_copies():
+    """On fabricated records: one finished before the section's commit is flagged, one after is
+    not, a verbatim copy of a reused folder's record (same id and finished_at) is not, a copy
+    with another finished_at is, and a record without finished_at is (nothing dates it)."""
+    cs = _sections()
+    registered = datetime.fromisoformat("2026-12-04T12:00:00+00:00")
+    old = {"cell_id": "a", "finished_at": "2026-12-03T20:00:00+00:00"}
+    records = [
+        old,
+        {"cell_id": "b", "finished_at": "2026-12-04T12:00:01+00:00"},
+        {"cell_id": "c", "finished_at": "2026-12-04T11:59:59+00:00"},
+        {"cell_id": "d", "finished_at": None},
+    ]
+    assert cs.early_records(records, registered) == [
+        "a 2026-12-03T20:00:00+00:00", "c 2026-12-04T11:59:59+00:00", "d None"
+    ]  # fmt: skip
+    assert cs.early_records(records, registered, reused=[old]) == [
+        "c 2026-12-04T11:59:59+00:00", "d None"
+    ]  # fmt: skip
+    moved = {"cell_id": "c", "finished_at": "2026-12-02T00:00:00+00:00"}
+    assert "c 2026-12-04T11:59:59+00:00" in cs.early_records(records, registered, reused=[moved])
+
+
+def test_a_section_is_registered_from_the_commit_since_which_it_is_unchanged(tmp_path):
+    """In a scratch repository: a section committed, then another added, then the first changed —
+    each is registered at the commit of its present form, and an uncommitted change unregisters
+    it. Retitling is not a change of substance."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    cs = _sections()
+    head = FAMILIES.read_text(encoding="utf-8").split("\nsections:\n")[0] + "\nsections:\n"
+
+    def section(sid: str, pairs: str, title: str = "t") -> str:
+        return (f"  - id: {sid}\n    title: {title}\n    results: docs/results/x\n    comparisons:"
+                f" {pairs}\n    metrics: calibration\n    test: t_holm\n")  # fmt: skip
+
+    path = tmp_path / "families.yaml"
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+
+    def commit(text: str, when: str) -> None:
+        path.write_text(text, encoding="utf-8")
+        dates = {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        for args in (["add", "families.yaml"], ["commit", "-q", "-m", when]):
+            subprocess.run(["git", *args], cwd=tmp_path, check=True, env={**os.environ, **env,
+                           **dates})  # fmt: skip
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    a1, a2 = section("A", "[[sep, single]]"), section("A", "[[sep, deep_ensemble]]")
+    b = section("B", "[[share, single]]")
+    commit(head + a1, "2026-12-01T00:00:00+00:00")
+    commit(head + a1 + b, "2026-12-02T00:00:00+00:00")
+    commit(head + section("A", "[[sep, single]]", "retitled") + b, "2026-12-03T00:00:00+00:00")
+    times = cs.registration_times(path, repo=tmp_path)
+    assert times == {"A": datetime.fromisoformat("2026-12-01T00:00:00+00:00"),
+                     "B": datetime.fromisoformat("2026-12-02T00:00:00+00:00")}  # fmt: skip
+    commit(head + a2 + b, "2026-12-04T00:00:00+00:00")
+    assert cs.registration_times(path, repo=tmp_path)["A"] == datetime.fromisoformat(
+        "2026-12-04T00:00:00+00:00"
+    )
+    path.write_text(head + a1 + b, encoding="utf-8")  # back to A's old form, not committed
+    assert cs.registration_times(path, repo=tmp_path) == {
+        "A": None, "B": datetime.fromisoformat("2026-12-02T00:00:00+00:00")
+    }  # fmt: skip
+
+
+def test_no_record_of_a_preregistered_section_finished_before_its_families_were_committed():
+    """Issue 49, item 3, on the committed records: every section of the families file not marked
+    ``retrospective: true`` is registered by a commit (its present form committed), never before
+    the file's first commit (``git log --diff-filter=A``), and no record it stands on — the
+    configurations it compares in its results folder, every record of its selection folder —
+    finished before that commit, except verbatim copies from the folder it names under
+    ``reuse``. Sections whose cells have not run yet pass as they are, and are checked once
+    their records are committed."""
+    _history_or_skip()
+    cs = _sections()
+    rel = FAMILIES.relative_to(REPO).as_posix()
+    added = _git("log", "--diff-filter=A", "--format=%cI", "--", rel).stdout.split()
+    assert added, f"{rel} is not committed: a family is registered by its commit"
+    first = datetime.fromisoformat(added[-1])
+    times = cs.registration_times()
+    problems = []
+    for section in cs.SECTIONS:
+        if section.retrospective:
+            continue
+        registered = times[section.id]
+        if registered is None:
+            problems.append(f"{section.id}: its present form is not committed")
+            continue
+        assert registered >= first
+        reused = h.load_records(REPO / section.reuse) if section.reuse else []
+        early = cs.early_records(cs.section_records(section), registered, reused)
+        problems += [f"{section.id}: {e} finished before {registered.isoformat()}" for e in early]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.skipif(not STUDY.is_dir(), reason="the study's records are not in this checkout")
+def test_retrospective_sections_are_those_whose_records_came_first():
+    """``retrospective: true`` is a statement about the records, checked: each such section has
+    records, and some of them finished before the families file was first committed (else the
+    family could have been registered, and should be)."""
+    _history_or_skip()
+    cs = _sections()
+    rel = FAMILIES.relative_to(REPO).as_posix()
+    added = _git("log", "--diff-filter=A", "--format=%cI", "--", rel).stdout.split()
+    first = datetime.fromisoformat(added[-1]) if added else datetime.now(timezone.utc)
+    for section in cs.SECTIONS:
+        if section.retrospective:
+            records = cs.section_records(section)
+            assert records, f"{section.id}: retrospective, but no records"
+            if section.id == "S2":  # σN-Ens at τ = 0.2 and τ = 2, six seeds each
+                assert len(records) == 12
+            assert cs.early_records(records, first), f"{section.id}: no record precedes the file"
