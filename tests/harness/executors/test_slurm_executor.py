@@ -331,8 +331,12 @@ def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
     results_root: Path, tmp_path: Path
 ):
     # One task at a time: the fast cell (task 0, 2 epochs: the recipe's warm-up needs more than
-    # one) runs first; when its record appears, the slow
-    # cell (task 1) is starting and the other slow cell (task 2) is still pending in the array.
+    # one) runs first; when its record appears, the slow cell (task 1) is starting and the other
+    # slow cell (task 2) is still pending in the array. The slow cells are held after each epoch
+    # checkpoint (HARNESS_FAULT_HOLD, a flag per cell) until the cancel, so neither can finish
+    # first however fast the machine.
+    from harness.config.suite import load_suite
+
     suite = write_suite(
         tmp_path,
         "cancel",
@@ -340,10 +344,16 @@ def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
         "{name: single, recipe: {epochs: 20}}, {name: single, recipe: {epochs: 21}}]}\n"
         "evaluation: {cost: false}\n",
     )
+    holds = [tmp_path / f"hold-{c.cell_id}" for c in load_suite(suite).cells()
+             if c.recipe.epochs > 2]  # fmt: skip
+    assert len(holds) == 2
+    for flag in holds:
+        flag.touch()
+    held_env = fault_env(cli_env(), HARNESS_FAULT_HOLD=f"checkpoint.pt:{tmp_path}/hold-{{cell}}")
     t0 = time.monotonic()
     rc, out = cli(
         "run", suite, "--executor", "slurm", "--profile", "local", "--results", results_root,
-        "--slurm", "array_parallelism=1", "-q", timeout=120,
+        "--slurm", "array_parallelism=1", "-q", timeout=120, env=held_env,
     )  # fmt: skip
     assert rc == 0, out
     results = results_root / "cancel"
@@ -374,6 +384,8 @@ def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
         assert states[c] != "done", out
         assert states[c] == "lost" and "CANCELLED" in out, out
     assert not any((results / c / "record.json").exists() for c in slow)
+    for flag in holds:
+        flag.unlink()
     fast_bytes = fast_record.read_bytes()
 
     rc, out = cli(
