@@ -20,24 +20,32 @@ from harness.engine.reevaluate import NotTheRecordsWeights, reevaluate_cell
 from harness.storage.records import atomic_write_text
 
 
+class NotEvaluable(Exception):
+    """A cell ``harness evaluate`` was asked for (its record is done, or damaged) that it cannot
+    evaluate; the message is the one line that says why."""
+
+
 def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
-    """(record, cell) of a done cell with weights, or None after naming in one line on stderr
-    why it is skipped (damaged record, cell.json or no final.pt); pending cells are silent."""
+    """(record, cell) of a done cell with weights; None for a cell evaluation does not ask for
+    (pending, failed: ``harness run`` finishes those).
+
+    Raises:
+        NotEvaluable: a damaged record or ``cell.json``, or no ``final.pt``.
+    """
     try:
         rec = read_record(cell_dir)
     except DamagedRecord as exc:
-        print(f"warning: {exc}; skipped (`harness run` redoes it)", file=sys.stderr)
-        return None
+        raise NotEvaluable(f"warning: {exc}; skipped (`harness run` redoes it)") from None
     if rec is None or rec["status"] != "done":
         return None
     if not (cell_dir / "final.pt").exists():
-        print(f"{cell_dir.name}: no final.pt, skipped", file=sys.stderr)
-        return None
+        raise NotEvaluable(f"{cell_dir.name}: no final.pt, skipped")
     try:
         return rec, Cell.from_json(json.loads((cell_dir / "cell.json").read_text()))
     except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError: ValueError
-        print(f"warning: {cell_dir / 'cell.json'}: unreadable ({exc}); skipped", file=sys.stderr)
-        return None
+        raise NotEvaluable(
+            f"warning: {cell_dir / 'cell.json'}: unreadable ({exc}); skipped"
+        ) from None
 
 
 def reevaluate(
@@ -46,7 +54,10 @@ def reevaluate(
     data_root: str | None = None,
     add_only: bool = False,
 ) -> int:
-    """Re-evaluate every done cell of a results folder; returns a process exit status.
+    """Re-evaluate every done cell of a results folder; returns a process exit status: 0 when
+    every cell asked for (a done record, or a damaged one) was evaluated, or none was; 1, after
+    one line naming them, when any could not be (no or damaged weights, a damaged record or
+    ``cell.json``, leased by another process). Their records are left as they were.
 
     ``add_only``: keep every value the records hold, add only the metrics they lack
     (:func:`harness.engine.reevaluate.reevaluate_cell`)."""
@@ -66,27 +77,37 @@ def reevaluate(
             evaluation = load_suite(path).evaluation
     root = default_data_root(data_root)
     done = 0
+    missed: list[str] = []  # cells asked for that could not be evaluated
     cell_dirs = sorted(p.parent for p in Path(results_dir).glob("*/record.json"))
-    for cell_dir in tqdm(
-        [d for d in cell_dirs if is_cell_dir(d)], desc="re-evaluating", unit="cell"
-    ):
-        if (found := _done_cell(cell_dir)) is None:
-            continue
-        rec, cell = found
-        if evaluation is not None:
-            cell = dataclasses.replace(cell, evaluation=evaluation)
-            text = json.dumps(cell.to_json(), indent=1) + "\n"
-            atomic_write_text(cell_dir / "cell.json", text)
+    bar = tqdm([d for d in cell_dirs if is_cell_dir(d)], desc="re-evaluating", unit="cell")
+    for cell_dir in bar:
         try:
-            if reevaluate_cell(cell, cell_dir, rec, root, add_only) is None:
-                print(f"{cell_dir.name}: leased by another process, skipped", file=sys.stderr)
+            if (found := _done_cell(cell_dir)) is None:
                 continue
-        except (DamagedFile, NotTheRecordsWeights) as exc:  # the record stays as it is
-            print(f"warning: {exc}; skipped", file=sys.stderr)
+            rec, cell = found
+            if evaluation is not None:
+                cell = dataclasses.replace(cell, evaluation=evaluation)
+                text = json.dumps(cell.to_json(), indent=1) + "\n"
+                atomic_write_text(cell_dir / "cell.json", text)
+            try:
+                if reevaluate_cell(cell, cell_dir, rec, root, add_only) is None:
+                    raise NotEvaluable(f"{cell_dir.name}: leased by another process, skipped")
+            except (DamagedFile, NotTheRecordsWeights) as exc:  # the record stays as it is
+                raise NotEvaluable(f"warning: {exc}; skipped") from None
+        except NotEvaluable as exc:
+            bar.write(str(exc), file=sys.stderr)  # a line of its own, not after the bar
+            missed.append(cell_dir.name)
             continue
         done += 1
     verb = "completed" if add_only else "re-evaluated"
     print(f"{verb} {done} cells in {results_dir}")
+    if missed:
+        print(
+            f"error: {len(missed)} of {done + len(missed)} cells asked for could not be "
+            f"evaluated (their records are unchanged): {' '.join(missed)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

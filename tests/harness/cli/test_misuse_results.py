@@ -200,14 +200,24 @@ def test_a_foreign_checkpoint_and_damaged_final_weights_are_set_aside(results, c
     assert read_record(bad)["status"] == "done"
 
 
+def not_evaluated_line(err: str) -> str:
+    """The one line ``harness evaluate`` ends with when a cell could not be evaluated."""
+    (line,) = [x for x in err.splitlines() if "could not be evaluated" in x]
+    return line
+
+
 def test_evaluate_names_damaged_cells_and_re_evaluates_the_rest(results, capsys):
     _suite, folder, (bad, good) = results
     _truncate(bad / "record.json")
     metrics = read_record(good)["metrics"]
-    assert main(["evaluate", str(folder)]) == 0
+    assert main(["evaluate", str(folder)]) == 1  # one cell asked for was not evaluated
     out, err = no_traceback(capsys)
     assert f"warning: {bad / 'record.json'}: damaged record: truncated" in err
     assert "re-evaluated 1 cells" in out
+    assert not_evaluated_line(err) == (
+        "error: 1 of 2 cells asked for could not be evaluated (their records are unchanged): "
+        f"{bad.name}"
+    )
     assert read_record(good)["metrics"] == metrics  # same weights, same numbers
 
     assert main(["evaluate", str(folder), "--suite", str(folder / "nope.yaml")]) == 2
@@ -217,11 +227,45 @@ def test_evaluate_names_damaged_cells_and_re_evaluates_the_rest(results, capsys)
 
     (good / "final.pt").write_bytes(b"PK\x03\x04 torn")
     before = hashes(folder)
-    assert main(["evaluate", str(folder)]) == 0
+    assert main(["evaluate", str(folder)]) == 1
     out, err = no_traceback(capsys)
     assert f"{good / 'final.pt'}: is a truncated or damaged zip archive" in err
     assert "re-evaluated 0 cells" in out
+    assert not_evaluated_line(err).endswith(f"2 of 2 cells asked for could not be evaluated "
+                                            f"(their records are unchanged): {bad.name} "
+                                            f"{good.name}")  # fmt: skip
     assert hashes(folder) == before  # a cell that could not be re-evaluated keeps its record
+
+
+def test_evaluate_add_only_without_weights_exits_1_naming_the_cells(results, capsys):
+    """Issue 48: every final.pt deleted, ``evaluate --add-only`` added nothing and said
+    "completed 0 cells" with exit 0. Now: exit 1 and one line naming each cell; no record
+    changes by a byte. A folder where every cell was evaluated, or none was asked for (no done
+    record), still exits 0."""
+    _suite, folder, cells = results
+    for cell in cells:
+        (cell / "final.pt").unlink()
+    before = {c.name: (c / "record.json").read_bytes() for c in cells}
+    assert main(["evaluate", str(folder), "--add-only"]) == 1
+    out, err = no_traceback(capsys)
+    assert out.strip().splitlines()[-1] == f"completed 0 cells in {folder}"
+    assert [x for x in err.splitlines() if x.endswith("no final.pt, skipped")] == [
+        f"{c.name}: no final.pt, skipped" for c in cells
+    ]
+    assert not_evaluated_line(err) == (
+        "error: 2 of 2 cells asked for could not be evaluated (their records are unchanged): "
+        + " ".join(c.name for c in cells)
+    )
+    assert {c.name: (c / "record.json").read_bytes() for c in cells} == before
+
+    # None asked for: every record failed (run redoes those, evaluate does not ask for them).
+    for cell in cells:
+        rec = json.loads((cell / "record.json").read_text())
+        error = {"type": "RuntimeError", "message": "boom", "phase": "train"}
+        (cell / "record.json").write_text(json.dumps({**rec, "status": "failed", "error": error}))
+    assert main(["evaluate", str(folder), "--add-only"]) == 0
+    out, err = no_traceback(capsys)
+    assert "completed 0 cells" in out and "could not be evaluated" not in err
 
 
 def test_a_symlink_in_results_is_not_a_cell(results, capsys, tmp_path):
@@ -233,9 +277,10 @@ def test_a_symlink_in_results_is_not_a_cell(results, capsys, tmp_path):
     (first / "record.json").symlink_to(elsewhere)
     with pytest.raises(DamagedRecord, match="is a symbolic link, not a record the harness wrote"):
         read_record(first)
-    assert main(["evaluate", str(folder)]) == 0
+    assert main(["evaluate", str(folder)]) == 1  # the linked record is not evaluated
     out, err = no_traceback(capsys)
     assert "re-evaluated 1 cells" in out and "symbolic link" in err
+    assert not_evaluated_line(err).endswith(f": {first.name}")
 
 
 def test_a_damaged_manifest_and_an_unwritable_results_folder(

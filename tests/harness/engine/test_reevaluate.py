@@ -180,7 +180,8 @@ def test_calibration_changes_no_raw_number_of_a_stochastic_method(tmp_path):
 
 def test_add_only_refuses_weights_that_are_not_the_records(tmp_path, capsys):
     """A final.pt that does not reproduce the record's clean metrics (retrained, or another
-    cell's) adds nothing: one warning line, the record byte-identical, the other cells done."""
+    cell's) adds nothing: one warning line, the record byte-identical, the other cells done;
+    the command exits 1 naming the cell it could not evaluate."""
     folder = _finished_uncalibrated(tmp_path)
     first, second = sorted(folder.glob("*/record.json"))
     rec = json.loads(first.read_text())
@@ -190,9 +191,13 @@ def test_add_only_refuses_weights_that_are_not_the_records(tmp_path, capsys):
     calibrated = tmp_path / "recal_cal.yaml"
     calibrated.write_text(textwrap.dedent(CALIBRATED) + "  calibrate: true\n  calibration: 200\n")
     capsys.readouterr()
-    assert main(["evaluate", str(folder), "--suite", str(calibrated), "--add-only"]) == 0
+    assert main(["evaluate", str(folder), "--suite", str(calibrated), "--add-only"]) == 1
     out = capsys.readouterr()
     assert "completed 1 cells" in out.out
+    assert out.err.splitlines()[-1] == (
+        "error: 1 of 2 cells asked for could not be evaluated (their records are unchanged): "
+        f"{first.parent.name}"
+    )
     (line,) = [x for x in out.err.splitlines() if "not the weights of this record" in x]
     assert str(first.parent / "final.pt") in line and "acc" in line and "nothing added" in line
     assert first.read_text() == tampered
