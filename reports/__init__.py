@@ -7,7 +7,8 @@ LaTeX and terminal tables) and ``figures`` (seaborn figures). ``columns`` is the
 Public API (imported lazily, so ``import reports`` pulls in neither matplotlib nor Jinja2)::
 
     write_report(results_dir, out_dir=None, *, expected=None, figures=True, reference=None,
-                 options=ReportOptions(), formats=("html", "csv", "md"), published=None) -> Path
+                 options=ReportOptions(), formats=("html", "csv", "md"), published=None,
+                 index=True, left_out=None) -> Path   # left_out: gets unreadable cells
     load_results(results_dir, expected=None, ignore=()) -> Results
     load_frame(results_dir) -> DataFrame            # one row per cell of a results folder
     records_to_frame(records) -> DataFrame          # one row per cell

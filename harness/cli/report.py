@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,9 @@ from harness.cli.validate import load_suite_arg
 
 
 def cmd_report(args) -> int:
+    """Write the report; 0, or 1 (after one line naming them) when records there could not be
+    read and were left out. Cells without a record (pending, never started) are listed as
+    missing on the page: the report of what exists is complete."""
     from harness.config.validator import require_results
     from reports.render.leaderboard import write_report
     from reports.render.terminal import expected_of
@@ -23,13 +27,19 @@ def cmd_report(args) -> int:
         expected = load_suite_arg(
             read_manifest(Path(args.results_dir))["source"], args.overrides
         ).cells()
+    left_out: list[str] = []
     out = write_report(
         require_results(Path(args.results_dir)),
         Path(args.output) if args.output else None,
         expected=expected,
+        left_out=left_out,
         **report_kwargs(args),
     )
     print(f"wrote {out}")
+    if left_out:  # a report without some of the records there: not a clean exit
+        print(f"error: {len(left_out)} record(s) could not be read and are left out of the "
+              f"report: {' '.join(left_out)}", file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 

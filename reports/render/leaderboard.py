@@ -160,6 +160,7 @@ def write_report(
     formats: Iterable[str] = ("html", "csv", "md"),
     published: Path | str | None = None,
     index: bool = True,
+    left_out: list[str] | None = None,
 ) -> Path:
     """Write the report files (see the module docstring) to ``out_dir``; return leaderboard.html.
 
@@ -172,7 +173,8 @@ def write_report(
     (:func:`reports.render.published.find_published`). The HTML is always written. ``index`` keeps
     the flattened records in ``.report-index.npz`` beside the results
     (:mod:`reports.records.index`), so the next report reads only the records that changed;
-    ``figures`` False draws none.
+    ``figures`` False draws none. ``left_out``, a list, receives the ids of the cells whose
+    record is there but could not be read (damaged: each is named in a warning line too).
     """
     from reports.render.published import compare, find_published, read_published
 
@@ -189,6 +191,8 @@ def write_report(
             if RECORD_FILE not in why:
                 why = f"{results_dir / p.cell_id / RECORD_FILE}: {why}"
             print(f"warning: {why}; left out of the report", file=sys.stderr)
+            if left_out is not None:
+                left_out.append(p.cell_id)
     # Everything that can fail on bad input before anything is written.
     options = options or ReportOptions()
     if results.mce_baseline != options.mce_baseline:

@@ -124,11 +124,16 @@ def test_status_and_dry_run_name_a_damaged_record_and_go_on(results, capsys, kin
     assert f"skip  {good.name}" in out
     assert hashes(folder) == before  # reading changed nothing
 
-    out_dir = folder.parent / "page"  # the report names it in one line and reports the rest
-    assert main(["report", str(folder), "--no-figures", "-o", str(out_dir)]) == 0
+    out_dir = folder.parent / "page"  # the report names it, reports the rest, and exits 1
+    assert main(["report", str(folder), "--no-figures", "-o", str(out_dir)]) == 1
     out, err = no_traceback(capsys)
-    assert f"warning: {bad / 'record.json'}: damaged record: {reason}" in err
-    assert err.count("\n") == 1 and "left out of the report" in err
+    warning, error = err.splitlines()
+    assert warning.startswith(f"warning: {bad / 'record.json'}: damaged record: {reason}")
+    assert warning.endswith("; left out of the report")
+    assert error == (
+        f"error: 1 record(s) could not be read and are left out of the report: {bad.name}"
+    )
+    assert (out_dir / "leaderboard.html").exists() and f"wrote {out_dir}" in out
     assert hashes(folder) == before
 
 
