@@ -267,3 +267,28 @@ def test_torchvision_md5_failure_is_one_line_and_exit_2(tmp_path, monkeypatch, c
         f"error: could not download cifar100 (torchvision CIFAR100) into {tmp_path}: File not "
         "found or corrupted. (the file failed torchvision's md5 check"
     )
+
+
+def test_several_names_stop_at_the_first_failure_and_name_those_not_fetched(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 48: a command that finishes partly says so. ``download a b c`` where b fails: a is
+    ready, b's error line, then one line naming b and c (not fetched), exit 2."""
+    fetched = []
+
+    def fake(name, root):
+        if name == "mnist":
+            raise dl.DownloadError("could not download mnist (offline)")
+        fetched.append(name)
+        return root
+
+    monkeypatch.setattr(dl, "download", fake)
+    argv = ["data", "download", "cifar10", "mnist", "svhn", "--data-root", str(tmp_path)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert fetched == ["cifar10"]
+    assert out == f"cifar10: ready in {tmp_path}\n"
+    assert err.splitlines() == [
+        "error: could not download mnist (offline)",
+        "not fetched: mnist svhn (ready: cifar10)",
+    ]
