@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from methods._triton import use_kernels
 from methods.sigma_norm_base import SigmaNorm, _acc
 
 __all__ = ["SigmaBatchNorm1d", "SigmaBatchNorm2d", "SigmaBatchNorm3d"]
@@ -212,6 +213,8 @@ class _SigmaBatchNorm(SigmaNorm):
         m, c = self.num_members, self.num_features
         b = self._num_rows_per_member(x)
         spatial = tuple(x.shape[2:])
+        if use_kernels(x):  # CUDA: the fused Triton kernels (methods/_triton)
+            return self._forward_kernels(x, b * math.prod(spatial))
         xs = x.view(m, b, c, *spatial)  # (M, B, C, *S)
         bshape = (m, 1, c, *([1] * len(spatial)))  # broadcast shape of per-(member, channel)
         scale, shift = self.effective_affine()  # (M, C) each, float32
@@ -236,6 +239,30 @@ class _SigmaBatchNorm(SigmaNorm):
         if self.training and self.track_running_stats:
             self._update_running_stats(mean.view(m, c), var.view(m, c), n)
         return y.view(x.shape)  # (M·B, C, *S)
+
+    def _forward_kernels(self, x: Tensor, n: int) -> Tensor:
+        """The same function through methods._triton.sigma_bn: two launches per training
+        forward and backward, one in evaluation. x (M·B, C, *S) → (M·B, C, *S)."""
+        from methods._triton import sigma_bn
+
+        gamma = self.gamma
+        if not (self.training or not self.track_running_stats):
+            return sigma_bn.eval_forward(
+                x, self.weight, self.bias, gamma, self.running_mean, self.running_var,
+                self.num_members, self.eps, self.gate_gain,
+            )  # fmt: skip
+        if n <= 1:
+            raise ValueError(
+                f"Expected more than 1 value per channel per member when training, got input "
+                f"of shape {tuple(x.shape)} with num_members={self.num_members}"
+            )
+        update = self.training and self.track_running_stats
+        cfg = (self.num_members, self.eps, self.momentum, self.gate_gain, self.member_grad_scale)
+        return sigma_bn.MemberBatchNorm.apply(
+            x, self.weight, self.bias, gamma,
+            self.running_mean if update else None, self.running_var if update else None,
+            self.num_batches_tracked if update else None, cfg,
+        )  # fmt: skip
 
     @torch.no_grad()
     def _update_running_stats(self, mean: Tensor, var: Tensor, n: int) -> None:

@@ -10,6 +10,12 @@ import torch
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
+# Without CUDA, Triton's interpreter runs the σNorm kernels (methods/_triton) on CPU tensors in
+# tests/methods/test_sigma_triton.py. Read when a kernel is decorated, so set before any test
+# module imports them; the product's CPU path never calls them either way.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 REPO = Path(__file__).resolve().parent.parent
 
 
