@@ -32,6 +32,7 @@ from harness.contract import Recipe
 from harness.contract.build import parse_name_values
 from harness.engine.cost import real_loop_throughput, throughput
 from harness.engine.environment import environment, resolve_device
+from harness.engine.graphed import step_mode
 from harness.engine.train import SYNC_EVERY
 from harness.registry import METHODS
 from harness.storage.safe_files import atomic_write
@@ -116,6 +117,7 @@ def run_bench(
     device: torch.device,
     loop: str = "synthetic",
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    cuda_graph: str = "auto",
 ) -> dict[str, Any]:
     """Every row of the table: the plain backbone at B and at M·B (the bound ÷ M), then each
     method at M members and batch B.
@@ -125,6 +127,8 @@ def run_bench(
             loop and adds ``real_train_images_per_s`` and ``real_ratio_to_synthetic``.
         on_row: called with the result so far (``complete`` False) after every measured row,
             so that a run killed at its time limit keeps what it measured.
+        cuda_graph: the recipe's ``cuda_graph`` for the real loop ("auto": a replayed CUDA
+            graph on CUDA unless ``compile_model``; "off": eager steps).
     """
     # Length: a flat sequence of table rows (the plain backbone at B and M·B, then one row per
     # method), a few lines each; a helper per row would only move the list elsewhere.
@@ -133,7 +137,7 @@ def run_bench(
     in_ch = 1 if backbone == "digits_cnn" else 3
     in_shape = (in_ch, image_size, image_size)
     # compile: the training step too (harness.engine.train.step_loss), not only forward
-    recipe = Recipe(amp=True, channels_last=True, compile=compile_model)
+    recipe = Recipe(amp=True, channels_last=True, compile=compile_model, cuda_graph=cuda_graph)
     common = dict(
         in_shape=in_shape,
         classes=classes,
@@ -153,6 +157,7 @@ def run_bench(
             "bf16_autocast": device.type == "cuda",
             "channels_last": device.type == "cuda",
             "compile": compile_model,
+            "step_mode": step_mode(recipe, device)[0],  # of the real loop
         },
         "config": {
             "backbone": backbone,
@@ -302,9 +307,11 @@ def main(args: argparse.Namespace) -> int:
         device,
         loop=args.loop,
         on_row=write,
+        cuda_graph=args.cuda_graph,
     )
     print(
-        f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop}, "
+        f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop} "
+        f"({result['provenance']['step_mode']} steps), "
         f"{result['provenance']['device']}"
     )
     print(format_rows(result))

@@ -324,6 +324,13 @@ def _add_bench(sub) -> None:
     b.add_argument("--warmup", type=non_negative_int, default=5)
     b.add_argument("--compile", action="store_true")
     b.add_argument(
+        "--cuda-graph",
+        choices=["auto", "off"],
+        default="auto",
+        help="the real loop's training step: auto = a replayed CUDA graph on CUDA (eager on "
+        "the CPU or with --compile); off = eager steps",
+    )
+    b.add_argument(
         "--loop",
         choices=["synthetic", "real"],
         default="synthetic",

@@ -72,6 +72,14 @@ class Recipe:
     amp: bool = field(default=True, metadata={"help": "bf16 autocast on GPU"})
     channels_last: bool = field(default=True, metadata={"help": "channels_last on GPU"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    cuda_graph: Literal["auto", "off"] = field(
+        default="auto",
+        metadata={
+            "help": "auto: on CUDA, capture the training step as a CUDA graph and replay it "
+            "(eager steps when capture fails, with the reason; never on the CPU or with "
+            "compile); off: eager steps"
+        },
+    )
     deterministic: bool = field(
         default=False,
         metadata={
@@ -103,6 +111,7 @@ class Recipe:
 SPEED_ONLY_RECIPE: tuple[str, ...] = (
     "channels_last",
     "compile",
+    "cuda_graph",
     "deterministic",
     "eval_batch_size",
 )

@@ -24,6 +24,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.contract import Recipe
 from harness.data.base import ImageSet
 from harness.data.loader import DeviceLoader
+from harness.engine.graphed import (
+    WARMUP_STEPS,
+    CudaGraphs,
+    GraphedStep,
+    prepare_optimizer,
+    step_mode,
+)
 from harness.engine.train import autocast, make_optimizer, make_scheduler, step_loss, train_epoch
 from methods.base import BuildContext, EnsembleModel, count_parameters
 
@@ -223,7 +230,8 @@ def real_loop_throughput(
         ``real_train_images_per_s`` (input images per second: ``batch`` per step whatever the
         streams, like the synthetic step, so the two compare), ``real_peak_train_mem_mib``
         (None on CPU), ``real_train_loss`` (the timed pass's mean loss, a sanity value) and
-        ``real_streams``.
+        ``real_streams``, ``real_step_mode`` (eager, graphed or compiled: the recipe's
+        ``cuda_graph`` and ``compile``, harness.engine.graphed) and why.
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
@@ -243,14 +251,25 @@ def real_loop_throughput(
     )
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
+    mode, why = step_mode(recipe, device)
+    graphed = None
+    if mode == "graphed":  # warm-up steps, then the capture, all before the clock starts
+        prepare_optimizer(opt, device)
+        graphed = GraphedStep(None, CudaGraphs(device))
+        warmup = max(warmup, WARMUP_STEPS + 2)
     if warmup:
-        train_epoch(model, FirstBatches(loader, warmup), opt, sched, recipe, device)
+        train_epoch(model, FirstBatches(loader, warmup), opt, sched, recipe, device,
+                    graphed=graphed)  # fmt: skip
+    if graphed is not None:
+        graphed.recapture = False  # the timed pass replays the graph captured above
     loader.set_epoch(1)  # a fresh order and fresh augmentation draws, as in the next epoch
     sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    stats = train_epoch(model, FirstBatches(loader, steps), opt, sched, recipe, device)
+    stats = train_epoch(
+        model, FirstBatches(loader, steps), opt, sched, recipe, device, graphed=graphed
+    )
     sync(device)
     elapsed = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
@@ -261,4 +280,6 @@ def real_loop_throughput(
         "real_peak_train_mem_mib": peak,
         "real_train_loss": stats["train_loss"],
         "real_streams": streams,
+        "real_step_mode": graphed.mode if graphed is not None else mode,
+        "real_step_mode_why": graphed.failed if graphed is not None and graphed.failed else why,
     }

@@ -63,6 +63,14 @@ from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
 from harness.engine.environment import device_name, environment, resolve_device
 from harness.engine.evaluate import evaluate_all, evaluate_split
 from harness.engine.faults import lease_failure, record_failure, write_if_room, write_record_if_room
+from harness.engine.graphed import (
+    CudaGraphs,
+    GraphedStep,
+    learning_rate,
+    portable_optimizer_state,
+    prepare_optimizer,
+    step_mode,
+)
 from harness.engine.train import (
     DivergenceError,
     make_optimizer,
@@ -166,8 +174,14 @@ def train_cell(
         else:  # a checkpoint written before every random state was saved: CPU only
             torch.set_rng_state(ckpt["rng_cpu"].cpu())
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
+    mode, why = step_mode(recipe, device)  # eager, compiled or a replayed CUDA graph
+    graphed = None
+    if mode == "graphed":  # after the checkpoint's optimizer state is loaded
+        prepare_optimizer(opt, device)
+        graphed = GraphedStep(None, CudaGraphs(device))
     if ranks.main:  # rank 0 writes the cell's files (harness.engine.distributed)
-        log_event(cell_dir, "train", from_epoch=start_epoch, **ranks.event_fields())
+        log_event(cell_dir, "train", from_epoch=start_epoch, step_mode=mode, why=why,
+                  **ranks.event_fields())  # fmt: skip
         plog = ProgressLog(
             cell_dir, start_epoch, recipe.epochs, device_name(device), trackers=trackers
         )
@@ -185,7 +199,13 @@ def train_cell(
         model.set_progress(epoch, recipe.epochs)
         loader.set_epoch(epoch)
         t0 = time.perf_counter()
-        stats = train_epoch(trainee, loader, opt, sched, recipe, device, progress=bar)
+        stats = train_epoch(
+            trainee, loader, opt, sched, recipe, device, progress=bar, graphed=graphed
+        )
+        if graphed is not None and graphed.failed and mode == "graphed":
+            mode = "eager"  # capture failed this epoch: said once, in the log and the events
+            if ranks.main:
+                log_event(cell_dir, "train_step", step_mode=mode, why=graphed.failed)
         stats = distributed.end_epoch(cell, model, stats, epoch)  # all ranks' stats, BN stats
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -203,7 +223,8 @@ def train_cell(
                 **stats,
                 **val,
                 "time_s": epoch_s,
-                "lr": opt.param_groups[0]["lr"],
+                "lr": learning_rate(opt),
+                "step_mode": mode,  # eager | graphed | compiled (harness.engine.graphed)
             }
         )
         diag = model.diagnostics()
@@ -217,7 +238,7 @@ def train_cell(
         _save_atomic(
             {
                 "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
+                "optimizer": portable_optimizer_state(opt),  # as an eager optimizer saves it
                 "scheduler": sched.state_dict(),
                 "epoch": epoch,
                 "history": history,

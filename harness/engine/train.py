@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,9 @@ from torch import Tensor
 
 from harness.contract import Recipe
 from methods.base import EnsembleModel, TrainOutput
+
+if TYPE_CHECKING:
+    from harness.engine.graphed import GraphedStep
 
 # Steps between two host reads of the training statistics. Divergence is then noticed at most 49
 # steps late (the step it happened at is still named exactly), and a CIFAR epoch at B=128 (390
@@ -192,6 +195,7 @@ def train_epoch(
     progress: Any = None,
     sync_every: int = SYNC_EVERY,
     compile_backend: Any = "inductor",
+    graphed: GraphedStep | None = None,
 ) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss, regularizer and training accuracy.
 
@@ -211,6 +215,9 @@ def train_epoch(
     Args:
         sync_every: steps between two host reads (>= 1); see :data:`SYNC_EVERY`.
         compile_backend: with ``recipe.compile``, the backend of :func:`step_loss`.
+        graphed: the cell's :class:`harness.engine.graphed.GraphedStep` (CUDA): the step is
+            captured at the epoch's first full batch and replayed (its eager step is this
+            loop's); None: eager steps.
     """
     # Length: a third of it is the docstring; the loop keeps the device-side statistics, the
     # host read every sync_every steps and the divergence check together, since split they
@@ -241,28 +248,38 @@ def train_epoch(
             progress.set_postfix(loss=f"{sum(losses) / len(losses):.3f}")
         pending = 0
 
+    rows: dict[tuple, int] = {}  # rows a step of this input shape trains (TrainOutput.num_rows)
+
+    def eager_step(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        with autocast(device, recipe):
+            loss, out, reg = loss_fn(model, x, y, recipe)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for params in clip_groups:  # returns the total norm as a tensor, deliberately not read
+            torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
+        opt.step()
+        rows[tuple(x.shape)] = out.num_rows
+        reg_value = no_reg if reg is None else reg.detach().float()
+        return loss.detach().float(), reg_value, out.num_correct().to(record)
+
+    step = eager_step
+    if graphed is not None:  # the same step, captured once per epoch and replayed
+        graphed.eager = eager_step
+        graphed.new_epoch()
+        step = graphed
     for x, y in loader:
         try:
-            with autocast(device, recipe):
-                loss, out, reg = loss_fn(model, x, y, recipe)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            for params in clip_groups:  # returns the total norm as a tensor, deliberately not read
-                torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
-            opt.step()
+            loss_value, reg_value, correct = step(x, y)
             sched.step()
             with torch.no_grad():
-                reg_value = no_reg if reg is None else reg.detach().float()
-                record[:, pending] = torch.stack(
-                    [loss.detach().float(), reg_value, out.num_correct().to(record)]
-                )
+                record[:, pending] = torch.stack([loss_value, reg_value, correct])
         except Exception:
             # A step that fails on a diverged model (NaN inputs to a library's own checks)
             # is reported as the divergence it follows, when the record shows one.
             if pending:
                 read_record()
             raise
-        seen += out.num_rows
+        seen += rows[tuple(x.shape)]
         steps += 1
         pending += 1
         if progress is not None:
