@@ -267,3 +267,63 @@ def test_a_whole_resnet18_sigma_ens_training_step_matches_reference():
         else:
             assert torch.equal(got, want), name
     assert gammas == 20  # every BatchNorm of ResNet-18 went through the σNorm path
+
+
+def test_eval_forward_is_the_backbones_work_plus_one_launch_per_layer(monkeypatch):
+    """σN-Ens's evaluation forward on the kernel path dispatches the plain backbone's operators
+    (BatchNorm's ``native_batch_norm`` + ``empty`` swapped for one ``empty_like`` and one kernel
+    launch per layer) plus the member repeat: no gate, affine or cast operators on the host.
+    The launches are counted by replacing the kernel (interpreting it adds host copies that a
+    GPU does not make); the training-time gradient scaling is skipped without gradients."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from harness.config.suite import expand_hparams
+    from harness.registry import METHODS
+    from methods import sigma_norm_base
+    from methods._triton import sigma_bn
+    from methods.base import BuildContext
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: Counter[str] = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[str(func.overloadpacket).removeprefix("aten.")] += 1
+            return func(*args, **(kwargs or {}))
+
+    launches = []
+    monkeypatch.setattr(sigma_bn, "_eval_apply", _Launches(launches))
+    scaled = []
+    real_apply = sigma_norm_base._GradScale.apply
+    monkeypatch.setattr(
+        sigma_norm_base._GradScale, "apply", lambda *a: scaled.append(1) or real_apply(*a)
+    )
+    counts = {}
+    for name, m, b in (("single", 1, 8), ("sigma_ens", 4, 2)):
+        spec = METHODS.get(name)
+        hp = spec.make_hparams(expand_hparams(spec, {})[0])
+        model = spec.build(BuildContext("resnet18", (3, 8, 8), 10, m), hp).to(DEVICE).eval()
+        with torch.no_grad(), kernels("triton"), Count() as c:
+            model(torch.randn(b, 3, 8, 8, device=DEVICE))
+        counts[name] = c.ops
+    sigma, single = counts["sigma_ens"], counts["single"]
+    assert len(launches) == 20 and scaled == []
+    assert sigma["empty_like"] == single["native_batch_norm"] == 20
+    plain = single - Counter({"native_batch_norm": 20, "empty": 20})
+    extra = sigma - Counter({"empty_like": 20}) - plain
+    assert extra == Counter({"repeat": 1, "view": 1}), extra  # the M copies in, (M, B, K) out
+    assert sum(sigma.values()) <= sum(single.values()) + 2
+
+
+class _Launches:
+    """Stands in for a Triton kernel: ``kernel[grid](...)`` records the launch, computes
+    nothing."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append(grid)
