@@ -22,7 +22,12 @@ from harness.cli.bench import cell, columns
 
 
 def mode(result: dict[str, Any]) -> str:
-    return "compiled" if result["provenance"].get("compile") else "eager"
+    """compiled, graphed (the real loop's CUDA graph) or eager, and the σNorm path when it is
+    not the default (``reference``: the PyTorch path the Triton kernels replace)."""
+    p = result["provenance"]
+    steps = "compiled" if p.get("compile") else p.get("step_mode", "eager")
+    kernels = p.get("sigma_kernels", "auto")
+    return steps if kernels == "auto" else f"{steps}, σNorm {kernels}"
 
 
 def title(result: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ from harness.engine.graphed import step_mode
 from harness.engine.train import SYNC_EVERY
 from harness.registry import METHODS
 from harness.storage.safe_files import atomic_write
+from methods._triton import current_mode as sigma_kernels
 from methods.base import BuildContext
 
 LOOPS = ("synthetic", "real")
@@ -158,6 +159,7 @@ def run_bench(
             "channels_last": device.type == "cuda",
             "compile": compile_model,
             "step_mode": step_mode(recipe, device)[0],  # of the real loop
+            "sigma_kernels": sigma_kernels(),  # σNorm: auto (Triton on CUDA) or reference
         },
         "config": {
             "backbone": backbone,

@@ -26,8 +26,10 @@ target miscoverage ``α``: torch-uncertainty's ``ConformalClsTHR`` (Sadinle et a
 applied to the
 temperature-scaled pooled distribution (its own temperature fit turned off: the one above is
 reused). The quantile is torch-uncertainty's ``torch.quantile(scores, 1 − α)`` (linear
-interpolation, without the ``(n + 1)`` finite-sample correction), so on exchangeable data the
-expected coverage is ``1 − α`` up to ``O(1/n)``. APS and RAPS draw uniform noise (randomised
+interpolation, without the ``(n + 1)`` finite-sample correction), so on exchangeable data THR's
+expected coverage is ``1 − α`` up to ``O(1/n)``; APS's and RAPS's is higher, because the library
+adds the top class to every set that comes out empty (docs/methods.md, "Post-hoc calibration and
+conformal sets", measures the excess). APS and RAPS draw uniform noise (randomised
 sets); the draws come from a fixed seed, so a cell's sets do not depend on what ran before.
 Reported: empirical coverage ``P(y ∈ C(x))`` and mean set size ``E|C(x)|``.
 

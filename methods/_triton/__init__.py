@@ -28,7 +28,12 @@ import torch
 #: "auto": the kernels on CUDA, the reference elsewhere; "triton": the kernels wherever Triton
 #: can run them (CUDA, or any device under TRITON_INTERPRET=1); "reference": never.
 MODES = ("auto", "triton", "reference")
-_mode = "auto"
+#: The process's default: ``HARNESS_SIGMA_KERNELS`` (the GPU benchmark times the reference path
+#: with it, ``reference``), else "auto".
+ENV = "HARNESS_SIGMA_KERNELS"
+_mode = os.environ.get(ENV, "auto")
+if _mode not in MODES:
+    raise ValueError(f"${ENV} must be one of {MODES}, got {_mode!r}")
 
 
 @cache

@@ -419,8 +419,8 @@ class MemberBatchNorm(torch.autograd.Function):
             HAS_GAMMA=has_gamma, NEEDS_DX=needs_dx,
             BLOCK_R=geo.block_r, BLOCK_C=geo.block_c, BLOCK_K=_BLOCK_K,
         )  # fmt: skip
-        dw, db = grads[0].to(weight.dtype).clone(), grads[1].to(bias.dtype).clone()
-        dg = grads[2].to(gamma.dtype).clone() if has_gamma else None
+        dw, db = grads[0].to(weight.dtype), grads[1].to(bias.dtype)
+        dg = grads[2].to(gamma.dtype) if has_gamma else None
         return dx, dw, db, dg, None, None, None, None
 
 
