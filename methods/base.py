@@ -300,6 +300,13 @@ class MethodSpec:
                 "'pretrained' and 'pretrain_epochs' fields"
             )
 
+    def problems(self, hp: Any, num_members: int) -> list[str]:
+        """Every rule on a cell's hyper-parameters: the conversion rule every
+        ``pretrained_conversion`` method shares (:func:`conversion_problems`), then the method's
+        own ``check``. The one entry point the validator calls."""
+        out = conversion_problems(hp) if self.pretrained_conversion else []
+        return out + (list(self.check(hp, num_members)) if self.check else [])
+
     def hparam_fields(self) -> dict[str, dataclasses.Field]:
         return {f.name: f for f in dataclasses.fields(self.hparams)}
 
@@ -329,6 +336,34 @@ class MethodSpec:
     def feeding_for(self, values: Mapping[str, Any]) -> BatchFeeding:
         """The declared batch feeding for a cell's hyper-parameter values."""
         return self.batch_feeding(self.make_hparams(values))
+
+
+def pretrained_field(what: str = "convert") -> Any:
+    """The ``pretrained`` field of a conversion method's hyper-parameters (one definition for
+    σN-Ens, FiLM-Ensemble and ``single_continued``)."""
+    return dataclasses.field(
+        default=None,
+        metadata={
+            "help": f"state dict of a trained single model to {what} (harness final.pt or any)"
+        },
+    )
+
+
+def pretrain_epochs_field(what: str = "then convert and fine-tune") -> Any:
+    """The ``pretrain_epochs`` field of a conversion method's hyper-parameters."""
+    return dataclasses.field(
+        default=0,
+        metadata={"ge": 0, "help": f"train the suite's own single model this long first, {what}"},
+    )
+
+
+def conversion_problems(hp: Any) -> list[str]:
+    """The rule every conversion method shares: one source of the trained backbone, a file
+    (``pretrained``) or the suite's own single cell (``pretrain_epochs``), not both (which one
+    would win is not for the harness to guess)."""
+    if getattr(hp, "pretrained", None) and getattr(hp, "pretrain_epochs", 0):
+        return ["set either pretrained or pretrain_epochs, not both"]
+    return []
 
 
 def _build_hparams(cls: type, values: Mapping[str, Any]) -> Any:

@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from methods.base import MethodSpec, register_method
+from methods.base import MethodSpec, pretrain_epochs_field, pretrained_field, register_method
 from methods.norm_ensemble import NormEnsemble
 
 
@@ -55,10 +55,8 @@ class FiLMHparams:
         default="member",
         metadata={"help": "per-member params get their member's loss gradient (×M) or 1/M"},
     )
-    pretrained: str | None = field(
-        default=None, metadata={"help": "state dict of a trained single model to convert"}
-    )
-    pretrain_epochs: int = field(default=0, metadata={"ge": 0})
+    pretrained: str | None = pretrained_field()
+    pretrain_epochs: int = pretrain_epochs_field()
 
 
 class FiLMEnsemble(NormEnsemble):

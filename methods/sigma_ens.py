@@ -53,7 +53,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.contract import Diagnostic, DiagnosticFigure
-from methods.base import MethodSpec, TrainOutput, register_method
+from methods.base import (
+    MethodSpec,
+    TrainOutput,
+    pretrain_epochs_field,
+    pretrained_field,
+    register_method,
+)
 from methods.norm_ensemble import NormEnsemble
 from methods.sigma_diversity import diversity_loss, gradient_ratio, sharing_diagnostics
 
@@ -99,19 +105,8 @@ class SigmaEnsHparams:
         default="member",
         metadata={"help": "per-member params get their member's loss gradient (×M) or 1/M"},
     )
-    pretrained: str | None = field(
-        default=None,
-        metadata={
-            "help": "state dict of a trained single model to convert (harness final.pt or any)"
-        },
-    )
-    pretrain_epochs: int = field(
-        default=0,
-        metadata={
-            "ge": 0,
-            "help": "train a single model this long first, then convert and fine-tune",
-        },
-    )
+    pretrained: str | None = pretrained_field()
+    pretrain_epochs: int = pretrain_epochs_field()
 
 
 def gate_gain(hp: SigmaEnsHparams) -> float:
@@ -244,19 +239,12 @@ class SigmaEnsemble(NormEnsemble):
         return out
 
 
-def check(hp: SigmaEnsHparams, num_members: int) -> list[str]:
-    if hp.pretrained and hp.pretrain_epochs:
-        return ["set either pretrained or pretrain_epochs, not both"]
-    return []
-
-
 register_method(
     MethodSpec(
         name="sigma_ens",
         build=lambda ctx, hp: SigmaEnsemble(ctx, hp),
         hparams=SigmaEnsHparams,
         reference="Suteu & Serban, 2026",
-        check=check,
         pretrained_conversion=True,
         diagnostics=(
             Diagnostic(

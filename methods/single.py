@@ -14,11 +14,19 @@ existing record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor
 
-from methods.base import BuildContext, EnsembleModel, MethodSpec, NoHparams, register_method
+from methods.base import (
+    BuildContext,
+    EnsembleModel,
+    MethodSpec,
+    NoHparams,
+    pretrain_epochs_field,
+    pretrained_field,
+    register_method,
+)
 
 
 class SingleModel(EnsembleModel):
@@ -38,19 +46,8 @@ class SingleModel(EnsembleModel):
 
 @dataclass(frozen=True)
 class ContinuedHparams:
-    pretrained: str | None = field(
-        default=None, metadata={"help": "state dict of a trained single model to continue"}
-    )
-    pretrain_epochs: int = field(
-        default=0,
-        metadata={"ge": 0, "help": "continue the suite's own single cell of this many epochs"},
-    )
-
-
-def _check_continued(hp: ContinuedHparams, M: int) -> list[str]:
-    if hp.pretrained and hp.pretrain_epochs:
-        return ["set either pretrained or pretrain_epochs, not both"]
-    return []
+    pretrained: str | None = pretrained_field("continue")
+    pretrain_epochs: int = pretrain_epochs_field("then continue it")
 
 
 register_method(
@@ -72,7 +69,6 @@ register_method(
         min_members=1,
         max_members=1,
         reference="one deterministic network trained further (the conversion control; ours)",
-        check=_check_continued,
         pretrained_conversion=True,
     )
 )

@@ -245,9 +245,9 @@ def _check_entries(
                 errors.append(
                     f"{where}.M: method {me.name!r} allows M in [{spec.min_members}, {hi}], got {m}"
                 )
-            elif spec.check:
+            elif spec.check or spec.pretrained_conversion:
                 for hp in expand_hparams(spec, me.hparams):
-                    errors.extend(f"{where}: {p}" for p in spec.check(spec.make_hparams(hp), m))
+                    errors.extend(f"{where}: {p}" for p in spec.problems(spec.make_hparams(hp), m))
         for bb in method_backbones(me, backbones):
             if spec.backbones is not None and bb.name not in spec.backbones:
                 errors.append(

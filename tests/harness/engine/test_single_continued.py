@@ -62,9 +62,35 @@ def test_continued_single_starts_as_the_trained_single_and_trains_on(write_suite
     assert rec["history"][0]["epoch"] == 1 and len(rec["history"]) == 1
 
 
-def test_continued_single_refuses_two_starting_points():
-    spec = METHODS.get("single_continued")
-    assert spec.check(spec.hparams(pretrained="w.pt", pretrain_epochs=2), 1) == [
+@pytest.mark.parametrize(
+    "name", [n for n in METHODS.names() if METHODS.get(n).pretrained_conversion]
+)
+def test_every_conversion_method_refuses_two_starting_points_at_validate(name, write_suite):
+    """The rule lives on the method spec (methods.base.conversion_problems), so every
+    conversion method has it — FiLM-Ensemble included, where ``pretrained`` used to win
+    silently — and ``harness validate`` refuses the cell before anything trains."""
+    from harness.config.suite import load_suite
+    from harness.config.includes import SuiteError
+
+    spec = METHODS.get(name)
+    assert spec.problems(spec.hparams(pretrained="w.pt", pretrain_epochs=2), 1) == [
         "set either pretrained or pretrain_epochs, not both"
     ]
-    assert spec.check(spec.hparams(), 1) == []  # from scratch: a plain single model
+    assert spec.problems(spec.hparams(), 1) == []  # from scratch
+    m = 1 if spec.max_members == 1 else 2
+    path = write_suite(
+        f"""
+name: both
+grid:
+  datasets: [digits]
+  backbones: [digits_cnn]
+  methods: [{{name: {name}, M: {m}, hparams: {{pretrained: w.pt, pretrain_epochs: 2}}}}]
+"""
+    )
+    with pytest.raises(SuiteError, match="set either pretrained or pretrain_epochs, not both"):
+        load_suite(path)
+
+
+def test_conversion_methods_are_the_three_known():
+    names = {n for n in METHODS.names() if METHODS.get(n).pretrained_conversion}
+    assert names == {"sigma_ens", "film_ensemble", "single_continued"}
