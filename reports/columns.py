@@ -23,6 +23,13 @@ TEXT_COLUMNS = (
     "error_type", "error_message", "error_traceback", "started_at", "finished_at",
     "diagnostics_undeclared",
 )  # fmt: skip
+# The text columns of a row that describe how a cell was measured, joined per configuration by
+# the summary ("diagnostics_shown": the declarations as JSON, which diagnostic_columns reads from
+# the summary). Here, below both, because reports.records writes them and reports.stats joins
+# them (neither folder imports the other back).
+CONDITION_TEXT = (
+    "cost_device", "cost_precision", "corruption_mean_over", "mce_over", "diagnostics_shown",
+)  # fmt: skip
 
 # The one table of metric directions, by base metric name. A column maps to its base name with
 # base_metric(): "ood/svhn/msp/auroc" → "auroc", "sev3_ece" → "ece". Diversity diagnostics

@@ -286,6 +286,47 @@ def test_no_import_cycles(graph):
     assert cycles(graph) == []
 
 
+def folder_of(module: str) -> str:
+    """The folder a module lives in, two levels deep (``harness.data.loader`` →
+    ``harness.data``, ``methods._triton.sigma_bn`` → ``methods._triton``); a module at a
+    package's top level is a node of its own (``reports.columns``, ``methods.sigma_ens``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Folder → folders it imports (a module importing its own folder is not an edge)."""
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        here = folder_of(mod)
+        out.setdefault(here, set())
+        out[here] |= {folder_of(d) for d in deps if d in graph and folder_of(d) != here}
+    return out
+
+
+def test_folder_checker_finds_two_folders_importing_each_other(tmp_path):
+    files = {
+        "harness/__init__.py": "",
+        "harness/data/__init__.py": "",
+        "harness/data/a.py": "def f():\n    from harness.backbones import b\n",
+        "harness/backbones/__init__.py": "",
+        "harness/backbones/b.py": "from harness.data import c\n",
+        "harness/data/c.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    g = import_graph(tmp_path)
+    assert cycles(g) == []  # no module-level cycle ...
+    assert cycles(folder_graph(g)) == [["harness.backbones", "harness.data"]]  # ... a folder one
+
+
+def test_no_folder_imports_a_folder_that_imports_it_back(graph):
+    """Folders are layers within layers (docs/architecture.md): harness/data must not import
+    harness/backbones while backbones imports data, reports/records not reports/stats while
+    stats imports records; shared constants live a level down (reports/columns.py)."""
+    assert cycles(folder_graph(graph)) == []
+
+
 def test_every_import_goes_one_way(graph):
     assert violations(graph) == []
 

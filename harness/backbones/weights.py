@@ -343,6 +343,25 @@ def fetch_named(value: str) -> Path:
     raise WeightsError(f"{value!r} is not timm:<name> or torchvision:<name>")
 
 
+def download_named(value: str) -> Path:
+    """:func:`fetch_named` for ``harness data download``: every failure one
+    :class:`harness.data.download.DownloadError` line (the data downloads' error), so the
+    command treats weights and datasets alike."""
+    from harness.data.download import DownloadError, one_line
+
+    try:
+        return fetch_named(value)
+    except WeightsError as err:  # an unknown name: already one line, nothing to retry
+        raise DownloadError(str(err)) from None
+    except Exception as err:  # the hub's and torch.hub's HTTP errors share no base class
+        raise DownloadError(
+            f"could not download {value} into the library's cache: {one_line(err)}. This "
+            f"machine may have no internet access: run `harness data download {value}` on one "
+            "that has, then copy its cache ($HF_HOME/hub for timm, $TORCH_HOME/hub/checkpoints "
+            "for torchvision) here."
+        ) from None
+
+
 def backbone_state(value: str, cell, spec) -> dict[str, Tensor]:
     """Named weights or a weights file fitted to a cell's plain backbone (the one a conversion
     method builds): tensors of another shape keep the seeded initialisation (logged); other

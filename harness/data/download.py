@@ -33,7 +33,7 @@ import os
 import tarfile
 import urllib.error
 import zipfile
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
 from harness.data.base import DATA_ROOT_ENV
@@ -95,7 +95,7 @@ class DownloadError(RuntimeError):
     """A download failed (no network, a bad checksum). The message is one line saying what to do."""
 
 
-def _one_line(text: object) -> str:
+def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -165,7 +165,7 @@ def fetch_archive(archive: Archive, root: Path) -> Path:
     try:
         _extract(dest, Path(root))
     except (tarfile.TarError, zipfile.BadZipFile) as err:
-        raise DownloadError(f"could not extract {dest}: {_one_line(err)}") from None
+        raise DownloadError(f"could not extract {dest}: {one_line(err)}") from None
     dest.unlink()
     return Path(root)
 
@@ -196,33 +196,28 @@ def _what(name: str, source: Source) -> str:
 
 
 def downloadable() -> list[str]:
-    """Names ``harness data download`` accepts (datasets and corruption sets; named weights
-    ``timm:<name>`` / ``torchvision:<Enum>.<VALUE>`` too)."""
+    """Datasets and corruption sets :func:`download` fetches (``harness data download`` also
+    takes named weights ``timm:<name>`` / ``torchvision:<Enum>.<VALUE>``)."""
     return sorted(declared())
 
 
 def download(name: str, root: Path) -> Path:
-    """Download one dataset into the data root.
+    """Download one dataset into the data root (named pretrained weights are
+    :func:`harness.backbones.weights.download_named`'s; ``harness data download`` takes both).
 
     Args:
         name: a dataset that declares its download (:func:`downloadable`: cifar10, svhn,
-            sst2, ...), a published corruption set (cifar10-c, imagenet-c), or pretrained weights
-            (``timm:<name>``, ``torchvision:<Enum>.<VALUE>``), which go to the library's own
-            cache (Hugging Face Hub / ``$TORCH_HOME``), not the data root.
+            sst2, ...) or a published corruption set (cifar10-c, imagenet-c).
         root: the data root (``--data-root`` / ``$HARNESS_DATA_ROOT`` / the default cache).
 
     Returns:
-        The root it was written to (for weights: the cached file).
+        The root it was written to.
 
     Raises:
         ValueError: unknown name.
         DownloadError: the network is unreachable, the transfer failed, a checksum does not
             match or the root is not writable (always a one-line message).
     """
-    from harness.backbones.weights import fetch_named, is_named
-
-    if is_named(name):
-        return _fetch_weights(name, fetch_named)
     source = declared().get(name)
     if isinstance(source, Instructions):  # behind a login or a third-party script
         if source.ready(Path(root).expanduser()):
@@ -239,7 +234,7 @@ def download(name: str, root: Path) -> Path:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DownloadError(
-            f"cannot write the data root {root}: {_one_line(err)}; give a writable "
+            f"cannot write the data root {root}: {one_line(err)}; give a writable "
             f"--data-root DIR (or set ${DATA_ROOT_ENV})"
         ) from None
     what = _what(name, source)
@@ -254,31 +249,14 @@ def download(name: str, root: Path) -> Path:
         raise
     except RuntimeError as err:  # torchvision's "File not found or corrupted." (md5 check)
         raise DownloadError(
-            f"could not download {name} ({what}) into {root}: {_one_line(err)} (the file failed "
+            f"could not download {name} ({what}) into {root}: {one_line(err)} (the file failed "
             "torchvision's md5 check or is missing after the transfer); run the command again: "
             "torchvision fetches a file whose md5 does not match anew"
         ) from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
         raise DownloadError(
-            f"could not download {name} ({what}) into {root}: {_one_line(err)}. This machine "
+            f"could not download {name} ({what}) into {root}: {one_line(err)}. This machine "
             f"may have no internet access: run `harness data download {name} --data-root DIR` "
             f"on one that has, then copy DIR here and point --data-root / ${DATA_ROOT_ENV} at it."
         ) from None
     return root
-
-
-def _fetch_weights(name: str, fetch: Callable[[str], Path]) -> Path:
-    """Named weights into the library's cache, every failure one :class:`DownloadError` line."""
-    from harness.backbones.weights import WeightsError
-
-    try:
-        return fetch(name)
-    except WeightsError as err:  # an unknown name: already one line, nothing to retry
-        raise DownloadError(str(err)) from None
-    except Exception as err:  # the hub's and torch.hub's HTTP errors share no base class
-        raise DownloadError(
-            f"could not download {name} into the library's cache: {_one_line(err)}. This "
-            f"machine may have no internet access: run `harness data download {name}` on one "
-            "that has, then copy its cache ($HF_HOME/hub for timm, $TORCH_HOME/hub/checkpoints "
-            "for torchvision) here."
-        ) from None

@@ -243,11 +243,6 @@ def describe_config(item: Mapping[str, Any]) -> str:
     return text
 
 
-# The text columns of a row, joined per configuration by the summary ("diagnostics_shown": the
-# declarations as JSON, which reports.columns.diagnostic_columns reads from the summary).
-TEXT = ("cost_device", "cost_precision", "corruption_mean_over", "mce_over", "diagnostics_shown")
-
-
 def _mean(values: list[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return float(np.mean(finite)) if finite else math.nan

@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from reports.columns import GROUP_KEYS, ID_COLUMNS, TEXT_COLUMNS
-from reports.records.flatten import TEXT as CONDITION_TEXT
+from reports.columns import CONDITION_TEXT, GROUP_KEYS, ID_COLUMNS, TEXT_COLUMNS
 from reports.stats.significance import t_quantile
 
 CI_LEVEL = 0.95
