@@ -154,10 +154,22 @@ class Evaluation:
             "(pool-then-calibrate, one temperature on the mean, is always computed)"
         },
     )
-    conformal_alpha: float = field(
+    conformal_alpha: float | tuple[float, ...] = field(
         default=0.1,
-        metadata={"gt": 0, "lt": 1, "help": "conformal sets' target miscoverage (1 − coverage)"},
+        metadata={
+            "gt": 0,
+            "lt": 1,
+            "help": "conformal sets' target miscoverage (1 − coverage), or a list of them "
+            "(e.g. [0.05, 0.1, 0.2]: one set predictor each, the sets nested)",
+        },
     )
+
+    def __post_init__(self) -> None:
+        alpha = self.conformal_alpha
+        if isinstance(alpha, tuple) and not alpha:
+            raise ValueError("conformal_alpha: an empty list (give one α or several)")
+        if isinstance(alpha, tuple) and len(set(alpha)) != len(alpha):
+            raise ValueError(f"conformal_alpha: {list(alpha)} repeats a value")
 
 
 @dataclass(frozen=True)

@@ -101,13 +101,14 @@ def summarize_sets(
     """Conformal sets under corruption: coverage and mean set size per severity and overall.
 
     Args:
-        cells: One dict per corruption × severity with ``corruption``, ``severity``,
-            ``coverage`` and ``size``.
+        cells: One dict per corruption × severity with ``corruption``, ``severity`` and the
+            set statistics (:class:`harness.metrics.posthoc.SetAccumulator`: ``coverage``,
+            ``size``, ``coverage_fallback``, ``size_fallback``, ``empty_rate``).
         dataset: Registered dataset name (its benchmark corruptions are averaged, as cAcc).
         severities: The severities evaluated, in order.
 
     Returns:
-        ``cells`` as given, ``per_severity`` ({severity: {coverage, size}}) and ``mean``, both
+        ``cells`` as given, ``per_severity`` ({severity: {statistic: mean}}) and ``mean``, both
         over the benchmark corruptions only (extras are in ``cells``).
     """
     from harness.data.corruption_sets import corruption_set
@@ -115,8 +116,10 @@ def summarize_sets(
     bench = set(corruption_set(dataset).benchmark)
     in_mean = [c for c in cells if c["corruption"] in bench]
 
+    keys = [k for k in (cells[0] if cells else {}) if k not in ("corruption", "severity")]
+
     def mean(rows: list[dict[str, Any]]) -> dict[str, float]:
-        return {k: sum(r[k] for r in rows) / len(rows) for k in ("coverage", "size")}
+        return {k: sum(r[k] for r in rows) / len(rows) for k in keys}
 
     per_sev = {
         str(s): mean(rows)

@@ -141,3 +141,29 @@ def test_a_validation_split_serves_calibration(write_suite, tmp_path):
     _, splits = load_data(cell, tmp_path)
     assert "calibration" not in splits and len(splits["val"]) == 200
     assert len(splits["train"]) == 120  # from the spare images: the few-shot pool is whole
+
+
+def test_conformal_alpha_takes_one_value_or_a_list(write_suite):
+    """``evaluation.conformal_alpha``: a number (every existing suite) or a list of distinct
+    values in (0, 1); a cell's JSON carries the list back as it was given."""
+    from harness.config.includes import SuiteError
+    from harness.contract import Cell
+    from tests.conftest import REPO
+
+    base = SUITE.format(repo=REPO)
+    assert load_suite(write_suite(base)).evaluation.conformal_alpha == 0.1
+    one = load_suite(write_suite(base + "  conformal_alpha: 0.2\n"))
+    assert one.evaluation.conformal_alpha == 0.2
+    several = load_suite(write_suite(base + "  conformal_alpha: [0.05, 0.1, 0.2]\n"))
+    assert several.evaluation.conformal_alpha == (0.05, 0.1, 0.2)
+    cell = several.cells()[0]
+    data = cell.to_json()
+    assert data["evaluation"]["conformal_alpha"] == [0.05, 0.1, 0.2]
+    assert Cell.from_json(data).evaluation.conformal_alpha == (0.05, 0.1, 0.2)
+    assert Cell.from_json(data, validated=True).evaluation.conformal_alpha == (0.05, 0.1, 0.2)
+    with pytest.raises(SuiteError, match=r"evaluation.conformal_alpha: must be < 1, got 1.5"):
+        load_suite(write_suite(base + "  conformal_alpha: [0.1, 1.5]\n"))
+    with pytest.raises(SuiteError, match=r"conformal_alpha: \[0.1, 0.1\] repeats a value"):
+        load_suite(write_suite(base + "  conformal_alpha: [0.1, 0.1]\n"))
+    with pytest.raises(SuiteError, match="conformal_alpha: an empty list"):
+        load_suite(write_suite(base + "  conformal_alpha: []\n"))

@@ -1,5 +1,6 @@
-"""Post-hoc calibration: temperature scaling against an independent fit, conformal coverage on
-exchangeable data, and the calibration split's disjointness from every training image."""
+"""Post-hoc calibration: temperature scaling against an independent fit, and conformal sets on a
+fabricated exchangeable case whose coverage is known (the finite-sample guarantee, the fallback's
+effect apart)."""
 
 from __future__ import annotations
 
@@ -98,28 +99,163 @@ def test_a_model_worse_than_chance_gets_a_finite_uniform_temperature():
     assert torch.allclose(post.scaled(p)["ts"], uniform, atol=1e-5)
 
 
-def test_conformal_coverage_on_exchangeable_scores():
-    """Over 200 random calibration/test splits of exchangeable synthetic scores: THR's mean
-    coverage at α = 0.1 lies in [0.895, 0.92] and APS's sets are at least as large as THR's."""
-    z, y = _synthetic(2000, 10, seed=5, sharpen=1.0)
-    probs = z.softmax(-1).unsqueeze(0)  # (1, N, K)
-    gen = torch.Generator().manual_seed(6)
-    cover = {"thr": [], "aps": [], "raps": []}
-    size = {"thr": [], "aps": [], "raps": []}
-    for _ in range(200):
-        perm = torch.randperm(len(y), generator=gen)
-        cal, test = perm[:1000], perm[1000:]
-        post = PosthocCalibration.fit(probs[:, cal], y[cal], alpha=0.1)
-        for name, mask in post.sets(probs[:, test]).items():
+#: The exchangeable case: a fixed softmax model whose labels are drawn from its own
+#: probabilities (so it is calibrated and its temperature is 1, fixed, never fitted on the split).
+K, N_CAL, N_TEST, REPS, SCALE = 10, 200, 500, 400, 4.0
+ALPHAS = (0.05, 0.1, 0.2)
+
+
+def _exchangeable(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``N_CAL + N_TEST`` i.i.d. draws: logits ``SCALE · N(0, I_K)``, ``p = softmax``,
+    ``y ~ Categorical(p)``; probabilities ``(1, N, K)`` float64 and labels ``(N,)``."""
+    p = (SCALE * torch.randn(N_CAL + N_TEST, K, generator=gen, dtype=torch.float64)).softmax(-1)
+    y = torch.multinomial(p, 1, generator=gen).squeeze(1)
+    return p.unsqueeze(0), y
+
+
+@pytest.fixture(scope="module")
+def repeated_sets() -> dict[str, dict[str, np.ndarray]]:
+    """Every statistic of every set predictor (THR/APS/RAPS × α) over ``REPS`` independent
+    draws of the calibration and test sets (and of the APS/RAPS noise: seed per draw), plus the
+    rate of empty sets whose top class is right, counted here from the masks."""
+    gen = torch.Generator().manual_seed(11)
+    out: dict[str, dict[str, list[float]]] = {}
+    for rep in range(REPS):
+        probs, y = _exchangeable(gen)
+        cal, test = slice(0, N_CAL), slice(N_CAL, None)
+        post = PosthocCalibration.fit(
+            probs[:, cal], y[cal], alpha=ALPHAS, temperature=1.0, seed=2 * rep
+        )
+        top_right = probs[0, test].argmax(-1) == y[test]
+        for key, sets in post.sets(probs[:, test]).items():
             acc = SetAccumulator()
-            acc.update(mask, y[test])
-            out = acc.compute()
-            cover[name].append(out["coverage"])
-            size[name].append(out["size"])
-    assert 0.895 <= np.mean(cover["thr"]) <= 0.92
-    assert np.mean(size["aps"]) >= np.mean(size["thr"])
-    for name in ("aps", "raps"):  # the randomised sets cover at the level too
-        assert 0.88 <= np.mean(cover[name]) <= 0.93, (name, np.mean(cover[name]))
+            acc.update(sets, y[test])
+            stats = out.setdefault(key, {})
+            for name, value in acc.compute().items():
+                stats.setdefault(name, []).append(value)
+            empty_right = (~sets.sets.any(-1) & top_right).double().mean()
+            stats.setdefault("empty_top_right", []).append(float(empty_right))
+    return {k: {m: np.array(v) for m, v in d.items()} for k, d in out.items()}
+
+
+@pytest.mark.parametrize("method", ["thr", "aps", "raps"])
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_conformal_coverage_meets_the_finite_sample_guarantee(repeated_sets, method, alpha):
+    """Split conformal with the ``⌈(n + 1)(1 − α)⌉``-th smallest of ``n = N_CAL`` scores: on
+    exchangeable data with continuous scores (THR's ``1 − p_y`` of a continuous ``p``; APS's and
+    RAPS's randomised), the coverage averaged over calibration and test draws is exactly
+    ``⌈(n + 1)(1 − α)⌉ / (n + 1)`` (the rank of the threshold among n + 1 exchangeable scores),
+    which lies in ``[1 − α, 1 − α + 1/(n + 1)]``: 0.95025, 0.90050, 0.80100 at n = 200.
+
+    Tolerance: the mean of ``REPS`` = 400 independent repetitions has standard error
+    ``sd / √REPS``, the per-repetition sd ≈ √(α(1 − α)(1/(n + 2) + 1/N_TEST)) (the coverage
+    given the calibration set is Beta-distributed with that first variance; the test sample adds
+    the second): 0.0009 to 0.0017 here, and the test uses the measured sd. 4 standard errors
+    (two-sided p ≈ 6e-5 per check; the seeds are fixed, so the check is deterministic) bound the
+    mean. The fallback sets would miss it by their empty-set rate (APS: 0.7, 2.0 and 6.1 points).
+    Measured (seed 11; exact 0.9502 / 0.9005 / 0.8010): THR 0.9487 / 0.8987 / 0.8005, APS
+    0.9507 / 0.8996 / 0.7987, RAPS 0.9495 / 0.8983 / 0.8014; with the fallback APS covers
+    0.9571 / 0.9194 / 0.8569."""
+    n = N_CAL
+    key = f"{method}@{alpha!r}"
+    cover = repeated_sets[key]["coverage"]
+    exact = math.ceil((n + 1) * (1 - alpha) - 1e-9) / (n + 1)
+    assert 1 - alpha <= exact <= 1 - alpha + 1 / (n + 1)
+    se = cover.std(ddof=1) / math.sqrt(len(cover))
+    assert se < 0.002  # the tolerance is as tight as planned
+    assert abs(cover.mean() - exact) <= 4 * se, (key, cover.mean(), exact, se)
+
+
+@pytest.mark.parametrize("method", ["thr", "aps", "raps"])
+@pytest.mark.parametrize("alpha", ALPHAS)
+def test_the_fallback_adds_exactly_the_empty_sets_whose_top_class_is_right(
+    repeated_sets, method, alpha
+):
+    """torch-uncertainty's sets (the top class added to an empty set) are reported beside the
+    method's: their coverage is never lower, and the difference is, repetition by repetition, the
+    rate of empty sets whose top class is the label; their size is larger by the empty rate."""
+    stats = repeated_sets[f"{method}@{alpha!r}"]
+    assert (stats["coverage_fallback"] >= stats["coverage"]).all()
+    gain = stats["coverage_fallback"] - stats["coverage"]
+    np.testing.assert_allclose(gain, stats["empty_top_right"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        stats["size_fallback"] - stats["size"], stats["empty_rate"], rtol=0, atol=1e-12
+    )
+
+
+def test_the_fallback_over_covers_where_sets_come_out_empty(repeated_sets):
+    """The fabricated case has empty sets (an accurate model at a loose α), so the fallback's
+    excess is measurable: at α = 0.2, 6.1% of APS's sets are empty and its fallback sets cover
+    85.7% where the sets as defined cover 79.9%."""
+    aps = repeated_sets["aps@0.2"]
+    assert aps["empty_rate"].mean() > 0.03
+    assert aps["coverage_fallback"].mean() - aps["coverage"].mean() > 0.03
+    assert aps["coverage"].mean() < 0.81 < aps["coverage_fallback"].mean()
+
+
+def test_the_fallback_sets_are_those_torch_uncertainty_returns():
+    """At the same threshold and noise, ``ConformalSets.fallback`` is the support of the
+    library's ``conformal`` output, and ``sets`` is it minus the added class."""
+    from harness.metrics.posthoc import CONFORMAL_METHODS, _seeded
+
+    gen = torch.Generator().manual_seed(3)
+    probs, y = _exchangeable(gen)
+    post = PosthocCalibration.fit(probs[:, :N_CAL], y[:N_CAL], alpha=0.2, temperature=1.0)
+    batch = probs[:, N_CAL:]
+    ours = post.sets(batch)
+    logits = pooled_logits(batch)  # T = 1
+    with _seeded(post.seed + 1):  # the draws of sets(): every method in turn
+        library = {}
+        for name in CONFORMAL_METHODS:
+            predictor = post.scorers[name]
+            predictor.q_hat = torch.tensor(post.conformal[name].quantile, dtype=torch.float64)
+            library[name] = predictor.conformal(logits) > 0
+    for name in CONFORMAL_METHODS:
+        assert torch.equal(ours[name].fallback, library[name]), name
+        empty = ~ours[name].sets.any(-1)
+        assert torch.equal(ours[name].sets, library[name] & ~empty.unsqueeze(-1)), name
+    assert (~ours["aps"].sets.any(-1)).sum() > 0  # the case has empty sets to fill
+
+
+def test_conformal_quantile_is_the_corrected_order_statistic():
+    """The ``⌈(n + 1)(1 − α)⌉``-th smallest score; the library's interpolated quantile sits
+    lower (its coverage falls short of 1 − α by O(1/n)); too few scores give ``inf``."""
+    from harness.metrics.posthoc import conformal_quantile
+
+    scores = torch.arange(1, 20, dtype=torch.float64)[torch.randperm(19)]  # 1 … 19
+    assert conformal_quantile(scores, 0.1) == 18.0  # ⌈20 · 0.9⌉ = 18
+    assert float(torch.quantile(scores, 0.9)) == pytest.approx(17.2)  # torch-uncertainty's
+    hundred = torch.arange(1, 100, dtype=torch.float64)
+    assert conformal_quantile(hundred, 0.1) == 90.0  # (n + 1)(1 − α) = 90 exactly, not 91
+    assert conformal_quantile(hundred, 0.3) == 70.0
+    assert conformal_quantile(torch.arange(8.0), 0.1) == math.inf  # rank 9 of 8
+
+
+def test_several_alphas_give_nested_sets_and_one_alpha_keeps_the_plain_keys():
+    z, y = _synthetic(800, 10, seed=4, sharpen=1.0)
+    probs = z.softmax(-1).unsqueeze(0)
+    several = PosthocCalibration.fit(probs[:, :400], y[:400], alpha=[0.2, 0.05, 0.1])
+    assert several.alphas == (0.2, 0.05, 0.1)
+    assert list(several.conformal) == [
+        f"{m}@{a}" for m in ("thr", "aps", "raps") for a in ("0.2", "0.05", "0.1")
+    ]
+    sets = several.sets(probs[:, 400:])
+    for m in ("thr", "aps", "raps"):  # one draw of scores, three thresholds: nested
+        loose, mid, tight = (sets[f"{m}@{a}"].sets for a in ("0.2", "0.1", "0.05"))
+        assert torch.equal(loose & mid, loose) and torch.equal(mid & tight, mid)
+    block = several.to_json()
+    assert block["alpha"] == [0.2, 0.05, 0.1] and len(block["quantiles"]) == 9
+    one = PosthocCalibration.fit(probs[:, :400], y[:400], alpha=0.1)
+    assert list(one.conformal) == ["thr", "aps", "raps"] and one.alphas == (0.1,)
+    # the one-α sets are the several-α fit's at that α (same scores, same noise)
+    for m in ("thr", "aps", "raps"):
+        assert torch.equal(one.sets(probs[:, 400:])[m].sets, sets[f"{m}@0.1"].sets)
+    with pytest.raises(ValueError, match=r"repeated values in \[0.1, 0.1\]"):
+        PosthocCalibration.fit(probs, y, alpha=[0.1, 0.1])
+    with pytest.raises(ValueError, match=r"must be in \(0, 1\), got 1.0"):
+        PosthocCalibration.fit(probs, y, alpha=[0.1, 1.0])
+    with pytest.raises(ValueError, match="at least one value"):
+        PosthocCalibration.fit(probs, y, alpha=[])
 
 
 def test_randomised_sets_repeat_and_leave_the_global_generator_alone():
@@ -136,16 +272,28 @@ def test_randomised_sets_repeat_and_leave_the_global_generator_alone():
     assert torch.equal(after_sets, expected)  # the global stream continues as if no sets ran
     torch.rand(17)  # another state of the global generator: the sets do not change
     again = post.sets(probs[:, 300:])
-    assert all(torch.equal(first[k], again[k]) for k in first)
-    assert not torch.equal(first["aps"], first["thr"])  # randomised APS differs from THR
+    for k in first:
+        assert torch.equal(first[k].sets, again[k].sets)
+        assert torch.equal(first[k].fallback, again[k].fallback)
+    assert not torch.equal(first["aps"].sets, first["thr"].sets)  # randomised APS differs
 
 
-def test_set_accumulator_counts_coverage_and_size():
-    sets = torch.tensor([[True, False, True], [False, True, False], [True, True, True]])
+def test_set_accumulator_counts_coverage_size_and_the_fallback_apart():
+    from harness.metrics.posthoc import ConformalSets
+
+    sets = torch.tensor([[True, False, True], [False, False, False], [False, False, False]])
+    top = torch.tensor([[False, False, False], [False, True, False], [True, False, False]])
+    batch = ConformalSets(sets, sets | top)  # rows 2 and 3 empty, filled with their top class
     acc = SetAccumulator()
-    acc.update(sets[:2], torch.tensor([0, 0]))
-    acc.update(sets[2:], torch.tensor([1]))
-    assert acc.compute() == {"coverage": 2 / 3, "size": 6 / 3}
+    acc.update(ConformalSets(batch.sets[:2], batch.fallback[:2]), torch.tensor([0, 1]))
+    acc.update(ConformalSets(batch.sets[2:], batch.fallback[2:]), torch.tensor([1]))
+    assert acc.compute() == {
+        "coverage": 1 / 3,  # row 1 only
+        "size": 2 / 3,
+        "coverage_fallback": 2 / 3,  # + row 2, whose top class is its label
+        "size_fallback": 4 / 3,
+        "empty_rate": 2 / 3,
+    }
     with pytest.raises(ValueError, match="before any sample"):
         SetAccumulator().compute()
 
@@ -157,7 +305,13 @@ def test_record_block_of_the_fit():
     assert block["fitted_on"] == "val" and block["n"] == 500 and block["alpha"] == 0.2
     assert block["temperature"] == post.temperature
     assert set(block["quantiles"]) == {"thr", "aps", "raps"}
+    assert block["quantile_rule"] == "ceil((n+1)(1-alpha))-th smallest calibration score"
+    assert block["seed"] == 0
     assert "member_temperatures" not in block
+    # too few calibration images for α = 0.05 (rank 20 of 10): every class, quantile null
+    small = PosthocCalibration.fit(z[:10].softmax(-1).unsqueeze(0), y[:10], alpha=0.05)
+    assert small.to_json()["quantiles"] == {"thr": None, "aps": None, "raps": None}
+    assert all(s.sets.all() for s in small.sets(z[10:20].softmax(-1).unsqueeze(0)).values())
 
 
 def test_shift_accumulator_equals_the_full_metrics():
