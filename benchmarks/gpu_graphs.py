@@ -34,7 +34,7 @@ from harness.engine.cost import FirstBatches, synthetic_images
 from harness.engine.graphed import WARMUP_STEPS, CudaGraphs, GraphedStep, prepare_optimizer
 from harness.engine.train import make_optimizer, make_scheduler, train_epoch
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 SMALL = os.environ.get("SMALL") == "1"
 DEVICE = torch.device("cpu" if SMALL or not torch.cuda.is_available() else "cuda")

@@ -97,7 +97,7 @@ def sync_report():
 def model_for(name: str, backbone: str, in_shape: tuple[int, ...], classes: int):
     from harness.config.suite import expand_hparams
     from harness.registry import METHODS
-    from methods.base import BuildContext
+    from methods._base import BuildContext
 
     spec = METHODS.get(name)
     m = max(spec.min_members, min(4, spec.max_members or 4))

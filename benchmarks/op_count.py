@@ -39,7 +39,7 @@ from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
 from harness.engine.cost import real_loop_throughput
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 #: Operators that only change metadata (no kernel on a GPU).
 METADATA = {"view", "detach", "t", "unsqueeze", "squeeze", "expand", "as_strided", "alias",

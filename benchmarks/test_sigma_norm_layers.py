@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from methods.sigma_norm import SigmaBatchNorm2d, SigmaLayerNorm
+from methods._sigma.norm import SigmaBatchNorm2d, SigmaLayerNorm
 
 M, B = 4, 32
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

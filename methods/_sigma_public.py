@@ -1,11 +1,11 @@
 """σN-Ens on your own model, in your own training loop (Suteu & Serban 2026).
 
 The harness's own σN-Ens (``methods/sigma_ens.py``) is built from these same parts: the
-converter of ``methods/sigma_convert.py`` and the regularizer and diagnostics of
-``methods/sigma_diversity.py``. This module hands them to a user's ``nn.Module``::
+converter of ``methods/_sigma/convert.py`` and the regularizer and diagnostics of
+``methods/_sigma/diversity.py``. This module hands them to a user's ``nn.Module``::
 
     import torch.nn.functional as F
-    from methods.sigma_public import sigma_ensemble
+    from methods._sigma_public import sigma_ensemble
 
     net = sigma_ensemble(my_model, num_members=4)          # every BatchNorm/LayerNorm/GroupNorm
     opt = torch.optim.SGD(net.param_groups(weight_decay=5e-4), lr=0.05, momentum=0.9)
@@ -44,11 +44,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from methods.sigma_convert import SigmaEnsembleNet
-from methods.sigma_diversity import diversity_loss as _diversity_loss
-from methods.sigma_diversity import sharing_diagnostics
+from methods._sigma.convert import SigmaEnsembleNet
+from methods._sigma.diversity import diversity_loss as _diversity_loss
+from methods._sigma.diversity import sharing_diagnostics
+from methods._sigma.norm import sigma_norm_layers
 from methods.sigma_ens import GAMMA_INIT_MEAN, GAMMA_INIT_STD, SigmaEnsHparams, gate_gain
-from methods.sigma_norm import sigma_norm_layers
 
 __all__ = ["SigmaEnsembleModel", "diversity_loss", "k_eff", "sigma_ensemble"]
 
@@ -61,7 +61,7 @@ class SigmaEnsembleModel(SigmaEnsembleNet):
     """
 
     def diversity_loss(self, tau: float, lam: float, layers: str | None = None) -> Tensor:
-        """λ·L_div, to add to the task loss (:func:`methods.sigma_diversity.diversity_loss`):
+        """λ·L_div, to add to the task loss (:func:`methods._sigma.diversity.diversity_loss`):
         for each σNorm layer and feature, Σ_m log softmax(sigmoid(γ)/τ)_m. τ sets how many
         members share a feature at equilibrium (small τ: one owns it; large τ: all share), λ how
         hard it is pushed. ``layers``: a regex of the layer names to regularise (default all).

@@ -35,8 +35,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from methods.base import BuildContext, MethodSpec, register_method
-from methods.tu_common import (
+from methods._base import BuildContext, MethodSpec, register_method
+from methods._tu.common import (
     TU_FAMILIES,
     RepeatOrSplitEnsemble,
     build_tu,
@@ -174,7 +174,7 @@ def build(ctx: BuildContext, hp: BatchEnsembleHparams) -> BatchEnsembleModel:
 
     split = hp.batch == "split"
     if ctx.family == "transformer":  # text_transformer with rank-1 linear layers
-        from methods.tu_text import batched_text_transformer
+        from methods._tu.text import batched_text_transformer
 
         model = BatchEnsembleModel(batched_text_transformer(ctx, split), ctx.num_members, split)
         model.fast_lr = hp.fast_weight_lr_multiplier

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from methods.base import (
+from methods._base import (
     BatchFeeding,
     BuildContext,
     EnsembleModel,

@@ -17,7 +17,7 @@ bias + N(0, init_std²); ``init_std: 0`` keeps the step-0 predictions of the con
 ``init: auto`` (default) is ``xavier`` from scratch and ``perturb`` when a trained model is
 converted (``pretrained``, ``pretrain_epochs`` or a backbone that loads weights itself).
 
-A sibling of σN-Ens on the shared norm-ensemble base (``methods/norm_ensemble.py``): the same
+A sibling of σN-Ens on the shared norm-ensemble base (``methods/_sigma/norm_ensemble.py``): the same
 conversion, generator seeded from the cell's seed, and per-member gradient scale
 (``member_grad``), so the two differ only in the layer and in how members are made to differ.
 """
@@ -30,8 +30,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from methods.base import MethodSpec, pretrain_epochs_field, pretrained_field, register_method
-from methods.norm_ensemble import NormEnsemble
+from methods._base import MethodSpec, pretrain_epochs_field, pretrained_field, register_method
+from methods._sigma.norm_ensemble import NormEnsemble
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from methods.base import BuildContext, MethodSpec, register_method
-from methods.tu_common import (
+from methods._base import BuildContext, MethodSpec, register_method
+from methods._tu.common import (
     TU_FAMILIES,
     RepeatInEval,
     RepeatOrSplitEnsemble,

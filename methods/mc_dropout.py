@@ -36,7 +36,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
-from methods.base import BuildContext, EnsembleModel, MethodSpec, register_method, to_members
+from methods._base import BuildContext, EnsembleModel, MethodSpec, register_method, to_members
 
 #: Backbone families whose weight layers are convolutions (and the linear head).
 CONV_FAMILIES = ("cnn", "resnet", "wideresnet", "wideresnet28x8", "torchvision")

@@ -19,7 +19,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from methods.base import (
+from methods._base import (
     BatchFeeding,
     BuildContext,
     EnsembleModel,
@@ -29,7 +29,7 @@ from methods.base import (
     repeat_members,
     to_members,
 )
-from methods.tu_common import TU_FAMILIES, build_tu, digits_cnn
+from methods._tu.common import TU_FAMILIES, build_tu, digits_cnn
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from methods.base import (
+from methods._base import (
     BuildContext,
     EnsembleModel,
     MethodSpec,
@@ -30,7 +30,7 @@ from methods.base import (
     register_method,
     to_members,
 )
-from methods.tu_common import TU_FAMILIES, build_tu, digits_cnn
+from methods._tu.common import TU_FAMILIES, build_tu, digits_cnn
 
 STEPS_PER_UNIT = 16  # α grid of alpha: auto: multiples of 1/(16·M)
 
@@ -141,7 +141,7 @@ def _build_net(ctx: BuildContext, alpha: float, gamma: int):
     from torch_uncertainty.models.classification import packed_resnet, packed_wideresnet28x10
 
     if ctx.family == "transformer":  # text_transformer from the library's packed layers
-        from methods.tu_text import packed_text_transformer
+        from methods._tu.text import packed_text_transformer
 
         return packed_text_transformer(ctx, alpha, gamma)
     return build_tu(

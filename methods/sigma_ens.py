@@ -24,22 +24,22 @@ Where the paper is silent, the harness chooses (each reachable the old way by a 
   constant c = 1/sigmoid(γ0), γ0 = ``gamma_init_mean``: with γ0 = 0 the gate starts where the
   sigmoid is steep (sigmoid'(0) = 0.25) and c·sigmoid(γ0) = 1 keeps the backbone's scale and
   the member affine's learning rate at init — what the pretrained conversion does with
-  1/sigmoid(γ_m) per member, here one fixed number (``methods/sigma_norm_base.py``).
+  1/sigmoid(γ_m) per member, here one fixed number (``methods/_sigma/norm_base.py``).
 - **No weight decay on γ** (``gamma_weight_decay: 0``): γ is a gate, not a weight; like
   BatchEnsemble's fast weights it is exempt. Decay on γ (5e-4·|γ|) outweighed L_div's pull at
   λ = 1e-4 by orders of magnitude. ``gamma_weight_decay: null`` decays γ with the recipe's value.
 - **Per-member parameters get their member's full gradient** (``member_grad``, see
-  ``methods/norm_ensemble.py``).
+  ``methods/_sigma/norm_ensemble.py``).
 - The random γ draw uses an explicit generator seeded from the cell's seed.
 
 Per-epoch diagnostics (computed once per epoch, on the last training batch): k_eff on sigmoid(γ)
 and on the effective member scale |w_m·sigmoid(γ_m)|, per layer and overall, and the gradient
-ratio ‖∇γ L_div‖ / ‖∇γ L_task‖ (``methods/sigma_diversity.py``).
+ratio ‖∇γ L_div‖ / ‖∇γ L_task‖ (``methods/_sigma/diversity.py``).
 
 Pretrained conversion (``pretrained`` path or ``pretrain_epochs`` > 0, run by the harness): the
 trained norms are copied into every member and the affine parameters divided by sigmoid(γ_m), so
 at step 0 every member reproduces the original model's logits exactly (to float32 rounding; see
-``methods/sigma_convert.py``); the ensemble is then fine-tuned for the recipe's epochs.
+``methods/_sigma/convert.py``); the ensemble is then fine-tuned for the recipe's epochs.
 """
 
 from __future__ import annotations
@@ -53,15 +53,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.contract import Diagnostic, DiagnosticFigure
-from methods.base import (
+from methods._base import (
     MethodSpec,
     TrainOutput,
     pretrain_epochs_field,
     pretrained_field,
     register_method,
 )
-from methods.norm_ensemble import NormEnsemble
-from methods.sigma_diversity import diversity_loss, gradient_ratio, sharing_diagnostics
+from methods._sigma.diversity import diversity_loss, gradient_ratio, sharing_diagnostics
+from methods._sigma.norm_ensemble import NormEnsemble
 
 GAMMA_INIT_MEAN = 3.0  # sigmoid(3) = 0.953: near-identity gate (measured choice, see above)
 GAMMA_INIT_STD = 0.1  # ~0.5% spread of the member scales: symmetry breaking only

@@ -1,6 +1,5 @@
-"""`single`: one deterministic model (M=1), the reference every ensemble is compared with; and
-`single_continued`, the same model trained further from a trained single model: the control of a
-pretrained conversion.
+"""`single`: one deterministic model (M=1), the reference every ensemble is compared with.
+Its model class also serves `single_continued` (methods/single_continued.py).
 
 A conversion (σN-Ens or FiLM-Ensemble with ``pretrain_epochs: N`` and a fine-tuning recipe such as
 2 epochs at a low learning rate) starts from the suite's `single` cell trained N epochs. Whether it
@@ -14,19 +13,9 @@ existing record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
 
-from methods.base import (
-    BuildContext,
-    EnsembleModel,
-    MethodSpec,
-    NoHparams,
-    pretrain_epochs_field,
-    pretrained_field,
-    register_method,
-)
+from methods._base import BuildContext, EnsembleModel, MethodSpec, NoHparams, register_method
 
 
 class SingleModel(EnsembleModel):
@@ -44,12 +33,6 @@ class SingleModel(EnsembleModel):
         return self.net(x).unsqueeze(0)  # (1, B, K)
 
 
-@dataclass(frozen=True)
-class ContinuedHparams:
-    pretrained: str | None = pretrained_field("continue")
-    pretrain_epochs: int = pretrain_epochs_field("then continue it")
-
-
 register_method(
     MethodSpec(
         name="single",
@@ -58,17 +41,5 @@ register_method(
         min_members=1,
         max_members=1,
         reference="one deterministic network",
-    )
-)
-
-register_method(
-    MethodSpec(
-        name="single_continued",
-        build=lambda ctx, hp: SingleModel(ctx),
-        hparams=ContinuedHparams,
-        min_members=1,
-        max_members=1,
-        reference="one deterministic network trained further (the conversion control; ours)",
-        pretrained_conversion=True,
     )
 )

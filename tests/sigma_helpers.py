@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.sigma_norm import (
+from methods._sigma.norm import (
     SigmaNorm,
 )
 

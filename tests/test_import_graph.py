@@ -230,7 +230,7 @@ def test_graph_reads_function_level_type_checking_and_string_imports(graph):
     # Function-level imports count: the run command imports the executors only inside cmd_run.
     assert "harness.executors" in graph["harness.cli.run"]
     assert "harness.contract.build" in graph["harness.contract.config"]
-    assert {"torch", "methods.base"} <= graph["harness.engine.runner"]
+    assert {"torch", "methods._base"} <= graph["harness.engine.runner"]
     # TYPE_CHECKING imports count: the backbones name torch's nn only for a type.
     assert "torch" in graph["harness.backbones"]
     # Strings resolved by importlib count: the executor table and the command table.

@@ -12,7 +12,7 @@
     h.compare("results/smoke", "results/smoke_new")  # the same configurations, folder b − a
     h.load_records(out.results_dir)          # the raw record dicts (docs/records.md)
 
-    net = h.sigma_ensemble(my_resnet, num_members=4)   # methods.sigma_public
+    net = h.sigma_ensemble(my_resnet, num_members=4)   # methods._sigma_public
 
 Everything here goes through the code the CLI and the reporter use (suite loading and
 validation, ``harness run``, ``reports.records``, ``reports.stats``); nothing is computed a
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from harness.contract import Cell
-    from methods.sigma_public import SigmaEnsembleModel
+    from methods._sigma_public import SigmaEnsembleModel
 
 __all__ = [
     "HarnessError",
@@ -355,22 +355,22 @@ def compare(
 
 
 def sigma_ensemble(model: nn.Module, num_members: int, **kwargs: Any) -> SigmaEnsembleModel:
-    """:func:`methods.sigma_public.sigma_ensemble`: a user's model with BatchNorm, LayerNorm or
+    """:func:`methods._sigma_public.sigma_ensemble`: a user's model with BatchNorm, LayerNorm or
     GroupNorm as a σN-Ens of ``num_members`` members (input (B, ...) → logits (M, B, K))."""
-    from methods.sigma_public import sigma_ensemble as make
+    from methods._sigma_public import sigma_ensemble as make
 
     return make(model, num_members, **kwargs)
 
 
 def diversity_loss(model: nn.Module, tau: float, lam: float) -> Any:
-    """:func:`methods.sigma_public.diversity_loss`: λ·L_div to add to the task loss."""
-    from methods.sigma_public import diversity_loss as loss
+    """:func:`methods._sigma_public.diversity_loss`: λ·L_div to add to the task loss."""
+    from methods._sigma_public import diversity_loss as loss
 
     return loss(model, tau, lam)
 
 
 def k_eff(model: nn.Module) -> float:
-    """:func:`methods.sigma_public.k_eff`: members sharing a feature (1 = owned, M = shared)."""
-    from methods.sigma_public import k_eff as measure
+    """:func:`methods._sigma_public.k_eff`: members sharing a feature (1 = owned, M = shared)."""
+    from methods._sigma_public import k_eff as measure
 
     return measure(model)

@@ -26,7 +26,7 @@
   count; it is meant for users with a GPU.
 
 Every spec here carries ``layered``: the class the ``cnn``-family methods build with their own
-layers (:func:`methods.tu_common.digits_cnn` reads it; the digits CNN is the default).
+layers (:func:`methods._tu.common.digits_cnn` reads it; the digits CNN is the default).
 """
 
 from __future__ import annotations

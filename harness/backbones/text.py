@@ -8,7 +8,7 @@
   ``F.scaled_dot_product_attention`` with the padding mask; dropout lives in ``nn.Dropout``
   modules (embeddings, both residual branches, before the head) so that MC Dropout's wrapper
   finds and keeps them on. Packed-Ensembles and BatchEnsemble rebuild it from their layers
-  (``methods/tu_text.py``).
+  (``methods/_tu/text.py``).
 - ``hf_encoder`` (family ``pretrained_transformer``): a pre-trained encoder from
   ``transformers`` (``AutoModel.from_pretrained`` of ``model:``, a Hub name in the local cache or
   a ``save_pretrained`` folder; never downloads) with a fresh linear head on its pooled output
@@ -16,7 +16,7 @@
   first token's hidden state). Its LayerNorms are plain ``nn.LayerNorm`` modules, which σN-Ens's
   converter replaces; the attention mask is built from the pad id of the model's config. The
   module says ``pretrained_weights = True``: a σN-Ens built on it converts the loaded weights
-  preserving their outputs (``methods/norm_ensemble.py``), as for ``pretrained: PATH``.
+  preserving their outputs (``methods/_sigma/norm_ensemble.py``), as for ``pretrained: PATH``.
 
 Both read ``dropout_rate`` (MC Dropout sets it). Their input is the token ids a text dataset
 yields (``harness/data/text.py``); the tokeniser must be the one the encoder was trained with,
@@ -92,7 +92,7 @@ class TextTransformer(nn.Module):
         pooling: "mean" over non-padding tokens, or "cls" (the first token).
         pad_id: id of the padding token (masked out of attention and pooling).
         linear: ``linear(f_in, f_out)`` → module for every linear layer (default nn.Linear), so
-            a comparator builds its variant of the same network (``methods/tu_text.py``).
+            a comparator builds its variant of the same network (``methods/_tu/text.py``).
     """
 
     def __init__(

@@ -36,8 +36,8 @@ from harness.engine.graphed import step_mode
 from harness.engine.train import SYNC_EVERY
 from harness.registry import METHODS
 from harness.storage.safe_files import atomic_write
+from methods._base import BuildContext
 from methods._triton import current_mode as sigma_kernels
-from methods.base import BuildContext
 
 LOOPS = ("synthetic", "real")
 

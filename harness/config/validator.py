@@ -165,7 +165,7 @@ def method_build_problems(
     cell trains instead of when that cell starts.
 
     Args:
-        spec: the method's :class:`methods.base.MethodSpec` (with ``check_build`` set).
+        spec: the method's :class:`methods._base.MethodSpec` (with ``check_build`` set).
         settings: the entry's hyper-parameter settings, sweeps expanded, defaults filled in.
         index: the entry's position in ``grid.methods``, for the key path.
         backbones: the :class:`BackboneEntry` list the entry runs on.
@@ -173,7 +173,7 @@ def method_build_problems(
         members: the entry's M values.
     """
     from harness.registry import DATASETS
-    from methods.base import BuildContext
+    from methods._base import BuildContext
 
     key = f"grid.methods[{index}].hparams"
     # Any of the entry's hyper-parameters may be the cause: an override of one is named.

@@ -21,7 +21,7 @@ from harness.data.base import DatasetSpec, Split, training_splits
 from harness.engine.train import set_determinism
 from harness.registry import DATASETS, METHODS
 from harness.storage.checkpoint import load_weights
-from methods.base import BuildContext, EnsembleModel
+from methods._base import BuildContext, EnsembleModel
 
 
 def now() -> str:

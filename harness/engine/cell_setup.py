@@ -19,7 +19,7 @@ from harness.data.loader import make_loader
 from harness.engine.cost import flops_per_image, parameter_counts, throughput
 from harness.engine.environment import device_name
 from harness.registry import METHODS
-from methods.base import BuildContext, EnsembleModel
+from methods._base import BuildContext, EnsembleModel
 
 
 def train_loader(

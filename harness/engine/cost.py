@@ -32,7 +32,7 @@ from harness.engine.graphed import (
     step_mode,
 )
 from harness.engine.train import autocast, make_optimizer, make_scheduler, step_loss, train_epoch
-from methods.base import BuildContext, EnsembleModel, count_parameters
+from methods._base import BuildContext, EnsembleModel, count_parameters
 
 
 def sync(device: torch.device) -> None:

@@ -248,7 +248,7 @@ class DistributedTraining(nn.Module):
 
     def training_outputs(self, x: Tensor, y: Tensor) -> Any:
         """Args: the rank's block of the step (x (B/N, ...) or (M, B/N, ...)); see
-        :meth:`methods.base.EnsembleModel.training_outputs`."""
+        :meth:`methods._base.EnsembleModel.training_outputs`."""
         return self.ddp(x, y)
 
     def regularizer(self) -> Tensor | None:

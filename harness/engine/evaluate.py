@@ -20,7 +20,7 @@ from harness.contract import Evaluation, Recipe
 from harness.data.base import DatasetSpec, ImageSet, LoaderOptions, Split
 from harness.data.loader import make_loader
 from harness.engine.train import autocast
-from methods.base import EnsembleModel
+from methods._base import EnsembleModel
 
 if TYPE_CHECKING:
     from harness.metrics.posthoc import PosthocCalibration

@@ -91,7 +91,7 @@ from harness.storage.progress import ProgressLog, epoch_images, tracker_names
 from harness.storage.records import atomic_write_text, record_or_set_aside
 from harness.storage.space import OutOfSpace
 from harness.storage.tracked import TrackedCell
-from methods.base import EnsembleModel
+from methods._base import EnsembleModel
 
 log = logging.getLogger("harness")
 

@@ -1,7 +1,7 @@
 """Training: optimizer, schedule and one epoch of the shared recipe, for any method.
 
 The task loss is each member's cross-entropy on the rows the method says it trained on
-(:class:`methods.base.TrainOutput`), combined over members as the method declares ("mean" or
+(:class:`methods._base.TrainOutput`), combined over members as the method declares ("mean" or
 "sum"), plus the method's own regularizer (σN-Ens's L_div) when it has one. A non-finite or
 exploding loss raises :class:`DivergenceError`, which the runner records as the cell's failure
 reason.
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.contract import Recipe
-from methods.base import EnsembleModel, TrainOutput
+from methods._base import EnsembleModel, TrainOutput
 
 if TYPE_CHECKING:
     from harness.engine.graphed import GraphedStep

@@ -5,7 +5,7 @@ batch only. In eval, running statistics, affine and sigmoid(γ) fold into one (M
 shift. In training, a custom autograd function computes the statistics with one float32
 ``var_mean`` and saves only the input and (M, C) statistics, like cuDNN's BatchNorm, so eager
 peak memory matches the plain backbone's and it traces under ``torch.compile`` without graph
-breaks. See ``methods/sigma_norm.py`` for the layer family.
+breaks. See ``methods/_sigma/norm.py`` for the layer family.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from methods._sigma.norm_base import SigmaNorm, _acc
 from methods._triton import use_kernels
-from methods.sigma_norm_base import SigmaNorm, _acc
 
 __all__ = ["SigmaBatchNorm1d", "SigmaBatchNorm2d", "SigmaBatchNorm3d"]
 

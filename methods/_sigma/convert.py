@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from methods.sigma_norm import (
+from methods._sigma.norm import (
     VARIANTS,
     SigmaBatchNorm1d,
     SigmaBatchNorm2d,
@@ -102,7 +102,7 @@ def convert_to_ensemble(
         preserve_outputs: Compensate sigmoid(γ_m) in the copied affine (pretrained conversion).
         inplace: Modify ``model`` instead of a deep copy.
         gate_gain: Constant c multiplying every gate, c·sigmoid(γ) (see
-            :class:`methods.sigma_norm_base.SigmaNorm`; 1 = none).
+            :class:`methods._sigma.norm_base.SigmaNorm`; 1 = none).
 
     Returns:
         The converted module (``model`` itself if ``inplace``, unless ``model`` is a norm layer).

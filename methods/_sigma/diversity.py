@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from methods.sigma_norm import SigmaNorm, sigma_norm_layers
-from methods.sigma_norm_base import _grad_scaled
+from methods._sigma.norm import SigmaNorm, sigma_norm_layers
+from methods._sigma.norm_base import _grad_scaled
 
 
 def _gamma_layers(model: nn.Module, layer_pattern: str | None) -> list[tuple[str, SigmaNorm]]:

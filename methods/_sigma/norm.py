@@ -1,8 +1,8 @@
 """σNorm layers: member-specific normalizations with a sigmoid-bounded importance.
 
-The converter and ensemble wrapper are in ``methods/sigma_convert.py``; the regularizer and the
-k_eff diagnostics in ``methods/sigma_diversity.py``. The layer base class lives in
-``methods/sigma_norm_base.py`` and the BatchNorm layers in ``methods/sigma_batchnorm.py``; this
+The converter and ensemble wrapper are in ``methods/_sigma/convert.py``; the regularizer and the
+k_eff diagnostics in ``methods/_sigma/diversity.py``. The layer base class lives in
+``methods/_sigma/norm_base.py`` and the BatchNorm layers in ``methods/_sigma/batchnorm.py``; this
 module holds the LayerNorm/GroupNorm layers and re-exports all of them.
 
 σN-Ens (Suteu & Serban, 2026, "Controllable Diversity in Normalization-Based Implicit Ensembles via
@@ -44,8 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from methods.sigma_batchnorm import SigmaBatchNorm1d, SigmaBatchNorm2d, SigmaBatchNorm3d
-from methods.sigma_norm_base import VARIANTS, SigmaNorm
+from methods._sigma.batchnorm import SigmaBatchNorm1d, SigmaBatchNorm2d, SigmaBatchNorm3d
+from methods._sigma.norm_base import VARIANTS, SigmaNorm
 
 __all__ = [
     "VARIANTS",

@@ -2,7 +2,7 @@
 
 Member-specific normalization layers of σN-Ens (Suteu & Serban 2026) and FiLM-Ensemble
 (Turkoglu et al., NeurIPS 2022) derive from :class:`SigmaNorm`; the concrete layers are in
-``methods/sigma_batchnorm.py`` (BatchNorm) and ``methods/sigma_norm.py`` (LayerNorm, GroupNorm),
+``methods/_sigma/batchnorm.py`` (BatchNorm) and ``methods/_sigma/norm.py`` (LayerNorm, GroupNorm),
 which also re-exports everything. Imports only torch.
 """
 
@@ -87,7 +87,7 @@ class SigmaNorm(nn.Module):
     # Multiplier of the gradient reaching this layer's per-member parameters (weight, bias, γ).
     # The ensemble sets it to M when the task loss is the mean over members, so that member m's
     # own parameters, which only member m's loss reaches, get the gradient of that loss rather
-    # than 1/M of it (see methods/norm_ensemble.py). 1 = plain autograd.
+    # than 1/M of it (see methods/_sigma/norm_ensemble.py). 1 = plain autograd.
     member_grad_scale: float = 1.0
 
     def __init__(

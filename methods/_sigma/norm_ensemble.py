@@ -1,7 +1,7 @@
 """The common base of the normalization-based implicit ensembles: σN-Ens and FiLM-Ensemble.
 
 Both turn one backbone into M members by replacing every normalization layer with M
-member-specific normalizations (``methods/sigma_convert.py``) and share everything else; they
+member-specific normalizations (``methods/_sigma/convert.py``) and share everything else; they
 differ only in what the member-specific layer holds (σN-Ens: affine and a sigmoid-bounded
 importance γ, Suteu & Serban 2026; FiLM-Ensemble: affine only, Turkoglu et al., NeurIPS 2022)
 and in how members are made to differ (σN-Ens: L_div; FiLM: a random affine initialisation).
@@ -29,9 +29,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from methods.base import BuildContext, EnsembleModel
-from methods.sigma_convert import SigmaEnsembleNet
-from methods.sigma_norm import SigmaNorm, sigma_norm_layers
+from methods._base import BuildContext, EnsembleModel
+from methods._sigma.convert import SigmaEnsembleNet
+from methods._sigma.norm import SigmaNorm, sigma_norm_layers
 
 MEMBER_GRAD_CHOICES = ("member", "mean")
 
@@ -95,7 +95,7 @@ class NormEnsemble(EnsembleModel):
         self.init_members(hp, gen, preserve)
 
     def convert_kwargs(self, hp: Any) -> dict[str, Any]:
-        """Extra options of :func:`methods.sigma_convert.convert_to_ensemble`."""
+        """Extra options of :func:`methods._sigma.convert.convert_to_ensemble`."""
         return {}
 
     def init_members(self, hp: Any, generator: torch.Generator, pretrained: bool) -> None:

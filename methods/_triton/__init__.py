@@ -1,6 +1,6 @@
 """Fused Triton kernels for the σNorm layers, and the one place that decides when they run.
 
-The PyTorch implementation in ``methods/sigma_batchnorm.py`` is the specification and the CPU
+The PyTorch implementation in ``methods/_sigma/batchnorm.py`` is the specification and the CPU
 path; the kernels in :mod:`methods._triton.sigma_bn` compute the same function in fewer launches
 on CUDA (two per layer forward and backward in training, one in evaluation). Why hand-written
 kernels: no library ships a batch normalization whose statistics are per member of a batched

@@ -1,6 +1,6 @@
 """Per-member BatchNorm with the σN-Ens gate (or FiLM's affine), fused in Triton.
 
-Computes exactly what ``methods.sigma_batchnorm._SigmaBatchNorm`` computes (that PyTorch code is
+Computes exactly what ``methods._sigma.batchnorm._SigmaBatchNorm`` computes (that PyTorch code is
 the specification), for an input (M·B, C, *S) stored member-major, NCHW-contiguous or
 channels_last (any layout whose spatial dimensions flatten to one stride):
 

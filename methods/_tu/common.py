@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from methods.base import (
+from methods._base import (
     BatchFeeding,
     BuildContext,
     EnsembleModel,

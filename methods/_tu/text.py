@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from harness.backbones.text import POOLINGS, TextTransformer
 from harness.data.text import WORD_VOCAB_SIZE
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 
 def _seq_batch_linear() -> type:

@@ -13,7 +13,7 @@ import torch
 from harness.contract import Recipe
 from harness.engine.train import make_optimizer
 from harness.registry import METHODS
-from methods.base import BuildContext, count_parameters
+from methods._base import BuildContext, count_parameters
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
 from harness.engine.train import ensemble_loss, make_optimizer, make_scheduler, train_epoch
 from harness.registry import METHODS
-from methods.base import BatchFeeding, BuildContext, EnsembleModel
+from methods._base import BatchFeeding, BuildContext, EnsembleModel
 
 IN_SHAPE, K, B = (1, 8, 8), 8, 8  # the digits CNN; K = B so every image has its own label
 WIDTH = {"width": 16}  # narrow (CPU time), still >= 10 channels as Masksembles' masks need
@@ -256,7 +256,7 @@ def test_feeding_statement_for_the_record() -> None:
 
 
 def test_train_output_rejects_mismatched_targets() -> None:
-    from methods.base import TrainOutput
+    from methods._base import TrainOutput
 
     with pytest.raises(ValueError, match=r"logits must be \(M, B', K\) and targets \(M, B'\)"):
         TrainOutput(torch.zeros(2, 4, 3), torch.zeros(2, 5, dtype=torch.long), "mean")
@@ -268,7 +268,7 @@ def test_torch_uncertainty_methods_support_backbones_by_family() -> None:
     """Supported backbones follow ``BackboneSpec.family``, not a list of names."""
     from harness.registry import BACKBONES
 
-    # Packed-Ensembles and BatchEnsemble also build the text encoder (methods/tu_text.py).
+    # Packed-Ensembles and BatchEnsemble also build the text encoder (methods/_tu/text.py).
     text = {"batch_ensemble": ("transformer",), "packed_ensemble": ("transformer",)}
     for name in ("batch_ensemble", "packed_ensemble", "mimo", "masksembles"):
         supported = METHODS.get(name).backbones

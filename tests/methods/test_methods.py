@@ -8,7 +8,7 @@ import torch
 
 from harness.config.suite import expand_hparams
 from harness.registry import METHODS
-from methods.base import BuildContext, repeat_members, to_members
+from methods._base import BuildContext, repeat_members, to_members
 
 # CIFAR-style nets take any input size; 16×16 keeps the CPU time low.
 BACKBONE_INPUTS = {

@@ -1,5 +1,5 @@
 """σN-Ens's member BatchNorm in bf16: float32-accurate statistics and gradients, without
-activation-sized float32 temporaries (methods.sigma_batchnorm._MemberBatchNormTrain).
+activation-sized float32 temporaries (methods._sigma.batchnorm._MemberBatchNormTrain).
 
 The reference is the same function in float32 on the same (bf16-representable) inputs. The
 temporaries are counted with a ``TorchDispatchMode`` recording every op output that has the
@@ -13,7 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from methods.sigma_batchnorm import _MemberBatchNormTrain
+from methods._sigma.batchnorm import _MemberBatchNormTrain
 
 M, B, C, H, W = 2, 8, 3, 5, 5
 DIMS = (1, 3, 4)

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.sigma_convert import SigmaEnsembleNet, convert_to_ensemble
-from methods.sigma_diversity import diversity_loss, iter_gamma_parameters, sharing_diagnostics
-from methods.sigma_norm import (
+from methods._sigma.convert import SigmaEnsembleNet, convert_to_ensemble
+from methods._sigma.diversity import diversity_loss, iter_gamma_parameters, sharing_diagnostics
+from methods._sigma.norm import (
     SigmaBatchNorm1d,
     SigmaBatchNorm2d,
     SigmaLayerNorm,

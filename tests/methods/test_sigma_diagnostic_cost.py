@@ -11,7 +11,7 @@ from torch import nn
 import methods.sigma_ens as sigma_ens
 from harness.config.suite import expand_hparams
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 
 def test_diagnostic_uses_the_training_autocast_and_a_bounded_batch(monkeypatch):

@@ -14,7 +14,7 @@ from harness.contract.record import read_record
 from harness.engine.build import build_model, load_backbone_state, load_data
 from harness.engine.runner import run_cell
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 SUITE = """
 name: sig

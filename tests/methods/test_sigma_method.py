@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
+from methods._sigma.diversity import gradient_ratio
+from methods._sigma.norm_ensemble import NormEnsemble
 from methods.film_ensemble import FiLMEnsemble
-from methods.norm_ensemble import NormEnsemble
-from methods.sigma_diversity import gradient_ratio
 from methods.sigma_ens import SigmaEnsemble
 from tests.sigma_helpers import _single_thread  # noqa: F401  (autouse fixture)
 

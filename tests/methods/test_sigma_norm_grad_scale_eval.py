@@ -1,4 +1,4 @@
-"""The member gradient scaling (methods.sigma_norm_base._GradScale) is an autograd Function
+"""The member gradient scaling (methods._sigma.norm_base._GradScale) is an autograd Function
 whose Python call tripled a σNorm layer's evaluation host time (34.6 → 102 µs per call measured
 on the CPU; on a GPU the eval forward is host-bound): it runs only while gradients are recorded,
 and scales them exactly as before."""
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from methods import sigma_norm_base
-from methods.sigma_norm import SigmaBatchNorm2d
+from methods._sigma import norm_base
+from methods._sigma.norm import SigmaBatchNorm2d
 
 
 def test_gradient_scaling_runs_in_training_only(monkeypatch):
     calls = []
-    real = sigma_norm_base._GradScale.apply
-    monkeypatch.setattr(sigma_norm_base._GradScale, "apply", lambda *a: calls.append(1) or real(*a))
+    real = norm_base._GradScale.apply
+    monkeypatch.setattr(norm_base._GradScale, "apply", lambda *a: calls.append(1) or real(*a))
     layer = SigmaBatchNorm2d(3, 2)
     layer.member_grad_scale = 2.0
     x = torch.randn(4, 3, 2, 2)

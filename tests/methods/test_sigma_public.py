@@ -1,4 +1,4 @@
-"""σN-Ens on a user's own model (``methods/sigma_public.py``, ``harness.api.sigma_ensemble``):
+"""σN-Ens on a user's own model (``methods/_sigma_public.py``, ``harness.api.sigma_ensemble``):
 the member-batch convention, conversion from scratch and from trained weights, the diversity
 loss and k_eff the harness uses, and the example script run as a user runs it."""
 
@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import harness.api as h
-from methods.sigma_diversity import diversity_loss, sharing_diagnostics
-from methods.sigma_norm import sigma_norm_layers
-from methods.sigma_public import SigmaEnsembleModel, sigma_ensemble
+from methods._sigma.diversity import diversity_loss, sharing_diagnostics
+from methods._sigma.norm import sigma_norm_layers
+from methods._sigma_public import SigmaEnsembleModel, sigma_ensemble
 from tests.conftest import REPO
 
 

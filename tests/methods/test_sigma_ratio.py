@@ -12,7 +12,7 @@ import torch
 from harness.config.suite import load_suite
 from harness.engine.train import ensemble_loss, make_optimizer
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 from tests.sigma_helpers import _single_thread  # noqa: F401  (autouse fixture)
 
 REPO = Path(__file__).resolve().parents[2]

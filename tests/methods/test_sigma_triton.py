@@ -23,8 +23,8 @@ import copy
 import pytest
 import torch
 
+from methods._sigma.norm import SigmaBatchNorm1d, SigmaBatchNorm2d
 from methods._triton import interpreted, kernels, triton_available, use_kernels
-from methods.sigma_norm import SigmaBatchNorm1d, SigmaBatchNorm2d
 
 pytestmark = pytest.mark.skipif(
     not triton_available() or not (interpreted() or torch.cuda.is_available()),
@@ -188,7 +188,7 @@ def test_cuda_selects_the_kernels_and_the_cpu_the_reference(monkeypatch):
 
 def test_layer_dispatches_to_the_kernels_when_selected(monkeypatch):
     """The layer calls methods._triton.sigma_bn when use_kernels says so, and not otherwise."""
-    import methods.sigma_batchnorm as bn
+    import methods._sigma.batchnorm as bn
     from methods._triton import sigma_bn
 
     calls = []
@@ -221,7 +221,7 @@ def test_a_whole_resnet18_sigma_ens_training_step_matches_reference():
     from harness.contract.config import Recipe
     from harness.engine.train import ensemble_loss
     from harness.registry import METHODS
-    from methods.base import BuildContext
+    from methods._base import BuildContext
 
     spec = METHODS.get("sigma_ens")
     hp = spec.make_hparams(expand_hparams(spec, {"tau": 0.5, "lam": 0.01})[0])
@@ -281,9 +281,9 @@ def test_eval_forward_is_the_backbones_work_plus_one_launch_per_layer(monkeypatc
 
     from harness.config.suite import expand_hparams
     from harness.registry import METHODS
-    from methods import sigma_norm_base
+    from methods._base import BuildContext
+    from methods._sigma import norm_base
     from methods._triton import sigma_bn
-    from methods.base import BuildContext
 
     class Count(TorchDispatchMode):
         def __init__(self) -> None:
@@ -297,9 +297,9 @@ def test_eval_forward_is_the_backbones_work_plus_one_launch_per_layer(monkeypatc
     launches = []
     monkeypatch.setattr(sigma_bn, "_eval_apply", _Launches(launches))
     scaled = []
-    real_apply = sigma_norm_base._GradScale.apply
+    real_apply = norm_base._GradScale.apply
     monkeypatch.setattr(
-        sigma_norm_base._GradScale, "apply", lambda *a: scaled.append(1) or real_apply(*a)
+        norm_base._GradScale, "apply", lambda *a: scaled.append(1) or real_apply(*a)
     )
     counts = {}
     for name, m, b in (("single", 1, 8), ("sigma_ens", 4, 2)):

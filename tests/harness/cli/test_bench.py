@@ -17,7 +17,7 @@ from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
 from harness.engine.cost import FirstBatches, real_loop_throughput, synthetic_images
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 from tests.conftest import REPO
 
 CPU = torch.device("cpu")

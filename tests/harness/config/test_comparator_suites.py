@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 # --- mCE over the common severities ------------------------------------------------------------
 

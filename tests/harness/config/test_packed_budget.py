@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.registry import METHODS
-from methods.base import BuildContext, count_parameters
+from methods._base import BuildContext, count_parameters
 from methods.packed_ensemble import _ctx_key, reference_count
 
 PACKED = METHODS.get("packed_ensemble")

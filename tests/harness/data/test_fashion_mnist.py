@@ -19,7 +19,7 @@ from harness.config.suite import expand_hparams
 from harness.data import fashion_mnist as fm
 from harness.data.base import DataFileError, DataMissingError
 from harness.registry import DATASETS, METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 from tests import fabricate
 
 REAL = fm.DEBIAN_DIR

@@ -281,7 +281,7 @@ def test_openood_sets_read_their_imglists_in_order(tmp_path):
 
 def test_resnet50_imagenet_and_its_packed_variant_have_the_imagenet_stem():
     from harness.registry import METHODS
-    from methods.base import BuildContext
+    from methods._base import BuildContext
 
     net = BACKBONES.get("resnet50_imagenet").build((3, 224, 224), 1000)
     assert sum(p.numel() for p in net.parameters()) == 25_557_032  # torchvision's ResNet-50

@@ -26,7 +26,7 @@ from harness.data.base import DatasetSpec, LazySplit, LoaderOptions
 from harness.data.sst2 import read_glue_tsv, read_imdb, read_newsgroups, register_text_datasets
 from harness.data.text import SEQ_LEN, TextSplit, WordTokenizer, make_tokenizer
 from harness.registry import DATASETS, METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 from tests.fabricate_text import NEG, POS, write_ood, write_sst2
 
 CPU = torch.device("cpu")
@@ -245,7 +245,7 @@ def test_packed_and_batch_ensemble_build_the_text_encoder_only(method: str) -> N
 
 def test_packed_and_batch_text_members_are_independent() -> None:
     """Changing one member's own parameters changes that member's logits only."""
-    from methods.tu_text import batched_text_transformer, packed_text_transformer
+    from methods._tu.text import batched_text_transformer, packed_text_transformer
 
     kw = {"dim": 16, "depth": 2, "heads": 2, "vocab_size": 50}
     ctx = BuildContext("text_transformer", (12,), 3, 4, kw, seed=0)
@@ -278,7 +278,7 @@ def test_packed_and_batch_text_members_are_independent() -> None:
 def test_hf_encoder_conversion_by_path_preserves_predictions(tiny_bert: Path) -> None:
     """σN-Ens on a pre-trained encoder: every LayerNorm becomes member-specific and each member
     reproduces the loaded model's logits at step 0."""
-    from methods.sigma_norm import SigmaLayerNorm, sigma_norm_layers
+    from methods._sigma.norm import SigmaLayerNorm, sigma_norm_layers
 
     kw = {"model": str(tiny_bert)}
     torch.manual_seed(0)

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_leaves
 
 from harness.contract.config import Recipe
 from harness.engine.cost import host_copy, throughput
-from methods.base import EnsembleModel
+from methods._base import EnsembleModel
 
 META = torch.device("meta")
 MIB = 2**20

@@ -26,7 +26,7 @@ from harness.engine.graphed import (
 )
 from harness.engine.train import make_optimizer, make_scheduler, train_epoch
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 CPU = torch.device("cpu")
 

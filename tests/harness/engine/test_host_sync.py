@@ -29,7 +29,7 @@ from harness.engine.train import (
     train_epoch,
 )
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 # Every Python-level way to bring a tensor's value to the host. ``f"{t:.3f}"`` goes through
 # ``item`` and ``np.asarray(t)`` through ``numpy``, so both are counted too.

@@ -9,7 +9,7 @@ import textwrap
 import methods.sigma_ens as sigma_ens
 from harness.config.suite import load_suite
 from harness.engine.runner import run_cell
-from methods.base import clear_hparams
+from methods._base import clear_hparams
 
 SUITE = """
 name: once

@@ -14,7 +14,7 @@ from harness.engine.build import build_model, load_backbone_state, load_data
 from harness.engine.runner import run_cell
 from harness.executors.base import write_manifest
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 SUITE = """
 name: cont
@@ -66,11 +66,11 @@ def test_continued_single_starts_as_the_trained_single_and_trains_on(write_suite
     "name", [n for n in METHODS.names() if METHODS.get(n).pretrained_conversion]
 )
 def test_every_conversion_method_refuses_two_starting_points_at_validate(name, write_suite):
-    """The rule lives on the method spec (methods.base.conversion_problems), so every
+    """The rule lives on the method spec (methods._base.conversion_problems), so every
     conversion method has it — FiLM-Ensemble included, where ``pretrained`` used to win
     silently — and ``harness validate`` refuses the cell before anything trains."""
-    from harness.config.suite import load_suite
     from harness.config.includes import SuiteError
+    from harness.config.suite import load_suite
 
     spec = METHODS.get(name)
     assert spec.problems(spec.hparams(pretrained="w.pt", pretrain_epochs=2), 1) == [

@@ -34,7 +34,7 @@ from harness.data.loader import DeviceLoader
 from harness.engine.cost import synthetic_images
 from harness.engine.train import make_optimizer, make_scheduler, train_epoch
 from harness.registry import METHODS
-from methods.base import BuildContext
+from methods._base import BuildContext
 
 aten = torch.ops.aten
 META = torch.device("meta")

@@ -26,14 +26,14 @@ def test_backbone_spec_knows_no_method():
 
 
 def test_every_torch_uncertainty_method_declares_its_families():
-    """The methods built from torch-uncertainty's dedicated models (methods/tu_common.py) each
+    """The methods built from torch-uncertainty's dedicated models (methods/_tu/common.py) each
     declare the families they build on, and tu_common imports no backbone module: what it needs
     of a backbone comes from the spec's declarations."""
     tu_methods = []
     for path in sorted((REPO / "methods").glob("*.py")):
         tree = ast.parse(path.read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        if "methods.tu_common" in imported:
+        if "methods._tu.common" in imported:
             tu_methods.append(path.stem)
         if path.stem == "tu_common":
             assert not {m for m in imported if m.startswith("harness.backbones")}, imported

@@ -24,7 +24,7 @@ from tests.harness.cli.test_download import server  # noqa: F401  (the 127.0.0.1
 
 METHOD = '''
 """A plugin method: the single network, under its own name."""
-from methods.base import MethodSpec, NoHparams, register_method
+from methods._base import MethodSpec, NoHparams, register_method
 from methods.single import SingleModel
 
 register_method(MethodSpec(name="plug_single", build=lambda ctx, hp: SingleModel(ctx),
@@ -299,7 +299,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.contract import Diagnostic, DiagnosticFigure
-from methods.base import MethodSpec, register_method
+from methods._base import MethodSpec, register_method
 from methods.single import SingleModel
 
 

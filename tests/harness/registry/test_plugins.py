@@ -23,7 +23,7 @@ from tests.conftest import REPO
 
 PLUGIN_MODULE = """
 \"\"\"A method defined outside the harness: a single network under another name.\"\"\"
-from methods.base import MethodSpec, NoHparams, register_method
+from methods._base import MethodSpec, NoHparams, register_method
 from methods.single import SingleModel
 
 register_method(

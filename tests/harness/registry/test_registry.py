@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from methods.base import EnsembleModel, MethodSpec, register_method
+from methods._base import EnsembleModel, MethodSpec, register_method
 
 
 @dataclass(frozen=True)
