@@ -208,17 +208,72 @@ CALIBRATED = (
     Column("ts_members/nll", "NLL (TS per member)", "Calibrated (TS)", "f3", hidden=True),
     Column("ts_members/ece", "ECE (TS per member, %)", "Calibrated (TS)", "pct", hidden=True),
 )
-#: Conformal sets (THR, APS, RAPS): coverage and mean size, clean and over the corruptions.
-CONFORMAL = tuple(
-    Column(f"cp/{name}/{key}", f"{name.upper()} {label}", "Conformal sets", kind, hidden=hide)
-    for name in ("thr", "aps", "raps")
-    for key, label, kind, hide in (
-        ("coverage", "cov. (%)", "pct", name != "aps"),
-        ("size", "size", "f2", name != "aps"),
-        ("c_coverage", "cov. corr. (%)", "pct", name != "aps"),
-        ("c_size", "size corr.", "f2", True),
-    )
+#: Conformal sets (THR, APS, RAPS) per α (reports.records.flatten): coverage, mean size and
+#: empty-set rate of the sets as the methods define them, then of torch-uncertainty's sets (the
+#: top class added to an empty set, "+fb"), clean and over the corruptions (key, label, kind).
+CONFORMAL_METHODS = ("thr", "aps", "raps")
+CONFORMAL_STATS = (
+    ("coverage", "cov. (%)", "pct"),
+    ("size", "size", "f2"),
+    ("empty_rate", "empty (%)", "pct"),
+    ("coverage_fallback", "cov. +fb (%)", "pct"),
+    ("size_fallback", "size +fb", "f2"),
+    ("c_coverage", "cov. corr. (%)", "pct"),
+    ("c_size", "size corr.", "f2"),
+    ("c_empty_rate", "empty corr. (%)", "pct"),
+    ("c_coverage_fallback", "cov. corr. +fb (%)", "pct"),
+    ("c_size_fallback", "size corr. +fb", "f2"),
 )
+#: Shown by default, for APS: coverage and size of the sets as defined (and the corruption
+#: coverage); the "+fb" twin takes the place of one a record does not have (records written
+#: before the sets were reported as defined hold the fallback numbers alone).
+CONFORMAL_SHOWN = ("coverage", "size", "c_coverage")
+CONFORMAL_GROUP = "Conformal sets (target coverage 1 − α)"
+
+
+def conformal_predictors(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(method, α)`` of every conformal column of a cell or summary frame (``cp/aps@0.1/…``),
+    by method (THR, APS, RAPS) then α; α is ``""`` for a record that stated none."""
+    seen: dict[tuple[str, str], None] = {}
+    for c in frame.columns:
+        if c.startswith("cp/"):
+            method, _, alpha = c.split("/")[1].partition("@")
+            seen[(method, alpha)] = None
+    order = {m: i for i, m in enumerate(CONFORMAL_METHODS)}
+
+    def key(p: tuple[str, str]) -> tuple[int, str, float]:
+        try:
+            alpha = float(p[1])
+        except ValueError:
+            alpha = math.inf
+        return (order.get(p[0], len(order)), p[0], alpha)
+
+    return sorted(seen, key=key)
+
+
+def conformal_columns(summary: pd.DataFrame) -> list[Column]:
+    """Every conformal predictor's :data:`CONFORMAL_STATS`, α in every label."""
+
+    def has(key: str) -> bool:
+        col = f"{key}_mean"
+        return col in summary and bool(summary[col].notna().any())
+
+    out = []
+    for method, alpha in conformal_predictors(summary):
+        prefix = f"cp/{method}@{alpha}" if alpha else f"cp/{method}"
+        where = f"{method.upper()} α={alpha}" if alpha else method.upper()
+        for stat, label, kind in CONFORMAL_STATS:
+            base = stat.replace("_fallback", "")
+            shown = method == "aps" and (
+                stat in CONFORMAL_SHOWN
+                or (stat != base and base in CONFORMAL_SHOWN and not has(f"{prefix}/{base}"))
+            )
+            out.append(
+                Column(f"{prefix}/{stat}", f"{where} {label}", CONFORMAL_GROUP, kind, not shown)
+            )
+    return out
+
+
 #: The group the page's raw/calibrated toggle shows and hides.
 CALIBRATED_GROUP = "Calibrated (TS)"
 
@@ -228,7 +283,8 @@ def leaderboard_columns(summary: pd.DataFrame, *, hidden: bool = True) -> list[C
 
     ``hidden=False`` leaves out the columns hidden by default (Markdown, LaTeX, terminal).
     """
-    cols = [*QUALITY, *CALIBRATED, *COST, *CORRUPTION, *CONFORMAL, *ood_columns(summary)]
+    cols = [*QUALITY, *CALIBRATED, *COST, *CORRUPTION, *conformal_columns(summary)]
+    cols += ood_columns(summary)
     cols += DIVERSITY
     cols += diagnostic_columns(summary)
     return [

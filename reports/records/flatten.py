@@ -7,11 +7,12 @@ the mCE); ``corruption_mean_over`` and ``mce_over`` (which corruptions cAcc and 
 ``ood_near/…`` and ``ood_far/…`` (means over OpenOOD v1.5's near and far sets, :data:`OOD_GROUPS`);
 ``cost_device``, ``cost_precision``, ``shared_device`` and ``train_device_h``; the post-hoc
 calibration of ``metrics.calibration`` (:func:`calibration_columns`: ``ts/…``, ``ts_members/…``,
-``ood_ts/…``, conformal ``cp/…`` and the reliability bins ``rel/<view>/<stat>/<bin>``, sums so
-seeds pool by adding); the per-epoch curves ``curve/<key>/<epoch>`` (:func:`curve_columns`); and
-the declared diagnostics. :func:`with_posthoc_rows` adds ``single+TS``
-as a configuration of its own: the baseline a reader compares an ensemble against (Guo et al.,
-2017; Ovadia et al., 2019).
+``ood_ts/…``, conformal ``cp/<method>@<α>/<stat>`` (:data:`SET_STATS`; records from before the
+sets were reported as defined give the fallback numbers alone) and the reliability bins
+``rel/<view>/<stat>/<bin>``, sums so seeds pool by adding); the per-epoch curves
+``curve/<key>/<epoch>`` (:func:`curve_columns`); and the declared diagnostics.
+:func:`with_posthoc_rows` adds ``single+TS`` as a configuration of its own: the baseline a
+reader compares an ensemble against (Guo et al., 2017; Ovadia et al., 2019).
 """
 
 from __future__ import annotations
@@ -313,6 +314,9 @@ TS_CLEAN = ("nll", "ece", "brier", "aece", "aurc")
 #: Corruption means a temperature changes, by the raw column they stand beside.
 TS_CORRUPTION = {"cNLL": "nll", "cECE": "ece"}
 CONFORMAL = ("thr", "aps", "raps")
+#: The statistics of a conformal predictor (harness.metrics.posthoc.SetAccumulator), as columns
+#: ``cp/<method>@<α>/<stat>`` (clean test set) and ``cp/<method>@<α>/c_<stat>`` (corruption mean).
+SET_STATS = ("coverage", "size", "empty_rate", "coverage_fallback", "size_fallback")
 VIEWS = ("ts", "ts_members")
 N_BINS = 15
 STATS = ("count", "conf", "correct")
@@ -375,10 +379,33 @@ def calibration_columns(metrics: Mapping[str, Any]) -> dict[str, float]:
     for name, block in (cal.get("conformal") or {}).items():
         clean_sets = (block or {}).get("clean") or {}
         shifted = ((block or {}).get("corruption") or {}).get("mean") or {}
-        for k in ("coverage", "size"):
-            row[f"cp/{name}/{k}"] = _num(clean_sets.get(k))
-            row[f"cp/{name}/c_{k}"] = _num(shifted.get(k))
+        prefix = f"cp/{conformal_predictor(name, cal.get('alpha'))}"
+        for k, v in _set_stats(clean_sets).items():
+            row[f"{prefix}/{k}"] = v
+        for k, v in _set_stats(shifted).items():
+            row[f"{prefix}/c_{k}"] = v
     return row
+
+
+def conformal_predictor(name: str, alpha: Any) -> str:
+    """A conformal record key with its α: ``aps@0.05`` as recorded when a suite gives several α,
+    ``aps`` + the record's one ``alpha`` → ``aps@0.1``; ``aps`` when the record states none."""
+    if "@" in name or not isinstance(alpha, int | float) or isinstance(alpha, bool):
+        return name
+    return f"{name}@{float(alpha)!r}"
+
+
+def _set_stats(block: Mapping[str, Any]) -> dict[str, float]:
+    """:data:`SET_STATS` of one conformal block. A block without ``coverage_fallback`` was
+    written before the sets were reported as the methods define them (issue 50): its
+    ``coverage`` and ``size`` are those of torch-uncertainty's sets (an empty set filled with the
+    top class, threshold without the (n + 1) correction), so they are read as the fallback
+    numbers, and the sets as defined are unknown (NaN)."""
+    if not block:
+        return {}
+    if "coverage_fallback" not in block:
+        block = {"coverage_fallback": block.get("coverage"), "size_fallback": block.get("size")}
+    return {k: _num(block.get(k)) for k in SET_STATS}
 
 
 def with_posthoc_rows(cells: pd.DataFrame) -> pd.DataFrame:

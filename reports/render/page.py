@@ -335,13 +335,25 @@ def bold_rule(paired: PairedStats) -> str:
     )
 
 
+#: What the conformal columns hold (docs/methods.md, "Post-hoc calibration and conformal sets").
+CONFORMAL_CONVENTION = (
+    "split-conformal THR, APS and RAPS sets at each α of the suite (in the column header), "
+    "threshold the ⌈(n+1)(1−α)⌉-th smallest of n calibration scores: on exchangeable data "
+    "coverage is between 1 − α and 1 − α + 1/(n+1) (Vovk et al. 2005; Angelopoulos & Bates "
+    "2021); under corruption it is not guaranteed. cov./size: the sets as defined (empty sets "
+    'count as size 0 and miss); "+fb": torch-uncertainty\'s sets, the top class added to an '
+    "empty set, covering more as accuracy grows; records written before these were separated "
+    "hold the +fb numbers alone"
+)
+
+
 def report_conventions(
     results: Results, paired: PairedStats, options: ReportOptions
 ) -> dict[str, str]:
     """The report's own conventions (the records' are listed apart)."""
     baseline = results.mce_baseline
     over = sorted({str(x) for x in results.cells.get("corruption_mean_over", []) if x})
-    return {
+    out = {
         "cells": interval_words(options.interval) + " (toggle above the table)",
         "bold": bold_rule(paired),
         "marks": paired.rule,
@@ -364,6 +376,9 @@ def report_conventions(
         "throughput": "greyed when measured while other cells shared the device "
         "(cost.shared_device): under contention the number is not the method's",
     }
+    if any(str(c).startswith("cp/") for c in results.cells.columns):
+        out["conformal sets"] = CONFORMAL_CONVENTION
+    return out
 
 
 # Cells as HTML, written in Python rather than in the template: at 1,000 configurations the page

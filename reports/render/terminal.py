@@ -38,7 +38,8 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     aggregated
     here) or the summary of :func:`reports.stats.summary.aggregate`. Columns without data are left
     out;
-    the first OOD set's MSP AUROC is added when present. Failed cells are counted in a footer.
+    the first OOD set's MSP AUROC is added when present, and APS's coverage at every α
+    (:func:`conformal_coverage`). Failed cells are counted in a footer.
     """
     per_cell = "seed" in df.columns and "n" not in df.columns
     summary = aggregate(df) if per_cell else df
@@ -48,6 +49,7 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     available = {c.key: c for c in leaderboard_columns(summary)}
     cols: list[Column] = [available[k] for k in columns if k in available]
     cols += [c for k, c in available.items() if k.endswith("/msp/auroc")][:1]
+    cols += conformal_coverage(available)
     ident = ["dataset", "backbone", "method", "M", "hparams", "n"]
     if summary["variant"].astype(bool).any():
         ident.insert(5, "variant")
@@ -73,6 +75,15 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     if n_failed:
         footer += f"; {n_failed} failed cell{'s' if n_failed != 1 else ''} not shown"
     return "\n".join([*text, footer])
+
+
+def conformal_coverage(available: Mapping[str, Column]) -> list[Column]:
+    """APS's clean coverage at every α (its label states α), of the sets as defined; for
+    records that hold only torch-uncertainty's (top class added to an empty set), that one,
+    labelled "+fb"."""
+    aps = [c for k, c in available.items() if k.startswith("cp/aps")]
+    defined = [c for c in aps if c.key.endswith("/coverage")]
+    return defined or [c for c in aps if c.key.endswith("/coverage_fallback")]
 
 
 @functools.lru_cache(maxsize=4)

@@ -24,9 +24,39 @@ def _bins(conf: float, acc: float, n: int) -> dict:
     }
 
 
-def calibrated(rec: dict, *, t: float, nll: float, ece: float, cov: float = 0.9) -> dict:
+def _sets(cov: float, size: float, legacy: bool) -> dict:
+    """One conformal block's statistics: the sets as defined and torch-uncertainty's (5% empty
+    sets, 3 points of coverage added by the fallback); ``legacy``: a record written before the
+    two were separated, whose ``coverage``/``size`` are the fallback's."""
+    if legacy:
+        return {"coverage": cov, "size": size}
+    return {
+        "coverage": cov,
+        "size": size,
+        "coverage_fallback": cov + 0.03,
+        "size_fallback": size + 0.05,
+        "empty_rate": 0.05,
+    }
+
+
+def calibrated(
+    rec: dict,
+    *,
+    t: float,
+    nll: float,
+    ece: float,
+    cov: float = 0.9,
+    alpha: float | list[float] = 0.1,
+    legacy: bool = False,
+) -> dict:
     """``rec`` with a post-hoc calibration block and reliability bins (the shape the evaluator
-    writes; docs/records.md)."""
+    writes; docs/records.md). ``alpha``: one α (keys ``thr``…) or several (``thr@0.05``…);
+    ``legacy``: the conformal numbers as records held them before issue 50."""
+    keys = [
+        f"{m}@{a!r}" if isinstance(alpha, list) else m
+        for m in ("thr", "aps", "raps")
+        for a in (alpha if isinstance(alpha, list) else [alpha])
+    ]
     clean = rec["metrics"]["clean"]
     clean["reliability"] = _bins(0.95, clean["acc"], 100)
     clean["reliability_members"] = [_bins(0.97, clean["acc"] - 0.01, 100)] * rec["config"]["M"]
@@ -35,8 +65,8 @@ def calibrated(rec: dict, *, t: float, nll: float, ece: float, cov: float = 0.9)
         "fitted_on": "calibration",
         "n": 500,
         "temperature": t,
-        "alpha": 0.1,
-        "quantiles": {"thr": 0.5, "aps": 0.9, "raps": 0.9},
+        "alpha": alpha,
+        "quantiles": dict.fromkeys(keys, 0.9),
         "time_s": 0.1,
         "ts": {
             "clean": {
@@ -53,12 +83,14 @@ def calibrated(rec: dict, *, t: float, nll: float, ece: float, cov: float = 0.9)
         },
         "conformal": {
             name: {
-                "clean": {"coverage": cov, "size": 1.5},
-                "corruption": {"mean": {"coverage": cov - 0.2, "size": 2.0}},
+                "clean": _sets(cov, 1.5, legacy),
+                "corruption": {"mean": _sets(cov - 0.2, 2.0, legacy)},
             }
-            for name in ("thr", "aps", "raps")
+            for name in keys
         },
     }
+    if not legacy:
+        rec["metrics"]["calibration"]["quantile_rule"] = "ceil((n+1)(1-alpha))-th smallest"
     return rec
 
 
@@ -68,8 +100,12 @@ def test_calibration_columns_of_a_record():
     assert row["ts/nll"] == 0.3 and row["ts/ece"] == 0.01 and row["ts/temperature"] == 1.5
     assert row["ts/cNLL"] == 1.3 and row["ts/cECE"] == pytest.approx(0.11)
     assert row["ood_ts/svhn/msp/auroc"] == 0.8
-    assert row["cp/aps/coverage"] == 0.9 and row["cp/aps/c_coverage"] == pytest.approx(0.7)
-    assert row["cp/thr/size"] == 1.5 and row["cp/raps/c_size"] == 2.0
+    # conformal columns carry α (the record's one α); the sets as defined beside the fallback's
+    assert row["cp/aps@0.1/coverage"] == 0.9 and row["cp/aps@0.1/c_coverage"] == pytest.approx(0.7)
+    assert row["cp/thr@0.1/size"] == 1.5 and row["cp/raps@0.1/c_size"] == 2.0
+    assert row["cp/aps@0.1/coverage_fallback"] == pytest.approx(0.93)
+    assert row["cp/aps@0.1/size_fallback"] == 1.55 and row["cp/aps@0.1/empty_rate"] == 0.05
+    assert row["cp/raps@0.1/c_coverage_fallback"] == pytest.approx(0.73)
     # bins as sums: count 100 in the 0.95 bin (14), confidence sum 95, correct sum 100·acc
     assert row["rel/raw/count/14"] == 100 and row["rel/raw/conf/14"] == pytest.approx(95)
     assert row["rel/raw/correct/14"] == pytest.approx(100 * rec["metrics"]["clean"]["acc"])
@@ -77,6 +113,81 @@ def test_calibration_columns_of_a_record():
     # a record without calibration has none of these columns
     plain = calibration_columns(make_record(method="single", M=1)["metrics"])
     assert not any(k.startswith(("ts/", "cp/")) for k in plain)
+
+
+def _columns(recs: list[dict], hidden: bool = True) -> dict:
+    from reports.columns import leaderboard_columns
+    from reports.records.results import from_records
+
+    return {c.key: c for c in leaderboard_columns(from_records(recs).summary, hidden=hidden)}
+
+
+def test_records_from_before_the_fallback_was_separated_are_read_as_fallback_numbers():
+    """A record written before issue 50 holds one α and torch-uncertainty's numbers under
+    ``coverage``/``size``: they become the ``+fb`` columns (labelled so, shown in place of the
+    sets-as-defined columns it lacks), and the latter stay empty."""
+    import math
+
+    old = calibrated(make_record(method="single", M=1), t=1.2, nll=0.3, ece=0.02, legacy=True)
+    row = flatten_record(old)
+    assert row["cp/aps@0.1/coverage_fallback"] == 0.9 and row["cp/aps@0.1/size_fallback"] == 1.5
+    assert row["cp/aps@0.1/c_coverage_fallback"] == pytest.approx(0.7)
+    assert math.isnan(row["cp/aps@0.1/coverage"]) and math.isnan(row["cp/aps@0.1/empty_rate"])
+    cols = _columns([old])
+    assert "cp/aps@0.1/coverage" not in cols  # no data: dropped
+    fb = cols["cp/aps@0.1/coverage_fallback"]
+    assert fb.label == "APS α=0.1 cov. +fb (%)" and not fb.hidden
+    assert fb.group == "Conformal sets (target coverage 1 − α)"
+    assert not cols["cp/aps@0.1/c_coverage_fallback"].hidden
+    assert cols["cp/thr@0.1/coverage_fallback"].hidden  # THR and RAPS wait in the picker
+    # a new record shows the sets as defined, the fallback's in the picker
+    new = _columns([calibrated(make_record(method="single", M=1), t=1.2, nll=0.3, ece=0.02)])
+    assert not new["cp/aps@0.1/coverage"].hidden and new["cp/aps@0.1/coverage_fallback"].hidden
+    assert new["cp/aps@0.1/coverage"].label == "APS α=0.1 cov. (%)"
+    assert new["cp/aps@0.1/empty_rate"].label == "APS α=0.1 empty (%)"
+
+
+def test_several_alphas_each_get_columns_and_alpha_is_in_every_table(tmp_path):
+    """``conformal_alpha: [0.05, 0.1, 0.2]``: a column per α, ordered by method then α, α in the
+    label of the page, the terminal table and the LaTeX table."""
+    from reports.records.results import from_records
+    from reports.render.latex import render_latex
+    from reports.render.page import ReportOptions, report_conventions
+    from reports.render.paired import paired_stats
+    from reports.render.terminal import format_table
+
+    recs = [
+        calibrated(
+            make_record(method="single", M=1, seed=s),
+            t=1.2,
+            nll=0.3,
+            ece=0.02,
+            alpha=[0.2, 0.05, 0.1],
+        )
+        for s in range(2)
+    ]
+    cols = _columns(recs, hidden=False)
+    aps = [k for k in cols if k.startswith("cp/aps@")]
+    assert aps == [
+        f"cp/aps@{a}/{s}"
+        for a in ("0.05", "0.1", "0.2")
+        for s in ("coverage", "size", "c_coverage")
+    ]
+    assert [cols[k].label for k in aps[::3]] == [
+        "APS α=0.05 cov. (%)", "APS α=0.1 cov. (%)", "APS α=0.2 cov. (%)"
+    ]  # fmt: skip
+    res = from_records(recs)
+    table = format_table(res.summary)
+    header = table.splitlines()[0]
+    assert "APS α=0.05 cov.%" in header and "APS α=0.2 cov.%" in header
+    assert table.splitlines()[2].split()[-3:] == ["90.00", "90.00", "90.00"]  # APS, 3 α
+    tex = render_latex(res, paired_stats(res), ReportOptions())
+    assert r"APS $\alpha$=0.05 cov. (\%)" in tex
+    conventions = report_conventions(res, paired_stats(res), ReportOptions())
+    assert "⌈(n+1)(1−α)⌉" in conventions["conformal sets"]
+    # the terminal shows the fallback coverage, labelled, for records that hold nothing else
+    old = [calibrated(make_record(method="single", M=1), t=1.2, nll=0.3, ece=0.02, legacy=True)]
+    assert "APS α=0.1 cov. +fb%" in format_table(from_records(old).summary).splitlines()[0]
 
 
 def test_single_ts_is_a_configuration_and_pairs_with_the_same_seeds(tmp_path):
@@ -182,7 +293,7 @@ def test_page_toggles_raw_and_calibrated_columns_and_shows_reliability(tmp_path,
         ".map(r => r.querySelector('td[data-col=\"method\"]').dataset.value)"
     )
     assert sorted(methods) == ["deep_ensemble", "single", "single+TS"]
-    for col in ("nll", "ece", "ts/nll", "ts/ece", "ts/cECE", "cp/aps/coverage"):
+    for col in ("nll", "ece", "ts/nll", "ts/ece", "ts/cECE", "cp/aps@0.1/coverage"):
         assert shown(col), col
     view = Select(driver.find_element(By.ID, "calibration-view"))
     view.select_by_value("raw")
