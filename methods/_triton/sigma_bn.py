@@ -53,6 +53,18 @@ def _row_offsets(rows, pid_m, B, S, stride_n, stride_s):
 
 
 @triton.jit
+def _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s, BLOCK_R: tl.constexpr):
+    """Offsets and mask of the (BLOCK_R rows × channels ``cols``) tile starting at row r0."""
+    rows = r0 + tl.arange(0, BLOCK_R)
+    mask = (rows < end)[:, None] & cmask[None, :]
+    offs = (
+        _row_offsets(rows, pid_m, B, S, stride_n, stride_s)[:, None]
+        + (cols.to(tl.int64) * stride_c)[None, :]
+    )
+    return offs, mask
+
+
+@triton.jit
 def _gate(W, BIAS, GAM, off, cmask, gain, HAS_GAMMA: tl.constexpr):
     """The effective (scale, shift) of channels ``off`` and the gate s (ones for FiLM)."""
     w = tl.load(W + off, mask=cmask, other=1.0).to(tl.float32)
@@ -80,13 +92,8 @@ def _stats_partial(
     mean = tl.zeros([BLOCK_C], tl.float32)
     m2 = tl.zeros([BLOCK_C], tl.float32)
     for r0 in range(start, end, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        rmask = rows < end
-        mask = rmask[:, None] & cmask[None, :]
-        offs = (
-            _row_offsets(rows, pid_m, B, S, stride_n, stride_s)[:, None]
-            + (cols.to(tl.int64) * stride_c)[None, :]
-        )
+        offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
+                           BLOCK_R)  # fmt: skip
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         n_old = (r0 - start).to(tl.float32)
         cnt = tl.minimum(end - r0, BLOCK_R).to(tl.float32)
@@ -152,12 +159,8 @@ def _forward_apply(
     start = pid_k * rows_per_split
     end = tl.minimum(start + rows_per_split, R)
     for r0 in range(start, end, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        mask = (rows < end)[:, None] & cmask[None, :]
-        offs = (
-            _row_offsets(rows, pid_m, B, S, stride_n, stride_s)[:, None]
-            + (cols.to(tl.int64) * stride_c)[None, :]
-        )
+        offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
+                           BLOCK_R)  # fmt: skip
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         y = (x - mean[None, :]) * a[None, :] + shift[None, :]
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
@@ -193,12 +196,8 @@ def _backward_partial(
     sg = tl.zeros([BLOCK_C], tl.float32)
     dot = tl.zeros([BLOCK_C], tl.float32)
     for r0 in range(start, end, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        mask = (rows < end)[:, None] & cmask[None, :]
-        offs = (
-            _row_offsets(rows, pid_m, B, S, stride_n, stride_s)[:, None]
-            + (cols.to(tl.int64) * stride_c)[None, :]
-        )
+        offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
+                           BLOCK_R)  # fmt: skip
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
         sg += tl.sum(g, axis=0)
@@ -239,12 +238,8 @@ def _backward_apply(
         start = pid_k * rows_per_split
         end = tl.minimum(start + rows_per_split, R)
         for r0 in range(start, end, BLOCK_R):
-            rows = r0 + tl.arange(0, BLOCK_R)
-            mask = (rows < end)[:, None] & cmask[None, :]
-            offs = (
-                _row_offsets(rows, pid_m, B, S, stride_n, stride_s)[:, None]
-                + (cols.to(tl.int64) * stride_c)[None, :]
-            )
+            offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
+                               BLOCK_R)  # fmt: skip
             x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
             g = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
             dx = a[None, :] * g + c_x[None, :] * (x - mean[None, :]) + c_0[None, :]
@@ -279,12 +274,8 @@ def _eval_apply(
     start = pid_k * rows_per_split
     end = tl.minimum(start + rows_per_split, R)
     for r0 in range(start, end, BLOCK_R):
-        rows = r0 + tl.arange(0, BLOCK_R)
-        mask = (rows < end)[:, None] & cmask[None, :]
-        offs = (
-            _row_offsets(rows, pid_m, B, S, stride_n, stride_s)[:, None]
-            + (cols.to(tl.int64) * stride_c)[None, :]
-        )
+        offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
+                           BLOCK_R)  # fmt: skip
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
         y = (x - rm[None, :]) * a[None, :] + shift[None, :]
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
