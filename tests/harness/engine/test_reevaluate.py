@@ -6,6 +6,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 
 SUITE = """
@@ -116,7 +118,10 @@ def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys)
         assert set(cal["ts"]["ood"]["digits_hard_heldout"]) == {"msp", "entropy"}
         for name in ("thr", "aps", "raps"):
             block = cal["conformal"][name]
-            assert 0 < block["clean"]["coverage"] <= 1 and block["clean"]["size"] >= 1
+            clean = block["clean"]  # sets as the methods define them may be empty (size 0)
+            assert 0 < clean["coverage"] <= clean["coverage_fallback"] <= 1
+            assert 0 <= clean["empty_rate"] < 1 and clean["size_fallback"] >= 1
+            assert clean["size"] == pytest.approx(clean["size_fallback"] - clean["empty_rate"])
             assert set(block["corruption"]["per_severity"]) == {"1", "5"}
         bins = new["metrics"]["clean"]["reliability"]
         assert sum(bins["count"]) == 289 and len(bins["count"]) == 15
