@@ -65,10 +65,14 @@ def with_reevaluation(
     timings: dict[str, Any] | None, wall_s: float, cpu_s: float, add_only: bool
 ) -> dict[str, Any]:
     """``timings`` with one more entry in ``reevaluations`` (``at``, ``wall_s``, ``cpu_s``,
-    ``add_only``): what ``harness evaluate`` spent on the cell, kept beside the training run's
-    own ``train_s``/``eval_s``/``cpu_s``, which describe the run and stay as they were."""
+    ``add_only``, ``git_commit``): what ``harness evaluate`` spent on the cell and the code that
+    computed what it added, kept beside the training run's own ``train_s``/``eval_s``/``cpu_s``
+    and ``environment.git_commit``, which describe the run and stay as they were."""
+    from harness.engine.environment import git_commit
+
     out = dict(timings or {})
-    entry = {"at": now(), "wall_s": wall_s, "cpu_s": cpu_s, "add_only": add_only}
+    entry = {"at": now(), "wall_s": wall_s, "cpu_s": cpu_s, "add_only": add_only,
+             "git_commit": git_commit()}  # fmt: skip
     out["reevaluations"] = [*out.get("reevaluations", []), entry]
     return out
 

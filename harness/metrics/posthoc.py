@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 #: Smallest probability inside a logarithm: float32 softmax underflows to exactly 0 for very
@@ -309,6 +310,8 @@ class PosthocCalibration:
         scorers: torch-uncertainty's predictors by :data:`CONFORMAL_METHODS` (their scores).
         seed: of the APS/RAPS noise: ``seed`` on the calibration split, ``seed + 1`` on every
             evaluated batch (test noise independent of the calibration noise).
+        split_nll: the held-out split's NLL (mean, nats) of the pooled prediction before and
+            after the temperature, ``{"raw": …, "ts": …}``: what the fit did on its own data.
     """
 
     temperature: float
@@ -319,6 +322,7 @@ class PosthocCalibration:
     conformal: dict[str, ConformalRule] = field(default_factory=dict, repr=False)
     scorers: dict[str, Any] = field(default_factory=dict, repr=False)
     seed: int = CONFORMAL_SEED
+    split_nll: dict[str, float] | None = None
 
     @classmethod
     def fit(
@@ -371,6 +375,10 @@ class PosthocCalibration:
         if members:
             member_t = [fit_temperature(z, labels) for z in member_logits(probs)]
         out = cls(temperature, member_t, alpha, fitted_on, len(labels), seed=seed)
+        out.split_nll = {  # pooled = log p̄: its cross-entropy is the raw ensemble's NLL
+            "raw": float(F.cross_entropy(pooled, labels)),
+            "ts": float(F.cross_entropy(pooled / temperature, labels)),
+        }
         scaled = (pooled / temperature).softmax(-1)  # (N, K)
         alphas, several = conformal_alphas(alpha), isinstance(alpha, tuple)
         with _seeded(seed):
@@ -449,6 +457,8 @@ class PosthocCalibration:
         }
         if self.member_temperatures is not None:
             out["member_temperatures"] = list(self.member_temperatures)
+        if self.split_nll is not None:
+            out["split_nll"] = dict(self.split_nll)
         return out
 
 

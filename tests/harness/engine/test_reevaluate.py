@@ -129,6 +129,14 @@ def test_add_only_adds_calibration_and_keeps_every_other_value(tmp_path, capsys)
         # what the evaluation cost is kept beside the run's own timings, which stay as they were
         (run,) = new["timings"]["reevaluations"]
         assert run["add_only"] is True and run["cpu_s"] > 0 and run["wall_s"] > 0
+        from harness.engine.environment import git_commit
+
+        # the evaluating code's commit beside the training run's own (issue 49, provenance)
+        assert run["git_commit"] == git_commit() and run["git_commit"] not in ("", None)
+        assert new["environment"]["git_commit"] == old["environment"]["git_commit"]
+        # the calibration split's NLL before and after the temperature: TS lowers it there
+        nll = cal["split_nll"]
+        assert set(nll) == {"raw", "ts"} and 0 < nll["ts"] <= nll["raw"]
         assert {k: new["timings"][k] for k in old["timings"]} == old["timings"]
         # running it again adds nothing and changes nothing
         texts[p] = p.read_text()

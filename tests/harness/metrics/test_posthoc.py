@@ -328,3 +328,26 @@ def test_shift_accumulator_equals_the_full_metrics():
     want, got = full.compute(), light.compute()
     for k in ("acc", "nll", "ece"):
         assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-15), k
+
+
+def test_the_fit_records_the_splits_nll_before_and_after_the_temperature():
+    """``split_nll`` is the held-out split's mean NLL of the pooled prediction p̄ = mean_m p_m,
+    raw and divided by the fitted temperature in logit space, recomputed here with numpy."""
+    import numpy as np
+
+    from harness.metrics.posthoc import PosthocCalibration
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 400, 5, generator=g, dtype=torch.float64) * 3  # over-confident
+    labels = torch.randint(0, 5, (400,), generator=g)
+    probs = logits.softmax(-1)  # (M, N, K)
+    fit = PosthocCalibration.fit(probs, labels, alpha=0.1)
+    pbar = probs.mean(0).numpy()  # (N, K)
+    y = labels.numpy()
+    raw = -np.mean(np.log(pbar[np.arange(400), y]))
+    z = np.log(pbar) / fit.temperature
+    z = z - z.max(1, keepdims=True)
+    ts = -np.mean(z[np.arange(400), y] - np.log(np.exp(z).sum(1)))
+    assert fit.split_nll == pytest.approx({"raw": raw, "ts": ts}, rel=1e-9)
+    assert fit.split_nll["ts"] < fit.split_nll["raw"]  # the fit lowered the split's NLL
+    assert fit.to_json()["split_nll"] == fit.split_nll
