@@ -82,10 +82,14 @@ def make_scheduler(
     )
 
 
-def autocast(device: torch.device, recipe: Recipe) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA when the recipe asks for it; a no-op elsewhere."""
+def autocast(
+    device: torch.device, recipe: Recipe, cache: bool = True
+) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA when the recipe asks for it; a no-op elsewhere. ``cache=False``
+    for a step captured as a CUDA graph: PyTorch's CUDA-graph notes ask for autocast's weight
+    cache off during capture (a cast cached outside the graph would be replayed stale)."""
     if recipe.amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 
@@ -251,7 +255,7 @@ def train_epoch(
     rows: dict[tuple, int] = {}  # rows a step of this input shape trains (TrainOutput.num_rows)
 
     def eager_step(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        with autocast(device, recipe):
+        with autocast(device, recipe, cache=graphed is None):
             loss, out, reg = loss_fn(model, x, y, recipe)
         opt.zero_grad(set_to_none=True)
         loss.backward()
