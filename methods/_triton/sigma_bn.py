@@ -53,6 +53,16 @@ def _row_offsets(rows, pid_m, B, S, stride_n, stride_s):
 
 
 @triton.jit
+def _program(C, R, rows_per_split, BLOCK_C: tl.constexpr):
+    """This program's member, channel block and row range: (pid_m, pid_k, cols, cmask, start,
+    end) — rows [start, end) of member pid_m, channels ``cols`` (``cmask``: those < C)."""
+    pid_m, pid_c, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    start = pid_k * rows_per_split
+    return pid_m, pid_k, cols, cols < C, start, tl.minimum(start + rows_per_split, R)
+
+
+@triton.jit
 def _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s, BLOCK_R: tl.constexpr):
     """Offsets and mask of the (BLOCK_R rows × channels ``cols``) tile starting at row r0."""
     rows = r0 + tl.arange(0, BLOCK_R)
@@ -84,11 +94,7 @@ def _stats_partial(
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """Mean and Σ(x − mean)² of rows [k·rows_per_split, (k+1)·rows_per_split) per channel."""
-    pid_m, pid_c, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
-    start = pid_k * rows_per_split
-    end = tl.minimum(start + rows_per_split, R)
+    pid_m, pid_k, cols, cmask, start, end = _program(C, R, rows_per_split, BLOCK_C)
     mean = tl.zeros([BLOCK_C], tl.float32)
     m2 = tl.zeros([BLOCK_C], tl.float32)
     for r0 in range(start, end, BLOCK_R):
@@ -147,17 +153,13 @@ def _forward_apply(
 ):  # fmt: skip
     """Combine the statistics, normalise and gate this program's rows; the first program of a
     (member, channel block) also writes the statistics and updates the running ones."""
-    pid_m, pid_c, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+    pid_m, pid_k, cols, cmask, start, end = _program(C, R, rows_per_split, BLOCK_C)
     mean, var = _combine_stats(PMEAN, PM2, pid_m, cols, cmask, R, C, NSPLIT, rows_per_split,
                                BLOCK_K, BLOCK_C)  # fmt: skip
     rstd = 1.0 / tl.sqrt(var + eps)
     poff = pid_m * C + cols
     scale, shift, _w, _b, _s = _gate(W, BIAS, GAM, poff, cmask, gain, HAS_GAMMA)
     a = scale * rstd
-    start = pid_k * rows_per_split
-    end = tl.minimum(start + rows_per_split, R)
     for r0 in range(start, end, BLOCK_R):
         offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
                            BLOCK_R)  # fmt: skip
@@ -173,7 +175,7 @@ def _forward_apply(
                 factor = 1.0 / tl.load(NBT + pid_m).to(tl.float32)
             else:  # the one program that counts this member's batch; nobody else reads it
                 factor = momentum
-                if pid_c == 0:
+                if tl.program_id(1) == 0:  # the first channel block
                     tl.store(NBT + pid_m, tl.load(NBT + pid_m) + 1)
             rm = tl.load(RM + poff, mask=cmask, other=0.0)
             rv = tl.load(RV + poff, mask=cmask, other=1.0)
@@ -187,12 +189,8 @@ def _backward_partial(
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """Σg and Σg·(x − μ) over this program's rows, per channel (float32)."""
-    pid_m, pid_c, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+    pid_m, pid_k, cols, cmask, start, end = _program(C, R, rows_per_split, BLOCK_C)
     mean = tl.load(MEAN + pid_m * C + cols, mask=cmask, other=0.0)
-    start = pid_k * rows_per_split
-    end = tl.minimum(start + rows_per_split, R)
     sg = tl.zeros([BLOCK_C], tl.float32)
     dot = tl.zeros([BLOCK_C], tl.float32)
     for r0 in range(start, end, BLOCK_R):
@@ -216,9 +214,7 @@ def _backward_apply(
 ):  # fmt: skip
     """Combine Σg and Σg·(x − μ); dx for this program's rows; the first program of a (member,
     channel block) writes the gradients of w, b and γ."""
-    pid_m, pid_c, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+    pid_m, pid_k, cols, cmask, start, end = _program(C, R, rows_per_split, BLOCK_C)
     sum_g = tl.zeros([BLOCK_C], tl.float32)
     dot = tl.zeros([BLOCK_C], tl.float32)
     for k0 in range(0, NSPLIT, BLOCK_K):
@@ -235,8 +231,6 @@ def _backward_apply(
         a = scale * rstd
         c_x = -a * rstd * rstd * dot / R  # coefficient of (x − μ)
         c_0 = -a * sum_g / R  # constant term
-        start = pid_k * rows_per_split
-        end = tl.minimum(start + rows_per_split, R)
         for r0 in range(start, end, BLOCK_R):
             offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
                                BLOCK_R)  # fmt: skip
@@ -263,16 +257,12 @@ def _eval_apply(
     eps, gain, HAS_GAMMA: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     """y = (x − running mean)·rsqrt(running var + eps)·scale + shift, folded per program."""
-    pid_m, pid_c, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+    pid_m, _pid_k, cols, cmask, start, end = _program(C, R, rows_per_split, BLOCK_C)
     poff = pid_m * C + cols
     scale, shift, _w, _b, _s = _gate(W, BIAS, GAM, poff, cmask, gain, HAS_GAMMA)
     rm = tl.load(RM + poff, mask=cmask, other=0.0).to(tl.float32)
     rv = tl.load(RV + poff, mask=cmask, other=1.0).to(tl.float32)
     a = scale / tl.sqrt(rv + eps)
-    start = pid_k * rows_per_split
-    end = tl.minimum(start + rows_per_split, R)
     for r0 in range(start, end, BLOCK_R):
         offs, mask = _tile(r0, end, cols, cmask, pid_m, B, S, stride_n, stride_c, stride_s,
                            BLOCK_R)  # fmt: skip
