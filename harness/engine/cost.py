@@ -236,6 +236,9 @@ def real_loop_throughput(
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     state = host_copy(model)
+    mode, why = step_mode(recipe, device)
+    if mode == "graphed":  # warm-up steps, then the capture, all before the clock starts
+        warmup = max(warmup, WARMUP_STEPS + 2)  # the loader below must hold that many batches
     c = in_shape[0]
     loader = DeviceLoader(
         synthetic_images(batch * max(steps, warmup), in_shape, classes),
@@ -251,12 +254,10 @@ def real_loop_throughput(
     )
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
-    mode, why = step_mode(recipe, device)
     graphed = None
-    if mode == "graphed":  # warm-up steps, then the capture, all before the clock starts
+    if mode == "graphed":
         prepare_optimizer(opt, device)
         graphed = GraphedStep(None, CudaGraphs(device))
-        warmup = max(warmup, WARMUP_STEPS + 2)
     if warmup:
         train_epoch(model, FirstBatches(loader, warmup), opt, sched, recipe, device,
                     graphed=graphed)  # fmt: skip

@@ -156,3 +156,20 @@ def test_optimizer_state_is_portable_after_prepare():
         fresh = make_optimizer(model, recipe)
         fresh.load_state_dict(state)
         assert fresh.param_groups[0]["lr"] == pytest.approx(0.1, rel=1e-7)
+
+
+def test_bench_real_loop_warms_up_enough_to_capture_even_when_asked_for_fewer(monkeypatch):
+    """``harness bench --loop real --steps 1 --warmup 1`` in the graphed mode: the warm-up
+    grows to the eager steps plus a capture, and the loader holds that many batches; the timed
+    pass replays the graph captured during warm-up."""
+    from harness.engine import cost
+
+    backend = Replaying()
+    monkeypatch.setattr(cost, "step_mode", lambda recipe, device: ("graphed", "test"))
+    monkeypatch.setattr(cost, "CudaGraphs", lambda device: backend)
+    spec = METHODS.get("single")
+    model = spec.build(BuildContext("digits_cnn", (1, 8, 8), 10, 1), spec.make_hparams({}))
+    out = cost.real_loop_throughput(model, Recipe(), CPU, 8, (1, 8, 8), 10, steps=1, warmup=1)
+    assert out["real_step_mode"] == "graphed" and out["real_train_images_per_s"] > 0
+    assert backend.warmups == WARMUP_STEPS and backend.captures == 1
+    assert backend.replays == 1 + 1  # one in the warm-up pass after the capture, one timed
