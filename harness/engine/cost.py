@@ -24,13 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.contract import Recipe
 from harness.data.base import ImageSet
 from harness.data.loader import DeviceLoader
-from harness.engine.graphed import (
-    WARMUP_STEPS,
-    CudaGraphs,
-    GraphedStep,
-    prepare_optimizer,
-    step_mode,
-)
+from harness.engine.graphed import WARMUP_STEPS, graphed_step, step_mode
 from harness.engine.train import autocast, make_optimizer, make_scheduler, step_loss, train_epoch
 from methods._base import BuildContext, EnsembleModel, count_parameters
 
@@ -254,10 +248,7 @@ def real_loop_throughput(
     )
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
-    graphed = None
-    if mode == "graphed":
-        prepare_optimizer(opt, device)
-        graphed = GraphedStep(None, CudaGraphs(device))
+    graphed = graphed_step(mode, opt, device)
     if warmup:
         train_epoch(model, FirstBatches(loader, warmup), opt, sched, recipe, device,
                     graphed=graphed)  # fmt: skip

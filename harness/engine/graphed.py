@@ -79,6 +79,15 @@ def prepare_optimizer(opt: torch.optim.Optimizer, device: torch.device) -> None:
                 state["step"] = state["step"].to(device, torch.float32)
 
 
+def graphed_step(mode: str, opt: torch.optim.Optimizer, device: torch.device) -> GraphedStep | None:
+    """The cell's :class:`GraphedStep` when ``mode`` (:func:`step_mode`) is "graphed", its
+    optimizer made capturable (call after a checkpoint's optimizer state is loaded); else None."""
+    if mode != "graphed":
+        return None
+    prepare_optimizer(opt, device)
+    return GraphedStep(None, CudaGraphs(device))
+
+
 def portable_optimizer_state(opt: torch.optim.Optimizer) -> dict[str, Any]:
     """``opt.state_dict()`` as an eager optimizer built by ``make_optimizer`` would save it:
     learning rates as floats and the constructor's foreach/fused/capturable flags, so a cell

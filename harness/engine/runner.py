@@ -64,11 +64,9 @@ from harness.engine.environment import device_name, environment, resolve_device
 from harness.engine.evaluate import evaluate_all, evaluate_split
 from harness.engine.faults import lease_failure, record_failure, write_if_room, write_record_if_room
 from harness.engine.graphed import (
-    CudaGraphs,
-    GraphedStep,
+    graphed_step,
     learning_rate,
     portable_optimizer_state,
-    prepare_optimizer,
     step_mode,
 )
 from harness.engine.train import (
@@ -175,10 +173,7 @@ def train_cell(
             torch.set_rng_state(ckpt["rng_cpu"].cpu())
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
     mode, why = step_mode(recipe, device)  # eager, compiled or a replayed CUDA graph
-    graphed = None
-    if mode == "graphed":  # after the checkpoint's optimizer state is loaded
-        prepare_optimizer(opt, device)
-        graphed = GraphedStep(None, CudaGraphs(device))
+    graphed = graphed_step(mode, opt, device)  # after the checkpoint's state is loaded
     if ranks.main:  # rank 0 writes the cell's files (harness.engine.distributed)
         log_event(cell_dir, "train", from_epoch=start_epoch, step_mode=mode, why=why,
                   **ranks.event_fields())  # fmt: skip

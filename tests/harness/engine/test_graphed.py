@@ -162,11 +162,11 @@ def test_bench_real_loop_warms_up_enough_to_capture_even_when_asked_for_fewer(mo
     """``harness bench --loop real --steps 1 --warmup 1`` in the graphed mode: the warm-up
     grows to the eager steps plus a capture, and the loader holds that many batches; the timed
     pass replays the graph captured during warm-up."""
-    from harness.engine import cost
+    from harness.engine import cost, graphed
 
     backend = Replaying()
     monkeypatch.setattr(cost, "step_mode", lambda recipe, device: ("graphed", "test"))
-    monkeypatch.setattr(cost, "CudaGraphs", lambda device: backend)
+    monkeypatch.setattr(graphed, "CudaGraphs", lambda device: backend)
     spec = METHODS.get("single")
     model = spec.build(BuildContext("digits_cnn", (1, 8, 8), 10, 1), spec.make_hparams({}))
     out = cost.real_loop_throughput(model, Recipe(), CPU, 8, (1, 8, 8), 10, steps=1, warmup=1)
