@@ -23,6 +23,7 @@ from harness.engine.train import autocast
 from methods._base import EnsembleModel
 
 if TYPE_CHECKING:
+    from harness.metrics.outcomes import OutcomeAccumulator
     from harness.metrics.posthoc import PosthocCalibration
 
 
@@ -82,11 +83,17 @@ class _Views:
     ``shift``: a corruption cell, which records accuracy, NLL and ECE alone (a light
     accumulator: the full collection's set-up per cell would cost more than the arithmetic)."""
 
-    def __init__(self, post: PosthocCalibration | None, shift: bool = False) -> None:
+    def __init__(
+        self,
+        post: PosthocCalibration | None,
+        shift: bool = False,
+        outcomes: OutcomeAccumulator | None = None,
+    ) -> None:
         from harness.metrics.collection import EnsembleMetrics
         from harness.metrics.posthoc import SetAccumulator, ShiftAccumulator
 
         self.post = post
+        self.outcomes = outcomes
         self.shift = shift
         self.seconds = 0.0
         names = ("ts", "ts_members") if post and post.member_temperatures else ("ts",)
@@ -104,6 +111,8 @@ class _Views:
             scaled, sets = self.post.apply(probs)
             for name, p in scaled.items():
                 self.metrics[name].update(p, labels)
+            if self.outcomes is not None:
+                self.outcomes.update(scaled["ts"], labels, "ts")
             for name, mask in sets.items():
                 self.sets[name].update(mask, labels)
         self.seconds += time.perf_counter() - t0
@@ -139,18 +148,22 @@ def _evaluate(
     device: torch.device,
     post: PosthocCalibration | None = None,
     shift: bool = False,
+    outcomes: OutcomeAccumulator | None = None,
 ) -> tuple[dict[str, Any], _Views]:
     """One pass over a split: the raw metrics (with the reliability bins) and the views
-    (``shift``: of a corruption cell, see :class:`_Views`)."""
+    (``shift``: of a corruption cell, see :class:`_Views`); with ``outcomes``, each image's
+    outcome, raw and calibrated, is collected too."""
     # torchmetrics costs seconds to import (it loads torchvision, transformers and scipy.signal):
     # imported when a cell first evaluates, not before its first training step.
     from harness.metrics.collection import EnsembleMetrics
 
     acc = EnsembleMetrics()
-    views = _Views(post, shift)
+    views = _Views(post, shift, outcomes)
     for probs, y in member_probs(model, data, spec, recipe, device):
         acc.update(probs, y)
         views.update(probs, y)
+        if outcomes is not None:
+            outcomes.update(probs, y)
     raw = acc.compute()
     raw["reliability"] = acc.reliability()
     raw["reliability_members"] = acc.member_reliability()
@@ -331,10 +344,12 @@ def evaluate_all(
     recipe: Recipe,
     device: torch.device,
     data_root: Path,
+    outcomes: OutcomeAccumulator | None = None,
 ) -> dict[str, Any]:
     """The ``metrics`` block of a result record (docs/records.md): ``clean``, ``val`` (with a
     validation split), ``corruption``, ``ood`` and, when the evaluation asks for post-hoc
-    calibration, ``calibration``."""
+    calibration, ``calibration``. With ``outcomes``, the test set's per-image outcomes
+    (:mod:`harness.metrics.outcomes`) are collected into it on the same pass."""
     if evaluation.calibrate:  # the library's import is not the calibration's cost (OOD needs it)
         import torch_uncertainty.post_processing  # noqa: F401
     t0 = time.perf_counter()
@@ -344,7 +359,7 @@ def evaluate_all(
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
     fit_s = time.perf_counter() - t0
-    clean, views = _evaluate(model, splits["test"], spec, recipe, device, post)
+    clean, views = _evaluate(model, splits["test"], spec, recipe, device, post, outcomes=outcomes)
     metrics: dict[str, Any] = {"clean": clean}
     if "val" in splits:  # only when the recipe holds out a validation split
         metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)

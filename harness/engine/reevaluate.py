@@ -23,6 +23,7 @@ from harness.engine.build import (
 )
 from harness.engine.environment import resolve_device
 from harness.engine.evaluate import evaluate_all
+from harness.metrics.outcomes import OUTCOMES_FILE, OutcomeAccumulator, save_outcomes
 from harness.storage.lease import LeaseHeld, acquire
 from harness.storage.records import write_record
 
@@ -110,7 +111,8 @@ def reevaluate_cell(
     data_root: Path,
     add_only: bool = False,
 ) -> dict[str, Any] | None:
-    """Evaluate ``cell``'s ``final.pt`` with ``cell.evaluation`` and rewrite its record.
+    """Evaluate ``cell``'s ``final.pt`` with ``cell.evaluation`` and rewrite its record (and its
+    per-image ``outcomes.npz``; with ``add_only``, written only when the cell had none).
 
     Args:
         add_only: keep every value the record holds and add only the metrics it lacks (post-hoc
@@ -138,20 +140,27 @@ def reevaluate_cell(
         load_trained(cell, cell_dir, model, device)
         seed_everything(cell.seed)  # evaluation draws (MC Dropout) as in the run
         record = dict(record)
-        metrics = evaluate_all(model, splits, spec, cell.evaluation, cell.recipe, device, data_root)
+        outcomes = OutcomeAccumulator()
+        metrics = evaluate_all(
+            model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes
+        )
         evaluation = cell.to_json()["evaluation"]
+        had_outcomes = (cell_dir / OUTCOMES_FILE).is_file()
         if add_only:
             check_same_model(cell_dir, record, metrics)
+            if not had_outcomes:  # the same weights: the outcomes the record's metrics come from
+                save_outcomes(cell_dir, outcomes.arrays())
             old_metrics = record.get("metrics") or {}
             record["metrics"] = add_missing(old_metrics, metrics)
             record["evaluation"] = added_evaluation(
                 record.get("evaluation"), evaluation, old_metrics
             )
-            changed = record["metrics"] != old_metrics
+            changed = record["metrics"] != old_metrics or not had_outcomes
         else:
             record["metrics"] = metrics
             record["evaluation"] = evaluation
             record["finished_at"] = now()
+            save_outcomes(cell_dir, outcomes.arrays())
             changed = True
         if changed:  # a re-evaluation's cost is part of the cell's cost; a no-op adds nothing
             record["timings"] = with_reevaluation(

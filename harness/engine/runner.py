@@ -75,6 +75,7 @@ from harness.engine.train import (
     make_scheduler,
     train_epoch,
 )
+from harness.metrics.outcomes import OutcomeAccumulator, save_outcomes
 from harness.registry import METHODS
 from harness.storage.checkpoint import (
     load_checkpoint,
@@ -363,9 +364,12 @@ def _run_leased(
         phase = "evaluate"
         seed_everything(cell.seed)  # evaluation draws (MC Dropout) do not depend on the path here
         t_eval = time.perf_counter()
+        outcomes = OutcomeAccumulator()
         rec["metrics"] = evaluate_all(
-            model, splits, spec, cell.evaluation, cell.recipe, device, data_root
+            model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes
         )
+        # Before the record: a done record's per-image outcomes are on disk beside it.
+        save_outcomes(cell_dir, outcomes.arrays())
         eval_s = time.perf_counter() - t_eval
         rec["cost"].update(measure_cost(model, ctx, cell, spec, splits, device))
         rec["cost"]["train_time_s"] = train_s
