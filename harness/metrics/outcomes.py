@@ -18,27 +18,21 @@ Their means are the record's ``acc``, ``nll`` and ``brier`` (to float32 rounding
 a bin edge may fall in the neighbouring bin). Temperature scaling leaves ``correct`` unchanged,
 so ``ts/correct`` is not stored.
 
-Stored as ``outcomes.npz`` (NumPy's compressed archive, no pickled objects) beside the cell's
-``record.json``: 10,000 test images take about 150 KB.
+Stored as ``outcomes.npz`` beside the cell's ``record.json`` (:mod:`harness.contract.outcomes`,
+which reads them without torch).
 """
 
 from __future__ import annotations
 
 import io
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from harness.contract.outcomes import FIELDS, OUTCOMES_FILE
 from harness.metrics.classification import NLL_EPS, _sample_stats, as_ensemble
-
-#: The file beside ``record.json``.
-OUTCOMES_FILE = "outcomes.npz"
-
-#: The per-image quantities of one view, and their stored types.
-FIELDS = {"correct": np.bool_, "nll": np.float32, "brier": np.float32, "confidence": np.float32}
 
 
 class OutcomeAccumulator:
@@ -93,16 +87,3 @@ def save_outcomes(cell_dir: Path, arrays: dict[str, np.ndarray]) -> Path:
     data = outcomes_bytes(arrays)
     atomic_write(path, lambda f: f.write(data), binary=True)
     return path
-
-
-def load_outcomes(cell_dir: Path) -> dict[str, np.ndarray] | None:
-    """The cell's per-image outcomes, or None when it has none (a record from before they were
-    kept, or a damaged file). Loaded without unpickling (``allow_pickle=False``)."""
-    path = Path(cell_dir) / OUTCOMES_FILE
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-        return None

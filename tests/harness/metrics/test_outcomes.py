@@ -12,14 +12,11 @@ import pytest
 import torch
 
 from harness.cli import main
+from harness.contract.outcomes import OUTCOMES_FILE
 from harness.metrics.calibration import ece, ece_from_confidences
 from harness.metrics.classification import brier, nll
-from harness.metrics.outcomes import (
-    OUTCOMES_FILE,
-    OutcomeAccumulator,
-    load_outcomes,
-    save_outcomes,
-)
+from harness.metrics.outcomes import OutcomeAccumulator, save_outcomes
+from reports.records.outcomes import load_outcomes
 
 
 def test_means_equal_the_batch_metrics():
