@@ -27,7 +27,8 @@ class NotEvaluable(Exception):
 
 def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
     """(record, cell) of a done cell with weights; None for a cell evaluation does not ask for
-    (pending, failed: ``harness run`` finishes those).
+    (pending, failed: ``harness run`` finishes those; a record of a model evaluated from outside
+    the harness, whose weights the harness never had).
 
     Raises:
         NotEvaluable: a damaged record or ``cell.json``, or no ``final.pt``.
@@ -38,6 +39,8 @@ def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
         raise NotEvaluable(f"warning: {exc}; skipped (`harness run` redoes it)") from None
     if rec is None or rec["status"] != "done":
         return None
+    if (rec.get("diagnostics") or {}).get("external"):
+        return None  # a model from outside the harness: no weights here (harness.api.evaluate)
     if not (cell_dir / "final.pt").exists():
         raise NotEvaluable(f"{cell_dir.name}: no final.pt, skipped")
     try:

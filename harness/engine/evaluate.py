@@ -7,6 +7,7 @@ logits). Corrupted copies come from :mod:`harness.data.corruptions`.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,6 +219,7 @@ def evaluate_corruptions(
     device: torch.device,
     data_root: Path,
     post: PosthocCalibration | None = None,
+    bar: _Passes | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Accuracy, NLL and ECE on every corruption × severity cell, with per-severity and overall
     means (cAcc, cNLL, cECE) and the ECE slope over severity; with ``post``, the same of every
@@ -241,6 +243,7 @@ def evaluate_corruptions(
     seconds = 0.0
     for name in names:
         for sev in evaluation.severities:
+            _step(bar, f"{name} s{sev}")
             data = corrupted_split(spec.name, data_root, test, name, sev)
             m, views = _evaluate(model, data, spec, recipe, device, post, shift=True)
             where = {"corruption": name, "severity": sev}
@@ -276,6 +279,7 @@ def evaluate_ood(
     device: torch.device,
     data_root: Path,
     post: PosthocCalibration | None = None,
+    bar: _Passes | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """OOD detection metrics of every declared OOD set against the ID test set; with ``post``,
     those of the scores that depend on the calibrated probabilities (MSP and entropy of the
@@ -304,11 +308,13 @@ def evaluate_ood(
                 ts_scores.update(post.scaled(p)["ts"], ood=ood)
             seconds += time.perf_counter() - t0
 
+    _step(bar, "OOD: test scores")
     for p, _ in member_probs(model, test, spec, recipe, device):
         feed(p, False)
     out: dict[str, Any] = {}
     ts_out: dict[str, Any] = {}
     for name in evaluation.ood:
+        _step(bar, f"OOD: {name}")
         ood_spec = DATASETS.get(name)
         ood_spec.require(data_root)
         raw = ood_spec.load(data_root)["test"]
@@ -345,11 +351,31 @@ def evaluate_all(
     device: torch.device,
     data_root: Path,
     outcomes: OutcomeAccumulator | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """The ``metrics`` block of a result record (docs/records.md): ``clean``, ``val`` (with a
     validation split), ``corruption``, ``ood`` and, when the evaluation asks for post-hoc
     calibration, ``calibration``. With ``outcomes``, the test set's per-image outcomes
-    (:mod:`harness.metrics.outcomes`) are collected into it on the same pass."""
+    (:mod:`harness.metrics.outcomes`) are collected into it on the same pass. ``progress``:
+    a bar over the passes (held-out fit, test, validation, each corruption × severity, each OOD
+    set), shown only when standard error is a terminal."""
+    with _Passes(splits, evaluation, spec, progress) as bar:
+        return _evaluate_all(model, splits, spec, evaluation, recipe, device, data_root,
+                             outcomes, bar)  # fmt: skip
+
+
+def _evaluate_all(
+    model: EnsembleModel,
+    splits: dict[str, Split],
+    spec: DatasetSpec,
+    evaluation: Evaluation,
+    recipe: Recipe,
+    device: torch.device,
+    data_root: Path,
+    outcomes: OutcomeAccumulator | None,
+    bar: _Passes,
+) -> dict[str, Any]:
+    """:func:`evaluate_all`'s work, advancing ``bar`` pass by pass."""
     if evaluation.calibrate:  # the library's import is not the calibration's cost (OOD needs it)
         import torch_uncertainty.post_processing  # noqa: F401
     t0 = time.perf_counter()
@@ -357,18 +383,25 @@ def evaluate_all(
     # eval): forked, so the test set's draws, and so every raw number, are those of a run
     # without calibration.
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if evaluation.calibrate:
+            _step(bar, "calibration fit")
         post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
     fit_s = time.perf_counter() - t0
+    _step(bar, "test")
     clean, views = _evaluate(model, splits["test"], spec, recipe, device, post, outcomes=outcomes)
     metrics: dict[str, Any] = {"clean": clean}
     if "val" in splits:  # only when the recipe holds out a validation split
+        _step(bar, "validation")
         metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)
     corr = evaluate_corruptions(
-        model, splits["test"], spec, evaluation, recipe, device, data_root, post
+        model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
     )
     if corr is not None:
         metrics["corruption"] = corr[0]
-    ood = evaluate_ood(model, splits["test"], spec, evaluation, recipe, device, data_root, post)
+    ood = evaluate_ood(
+        model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
+    )
+    _step(bar, "")
     if ood is not None:
         metrics["ood"] = ood[0]
     if post is not None:
@@ -409,3 +442,48 @@ def calibration_block(
         block["ts"]["ood"] = ood[1]["ts"]
     block["time_s"] = seconds
     return block
+
+
+class _Passes:
+    """The evaluation's progress bar over its passes (held-out fit, test, validation, each
+    corruption × severity, each OOD set). Shown only when asked and when standard error is a
+    terminal: redirected to a file, a bar would fill the log."""
+
+    def __init__(
+        self, splits: dict[str, Split], evaluation: Evaluation, spec: DatasetSpec, progress: bool
+    ) -> None:
+        from tqdm.auto import tqdm
+
+        total = int(evaluation.calibrate) + 1 + int("val" in splits)
+        if evaluation.corruptions:
+            from harness.data.corruption_sets import resolve_corruptions
+
+            names = resolve_corruptions(spec.name, evaluation.corruptions)
+            total += len(names) * len(evaluation.severities)
+        if evaluation.ood:
+            total += 1 + len(evaluation.ood)
+        shown = progress and sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc="  evaluating", unit="pass", leave=False,
+                        disable=not shown)  # fmt: skip
+        self.open = False  # a pass has started and not yet been counted
+
+    def step(self, label: str) -> None:
+        """Count the pass that ran and name the next (``""``: none follows)."""
+        if self.open:
+            self.bar.update(1)
+        self.open = bool(label)
+        if label:
+            self.bar.set_postfix_str(label, refresh=False)
+
+    def __enter__(self) -> _Passes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+
+def _step(bar: _Passes | None, label: str) -> None:
+    """:meth:`_Passes.step` when there is a bar (the corruption and OOD functions are also
+    called on their own, without one)."""
+    if bar is not None:
+        bar.step(label)

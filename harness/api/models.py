@@ -1,0 +1,343 @@
+"""Models in and out of the benchmark: evaluate a model you already have (:func:`evaluate`), get a
+finished cell's model back (:func:`load_model`) and its probabilities (:func:`predictions`).
+
+    import harness.api as h
+
+    # beside the smoke cells (then: harness report results/smoke)
+    out = h.evaluate(my_ensemble, suite="suites/smoke.yaml", name="my_ensemble", results="results")
+    out.record["metrics"]["clean"]["acc"], out.row
+
+    model = h.load_model("results/smoke/<cell id>")       # the cell's trained ensemble (eval mode)
+    p = h.predictions("results/smoke/<cell id>", "test")  # p.probs (M, N, K), p.labels (N,)
+
+Torch is imported when these are called (reading results stays torch-free).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.api._common import HarnessError, PathLike
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+    import torch
+    from torch import nn
+
+    from harness.contract import Cell, Evaluation, Recipe
+    from methods._base import EnsembleModel
+
+#: The suite name of a record evaluated without a suite.
+EXTERNAL_SUITE = "external"
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """What :func:`evaluate` produced.
+
+    Attributes:
+        record: the result record (docs/records.md), as a harness cell's.
+        path: its folder (``record.json``, ``outcomes.npz``), or None when not written.
+        outcomes: the per-image outcomes (``correct``, ``nll``, ``brier``, ``confidence``, and
+            ``ts/…`` with calibration), each ``(N,)`` over the test set.
+    """
+
+    record: dict[str, Any]
+    path: Path | None
+    outcomes: dict[str, np.ndarray]
+
+    @property
+    def row(self) -> pd.DataFrame:
+        """The record as the reporter's one-row frame (the columns of a results folder's)."""
+        from reports.records.results import records_to_frame
+
+        return records_to_frame([self.record])
+
+
+def evaluate(
+    model: nn.Module | Callable[[torch.Tensor], torch.Tensor],
+    dataset: str | None = None,
+    *,
+    suite: PathLike | None = None,
+    overrides: Sequence[str] = (),
+    name: str = "my_model",
+    backbone: str = "external",
+    results: PathLike | None = None,
+    evaluation: Mapping[str, Any] | None = None,
+    recipe: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    data_root: PathLike | None = None,
+    progress: bool = False,
+) -> Evaluated:
+    """Put a model trained anywhere through the benchmark's evaluation: clean test set,
+    corruptions, OOD sets, temperature scaling and conformal sets fitted on the held-out split,
+    per-image outcomes, parameters and FLOPs.
+
+    The model receives what a harness model receives: float32 batches ``(B, C, H, W)`` at the
+    dataset's input shape, normalised with the dataset's mean and standard deviation
+    (``harness.registry.DATASETS.get(dataset)``), and returns logits: ``(M, B, K)`` for an
+    ensemble of M members (the prediction is the mean of their softmax, as for every method) or
+    ``(B, K)`` for one model. It is evaluated in ``eval()`` mode as it is; nothing is trained.
+
+    Args:
+        model: an ``nn.Module`` or any callable from a batch to logits.
+        dataset: a registered dataset; with ``suite``, needed only when the suite has several.
+        suite: evaluate as this suite's cells are evaluated: its dataset, held-out splits
+            (``recipe.validation``, ``evaluation.calibration``), eval batch size and evaluation
+            block, so the record sits beside its cells (written to ``<results>/<suite name>``).
+        overrides: ``KEY=VALUE`` overrides of the suite (``"evaluation.ood=[]"``).
+        name: the record's method name (the leaderboard's row); evaluating again under the
+            same name, dataset and seed replaces the record.
+        backbone: the record's backbone (the page groups by it): ``"external"`` unless the
+            model is built on one of the suite's backbones and you want it in that table.
+        results: the results root to write the record to (None: return it only).
+        evaluation: fields of the evaluation block (``{"ood": ["digits_heldout"]}``); over the
+            suite's when both are given.
+        recipe: recipe fields that matter to evaluation (``validation``, ``eval_batch_size``,
+            ``amp``, ``channels_last``); over the suite's.
+        seed: of the evaluation's draws (a stochastic model's), as a cell's seed.
+        device: where the model runs (default: where its parameters are, else the CPU).
+        data_root: where the data lives (default: ``$HARNESS_DATA_ROOT``, else the user cache).
+        progress: a progress bar over the evaluation's passes (on a terminal).
+
+    Returns:
+        The record, its folder and the per-image outcomes; ``.row`` is the reporter's row.
+
+    Raises:
+        HarnessError: an unknown dataset or OOD set, an invalid evaluation or recipe field,
+            data missing on this machine, a suite that does not load — before any evaluation —
+            or a model whose output is not logits of the dataset's classes.
+    """
+    import torch
+
+    from harness.data.base import DataMissingError, default_data_root
+    from harness.engine.external import evaluate_external
+
+    cell = _external_cell(name, backbone, dataset, suite, overrides, evaluation, recipe, seed)
+    root = default_data_root(Path(data_root) if data_root else None)
+    _check_data(cell, root)
+    where = torch.device(device) if device is not None else _device_of(model)
+    suite_dir = Path(results) / cell.suite if results is not None else None
+    try:
+        record, outcomes, folder = evaluate_external(model, cell, root, where, suite_dir, progress)
+    except (TypeError, ValueError, DataMissingError) as exc:
+        raise HarnessError([f"{name}: {exc}"]) from exc
+    return Evaluated(record, folder, outcomes)
+
+
+def _external_cell(
+    name: str,
+    backbone: str,
+    dataset: str | None,
+    suite: PathLike | None,
+    overrides: Sequence[str],
+    evaluation: Mapping[str, Any] | None,
+    recipe: Mapping[str, Any] | None,
+    seed: int,
+) -> Cell:
+    """The configuration an outside model is evaluated under (M = 1 until the model shows its
+    own), checked as a suite is: every problem at once."""
+    from harness.contract import Cell, Evaluation, Recipe
+    from harness.contract.build import build_dataclass
+    from harness.registry import DATASETS
+    from harness.registry.core import RegistryError
+
+    problems: list[str] = []
+    base_recipe, base_eval, suite_name = Recipe(), Evaluation(), EXTERNAL_SUITE
+    if suite is not None:
+        loaded = _load_suite(suite, overrides)
+        suite_name, base_recipe, base_eval = loaded.name, loaded.recipe, loaded.evaluation
+        datasets = list(loaded.grid.datasets)
+        if dataset is None and len(datasets) == 1:
+            dataset = datasets[0]
+        elif dataset is None:
+            problems.append(f"{suite}: the suite has datasets {datasets}; pass dataset=")
+    elif dataset is None:
+        problems.append("evaluate: pass dataset= (a registered dataset) or suite=")
+    rec = _replaced(base_recipe, recipe, "recipe", problems, build_dataclass, Recipe)
+    ev = _replaced(base_eval, evaluation, "evaluation", problems, build_dataclass, Evaluation)
+    for what, names in (("dataset", [dataset] if dataset else []), ("OOD set", ev.ood)):
+        for n in names:
+            try:
+                DATASETS.get(n)
+            except RegistryError as exc:
+                problems.append(f"{what}: {exc}")
+    if ev.calibrate and not (ev.calibration or rec.validation):
+        problems.append("evaluation.calibrate needs held-out images: set "
+                        "evaluation.calibration or recipe.validation")  # fmt: skip
+    if problems:
+        raise HarnessError(problems)
+    return Cell(suite_name, str(dataset), backbone, {}, name, 1, {}, seed, rec, ev, {})
+
+
+def _load_suite(suite: PathLike, overrides: Sequence[str]) -> Any:
+    """The loaded suite (validation's problems raised as :class:`HarnessError`)."""
+    from harness.cli.validate import load_suite_arg
+    from harness.config.includes import SuiteError
+    from harness.registry.core import RegistryError
+
+    try:
+        return load_suite_arg(str(suite), list(overrides), check_files=False)
+    except (SuiteError, RegistryError, FileNotFoundError) as exc:
+        raise HarnessError(list(getattr(exc, "problems", None) or [str(exc)])) from None
+
+
+def _replaced(
+    base: Recipe | Evaluation,
+    fields: Mapping[str, Any] | None,
+    where: str,
+    problems: list[str],
+    build: Any,
+    kind: type,
+) -> Any:
+    """``base`` with ``fields`` over it, each checked by the suite's own builder."""
+    if not fields:
+        return base
+    errors: list[str] = []
+    checked = build(kind, dict(fields), where, errors)
+    problems.extend(errors)
+    if errors:
+        return base
+    return dataclasses.replace(base, **{k: getattr(checked, k) for k in fields})
+
+
+def _check_data(cell: Cell, root: Path) -> None:
+    """Every dataset the evaluation reads is on this machine (else one line each, naming the
+    fetch), before anything is evaluated."""
+    from harness.data.base import DataMissingError
+    from harness.registry import DATASETS
+
+    problems = []
+    for n in (cell.dataset, *cell.evaluation.ood):
+        try:
+            DATASETS.get(n).require(root)
+        except DataMissingError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise HarnessError(problems)
+
+
+def _device_of(model: Any) -> torch.device:
+    """Where a module's parameters are; the CPU for a callable or a module without any."""
+    import torch
+
+    params = getattr(model, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return first.device if first is not None else torch.device("cpu")
+
+
+def load_model(cell: PathLike, device: str | torch.device = "cpu") -> EnsembleModel:
+    """A finished cell's trained model, as it was evaluated (eval mode, the method's schedules
+    at the end of training).
+
+    Args:
+        cell: the cell's folder (``<results>/<suite>/<cell id>``, holding ``cell.json`` and
+            ``final.pt``).
+        device: where to put it.
+
+    Returns:
+        The method's ensemble: input ``(B, C, H, W)`` normalised as the dataset's loader does,
+        output logits ``(M, B, K)``.
+
+    Raises:
+        FileNotFoundError: no such cell folder, or its weights were not kept (no ``final.pt``).
+        HarnessError: ``cell.json`` does not describe a cell this harness can build.
+    """
+    import torch
+
+    from harness.engine.build import build_model, load_trained
+    from harness.registry import DATASETS
+
+    built = _cell_of(Path(cell))
+    where = torch.device(device)
+    spec = DATASETS.get(built.dataset)
+    model, _ = build_model(built, spec, None, where)
+    load_trained(built, Path(cell), model, where)
+    return model.eval()
+
+
+def _cell_of(folder: Path) -> Cell:
+    """The cell a folder holds, with its weights present."""
+    import json
+
+    from harness.contract import Cell
+
+    if not (folder / "cell.json").is_file():
+        raise FileNotFoundError(f"{folder}: not a cell folder (no cell.json)")
+    if not (folder / "final.pt").is_file():
+        raise FileNotFoundError(
+            f"{folder}: no final.pt: the cell has not finished training, or its weights were "
+            "deleted (re-run the cell to get them back)"
+        )
+    try:
+        return Cell.from_json(json.loads((folder / "cell.json").read_text()))
+    except (ValueError, KeyError) as exc:
+        raise HarnessError([f"{folder / 'cell.json'}: {exc}"]) from None
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """A cell's member probabilities on one split.
+
+    Attributes:
+        probs: ``(M, N, K)`` float32, the softmax of each member (their mean is the prediction).
+        labels: ``(N,)`` int64 (for an OOD set: the set's own labels, not the task's).
+    """
+
+    probs: np.ndarray
+    labels: np.ndarray
+
+
+def predictions(
+    cell: PathLike,
+    split: str = "test",
+    *,
+    data_root: PathLike | None = None,
+    device: str | torch.device = "cpu",
+) -> Predictions:
+    """A finished cell's member probabilities on a split of its dataset (``test``, ``train``,
+    ``val`` or ``calibration`` when the cell held them out) or on an OOD set (its name), in
+    the split's order, computed from ``final.pt`` as the evaluation computes them.
+
+    Raises:
+        FileNotFoundError: as :func:`load_model`.
+        HarnessError: the split is not one of the cell's, or the data is missing.
+    """
+    import numpy as np
+    import torch
+
+    from harness.data.base import DataMissingError, ImageSet, default_data_root
+    from harness.engine.build import load_data
+    from harness.engine.evaluate import adapt_images, member_probs
+    from harness.registry import DATASETS
+    from harness.registry.core import RegistryError
+
+    built = _cell_of(Path(cell))
+    root = default_data_root(Path(data_root) if data_root else None)
+    try:
+        spec, splits = load_data(built, root)
+        if split not in splits:
+            ood = DATASETS.get(split)
+            ood.require(root)
+            raw = ood.load(root)["test"]
+            splits[split] = (ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
+                             if isinstance(raw, ImageSet) else raw)  # fmt: skip
+    except (DataMissingError, RegistryError) as exc:
+        names = ", ".join(sorted(splits)) if "splits" in locals() else "?"
+        raise HarnessError(
+            [f"{cell}: split {split!r}: {exc} (the cell's splits: {names})"]
+        ) from None
+    model = load_model(cell, device)
+    from harness.engine.build import seed_everything
+
+    seed_everything(built.seed)  # a stochastic method's draws as in its evaluation
+    parts = list(member_probs(model, splits[split], spec, built.recipe, torch.device(device)))
+    probs = torch.cat([p for p, _ in parts], dim=1).numpy().astype(np.float32)
+    labels = torch.cat([y for _, y in parts]).numpy().astype(np.int64)
+    return Predictions(probs, labels)
