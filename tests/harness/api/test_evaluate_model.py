@@ -136,3 +136,31 @@ def test_bad_input_is_refused_before_anything_is_evaluated(tmp_path):
     (tmp_path / "cell.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match=r"no final\.pt"):
         load_model(tmp_path)
+
+
+def test_the_example_runs_both_ways(done):
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    suite, results, folder, cells = done
+    path = REPO / "examples" / "evaluate_your_model.py"
+    spec = importlib.util.spec_from_file_location("evaluate_your_model", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    stacked = json.loads(
+        (
+            example.main(["--suite", str(suite), "--results", str(results)]) / "record.json"
+        ).read_text()
+    )
+    single = json.loads((cells["single"] / "record.json").read_text())
+    # One single cell stacked is that cell: the same numbers.
+    assert stacked["config"]["method"] == "singles_ensemble" and stacked["config"]["M"] == 1
+    assert stacked["metrics"]["clean"]["acc"] == single["metrics"]["clean"]["acc"]
+    ncm = json.loads(
+        (example.main(["--suite", str(suite), "--results", str(results), "--scratch"])
+         / "record.json").read_text()
+    )  # fmt: skip
+    assert ncm["config"]["method"] == "nearest_class_mean"
+    assert ncm["metrics"]["clean"]["acc"] > 2 / 8  # well above chance (8 classes)
+    assert {"singles_ensemble", "nearest_class_mean"} <= set(h.load_results(folder)["method"])

@@ -1,0 +1,111 @@
+"""Evaluate a model you already have with the benchmark's evaluation, and see it beside a suite's
+cells. Trains nothing.
+
+Two ways to get a model, both real:
+
+- ``--from-cells`` (default when the suite's results exist): the suite's finished ``single`` cells
+  (one per seed) loaded with ``harness.api.load_model`` and put together as an ensemble of
+  independently trained models (a deep ensemble assembled after the fact);
+- ``--scratch``: a nearest-class-mean classifier this script builds from the training split
+  (class means of the normalised images, softmax of minus the squared distances): one model.
+
+Either goes through ``harness.api.evaluate`` on the suite's own splits and evaluation (clean test
+set, corruptions, OOD sets, temperature scaling and conformal sets on the held-out images) and is
+written beside the suite's cells:
+
+    harness run suites/smoke.yaml                 # once: the cells to stand beside
+    python examples/evaluate_your_model.py        # → results/smoke/<id>/record.json
+    harness report results/smoke                  # the page now has a row "singles_ensemble"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import harness.api as h
+from harness.api.models import evaluate, load_model
+
+
+class Stacked(nn.Module):
+    """Several models as one ensemble: input (B, C, H, W) → logits (M, B, K), M = Σ members."""
+
+    def __init__(self, models: list[nn.Module]) -> None:
+        super().__init__()
+        self.models = nn.ModuleList(models)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([m(x) for m in self.models], dim=0)
+
+
+class NearestClassMean(nn.Module):
+    """p(k | x) ∝ exp(−‖x − μ_k‖² / d): a classifier built from class means, no training."""
+
+    def __init__(self, means: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("means", means)  # (K, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.flatten(1)
+        return -torch.cdist(flat, self.means).square() / flat.shape[1]  # (B, K) logits
+
+
+def from_cells(folder: Path, method: str = "single") -> nn.Module:
+    """The finished ``method`` cells of a results folder, stacked (one member per seed)."""
+    cells = sorted(
+        p.parent
+        for p in folder.glob("*/record.json")
+        if (p.parent / "final.pt").is_file()
+        and json.loads(p.read_text()).get("status") == "done"
+        and json.loads(p.read_text())["config"]["method"] == method
+    )
+    if not cells:
+        raise SystemExit(f"{folder}: no finished {method} cell with weights; run the suite first "
+                         "or pass --scratch")  # fmt: skip
+    print(f"stacking {len(cells)} {method} cells: {' '.join(c.name for c in cells)}")
+    return Stacked([load_model(c) for c in cells])
+
+
+def scratch(dataset: str) -> nn.Module:
+    """A nearest-class-mean classifier from ``dataset``'s training split."""
+    from harness.data.base import default_data_root
+    from harness.registry import DATASETS
+
+    spec = DATASETS.get(dataset)
+    train = spec.load(default_data_root(None))["train"]
+    mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
+    std = torch.tensor(spec.std).view(1, -1, 1, 1)
+    x = ((train.images.float() / 255 - mean) / std).flatten(1)
+    means = torch.stack([x[train.labels == k].mean(0) for k in range(spec.num_classes)])
+    return NearestClassMean(means)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", default="suites/smoke.yaml")
+    parser.add_argument("--results", default="results", help="the results root")
+    parser.add_argument("--scratch", action="store_true", help="the nearest-class-mean model")
+    args = parser.parse_args(argv)
+    validation = h.validate(args.suite, check_data=False)
+    folder = Path(args.results) / validation.suite
+    dataset = validation.cells[0].dataset
+    if args.scratch:
+        model, name, backbone = scratch(dataset), "nearest_class_mean", "external"
+    else:
+        backbone = validation.cells[0].backbone  # the cells' own network, so the same table
+        model, name = from_cells(folder), "singles_ensemble"
+    out = evaluate(model, suite=args.suite, name=name, backbone=backbone, results=args.results,
+                   progress=True)  # fmt: skip
+    clean = out.record["metrics"]["clean"]
+    print(f"{name}: M={out.record['config']['M']} acc {clean['acc']:.4f} nll {clean['nll']:.4f} "
+          f"ece {clean['ece']:.4f} → {out.path}")  # fmt: skip
+    print(f"next: harness report {folder}")
+    return out.path
+
+
+if __name__ == "__main__":
+    main()
