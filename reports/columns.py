@@ -110,9 +110,41 @@ CORRUPTION = (
     Column("mCE", "mCE (%)", "Corruption", "pct"),
 )
 DIVERSITY = (
-    Column("disagreement", "Disagr. (%)", "Diversity", "pct", hidden=True),
+    Column("disagreement", "Disagr. (%)", "Diversity", "pct"),
     Column("mi", "MI", "Diversity", "f3", hidden=True),
 )  # a method's own diagnostics come from its declarations: diagnostic_columns
+#: Declared diagnostics shown by default whatever their declaration says: σN-Ens's k_eff (the
+#: sharing of its members, 1 = each feature owned by one member, M = shared by all) decides
+#: whether its row is an ensemble at all, so the reader sees it without the column picker.
+SHOWN_DIAGNOSTICS = frozenset({"k_eff"})
+
+#: A collapsed ensemble: M > 1 members whose top-1 predictions disagree on fewer than this
+#: fraction of the clean test images (``disagreement``, the mean over member pairs, mean over
+#: seeds on the leaderboard). Below one image in a thousand the members are one model; a deep
+#: ensemble of the smoke suite disagrees on 3.5%, the smoke σN-Ens at τ = 1 on 0.09%.
+COLLAPSE_DISAGREEMENT = 0.001
+COLLAPSE_NOTE = (  # what "collapsed" means, after the word on the page and in the Markdown
+    f"an ensemble (M > 1) whose members disagree on fewer than "
+    f"{100 * COLLAPSE_DISAGREEMENT:g}% of the clean test images (disagreement, mean over member "
+    "pairs and seeds): its members are one model, and its numbers are a single model's"
+)
+
+
+def collapsed(disagreement: Any, m: Any) -> Any:
+    """Whether an ensemble of ``m`` members with this ``disagreement`` is collapsed
+    (:data:`COLLAPSE_DISAGREEMENT`): scalars give a bool, Series a boolean Series; a missing
+    disagreement or M, or M ≤ 1, is never collapsed."""
+    if isinstance(disagreement, pd.Series):  # NaN compares False: never collapsed
+        d = pd.to_numeric(disagreement, errors="coerce")
+        members = pd.to_numeric(m, errors="coerce") if isinstance(m, pd.Series) else m
+        return ((members > 1) & (d < COLLAPSE_DISAGREEMENT)).astype(bool)
+    try:
+        d, members = float(disagreement), float(m)
+    except (TypeError, ValueError):
+        return False
+    return bool(members > 1 and d < COLLAPSE_DISAGREEMENT)  # NaN compares False
+
+
 OOD_SCORES = {"msp": "MSP", "entropy": "entropy", "mi": "MI"}
 OOD_METRICS = {
     "auroc": "AUROC",
@@ -188,7 +220,8 @@ def diagnostic_columns(summary: pd.DataFrame) -> list[Column]:
             str(d.get("label") or d["key"]),
             str(d.get("group") or "Diagnostics"),
             str(d.get("format") or "f3"),
-            hidden=bool(d.get("hidden", True)),
+            hidden=bool(d.get("hidden", True))
+            and str(d.get("column") or d["key"]) not in SHOWN_DIAGNOSTICS,
         )
         for d in declared_diagnostics(summary)
     ]

@@ -267,11 +267,33 @@ def _rel_columns(d: pd.DataFrame) -> list[str]:
     return [c for c in d.columns if c.startswith("rel/")]
 
 
+#: The gid of each panel's count strip (tests find it by this).
+COUNT_STRIP = "reliability-counts"
+
+
+def _count_strip(ax, count: np.ndarray) -> None:
+    """Under a reliability diagram: the number of test images in each bin (seeds pooled), as
+    bars with the count written above each non-empty one, so that a bin of one image is not
+    read as a failure of calibration."""
+    n = len(count)
+    centers = (np.arange(n) + 0.5) / n
+    ax.bar(centers, count, width=1 / n, color="C0", alpha=0.35, edgecolor="C0", lw=0.5)
+    top = float(count.max()) if len(count) and count.max() > 0 else 1.0
+    for x, c in zip(centers, count):
+        if c > 0:
+            ax.text(x, c + 0.04 * top, f"{int(c)}", ha="center", va="bottom", fontsize=5.5,
+                    rotation=90 if c >= 1000 else 0)  # fmt: skip
+    ax.set(xlim=(0, 1), ylim=(0, 1.45 * top), xlabel="confidence", ylabel="images")
+    ax.set_yticks([])
+    ax.set_gid(COUNT_STRIP)
+
+
 def reliability(cells: pd.DataFrame) -> Figure | None:
     """Reliability diagrams (Guo et al., 2017): accuracy vs mean confidence in each of the 15
     equal-width bins, one panel per configuration (seeds pooled by adding their bins), for the
     members (pooled), the ensemble, and the ensemble after temperature scaling. Bins with no
-    sample are not drawn; the diagonal is perfect calibration."""
+    sample are not drawn; the diagonal is perfect calibration. Under each diagram, a strip with
+    the number of test images in each of the ensemble's raw bins (:func:`_count_strip`)."""
     d = _done(cells)
     bins = [f"{i:02d}" for i in range(15)]
     if not any(f"rel/raw/count/{b}" in d for b in bins):
@@ -287,11 +309,14 @@ def reliability(cells: pd.DataFrame) -> Figure | None:
     per_row = min(4, len(panels))
     nrows = -(-len(panels) // per_row)
     with _style():
-        fig = Figure(figsize=(3.0 * per_row + 0.4, 3.0 * nrows + 0.3), layout="constrained")
-        axes = fig.subplots(nrows, per_row, squeeze=False)
-        for ax in axes.flat[len(panels) :]:
+        fig = Figure(figsize=(3.0 * per_row + 0.4, 3.8 * nrows + 0.3), layout="constrained")
+        # Each panel: the diagram over its count strip (a quarter of its height).
+        grid = fig.add_gridspec(2 * nrows, per_row, height_ratios=[3.0, 0.8] * nrows)
+        axes = np.array([[fig.add_subplot(grid[2 * (i // per_row) + k, i % per_row])
+                          for k in (0, 1)] for i in range(nrows * per_row)])  # fmt: skip
+        for ax in axes[len(panels) :].flat:
             ax.set_axis_off()
-        for ax, (title, g) in zip(axes.flat, panels):
+        for (ax, strip), (title, g) in zip(axes, panels):
             ax.plot([0, 1], [0, 1], color="0.3", lw=0.8, ls="-", label="perfect calibration")
             for view, label, color, ls, marker in _RELIABILITY_VIEWS:
                 cols = [
@@ -313,10 +338,13 @@ def reliability(cells: pd.DataFrame) -> Figure | None:
                     lw=1.2,
                     label=label,
                 )
-            ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy")
+                if view == "raw":
+                    _count_strip(strip, count)
+            ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy")
+            ax.tick_params(labelbottom=False)
             ax.set_title(title, fontsize=8)
             ax.set_aspect("equal")
-        _figure_legend(fig, axes.flat)
+        _figure_legend(fig, axes[:, 0])
         return fig
 
 
@@ -427,7 +455,9 @@ FIGURES: tuple[FigureSpec, ...] = (
         "fig-reliability",
         "Reliability diagrams: members and ensemble, raw and temperature-scaled",
         "Accuracy vs mean confidence per equal-width bin (15 bins, the ECE's), seeds pooled; "
-        "the diagonal is perfect calibration. Temperature scaling is fitted on held-out images, "
+        "the diagonal is perfect calibration. Under each diagram: the number of test images in "
+        "each bin (the ensemble's raw confidence, seeds added), so that a point standing for a "
+        "handful of images reads as such. Temperature scaling is fitted on held-out images, "
         "never the test set.",
         "reliability bins (metrics.clean.reliability)",
         reliability,

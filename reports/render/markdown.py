@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from reports.columns import iter_rows, leaderboard_columns, m_text
+from reports.columns import COLLAPSE_NOTE, iter_rows, leaderboard_columns, m_text
 from reports.records.results import Results
 from reports.render.page import (
     ReportOptions,
@@ -16,6 +16,7 @@ from reports.render.page import (
     cell_text,
     corruption_table,
     interval_words,
+    is_collapsed,
     report_conventions,
 )
 from reports.render.paired import (
@@ -69,9 +70,13 @@ def render_markdown_table(
     if summary["variant"].astype(bool).any():
         head.insert(5, "variant")
     body = []
+    any_collapsed = False
     for idx, r in iter_rows(summary):
         ident = [m_text(r[k]) if k == "M" else _n_text(r) if k == "n" else str(r[k])
                  for k in head]  # fmt: skip
+        if is_collapsed(r):  # the method cell of a collapsed ensemble, marked
+            any_collapsed = True
+            ident[head.index("method")] += " (collapsed)"
         vals = []
         for c in columns:
             spread = r.get(f"{c.key}_{options.interval}")
@@ -89,6 +94,8 @@ def render_markdown_table(
     lines += ["", legend + "."]
     if paired.reference is not None:
         lines[-1] += f" {md_escape(paired.rule)}"
+    if any_collapsed:
+        lines[-1] += f" (collapsed) — {md_escape(COLLAPSE_NOTE)}."
     return lines
 
 

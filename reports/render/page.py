@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 
 from reports.columns import (
     CALIBRATED_GROUP,
+    COLLAPSE_NOTE,
     CORRUPTION,
     COST,
     DIRECTIONS,
@@ -24,6 +25,7 @@ from reports.columns import (
     QUALITY,
     THROUGHPUT,
     cell_text,
+    collapsed,
     iter_rows,
     leaderboard_columns,
     m_text,
@@ -183,8 +185,15 @@ def header_groups(header: list[dict[str, Any]], devices: str) -> list[dict[str, 
     return groups
 
 
-def _identity_cell(r: dict[str, Any], h: dict[str, Any]) -> dict[str, Any]:
-    """A configuration cell (dataset … n) of one leaderboard row."""
+def is_collapsed(r: Mapping[str, Any]) -> bool:
+    """Whether a summary row is a collapsed ensemble: M > 1 and a mean disagreement below
+    :data:`reports.columns.COLLAPSE_DISAGREEMENT`."""
+    return collapsed(r.get("disagreement_mean", math.nan), r.get("M", math.nan))
+
+
+def _identity_cell(r: dict[str, Any], h: dict[str, Any], flag: bool = False) -> dict[str, Any]:
+    """A configuration cell (dataset … n) of one leaderboard row; ``flag``: the method cell of a
+    collapsed ensemble, marked."""
     k = h["key"]
     if k == "M":
         text = value = m_text(r["M"])
@@ -194,7 +203,8 @@ def _identity_cell(r: dict[str, Any], h: dict[str, Any]) -> dict[str, Any]:
         text = value = str(r[k])
     return {"key": k, "text": text, "value": value, "group": "Configuration",
             "num": h["type"] == "num", "best": False, "n": None, "title": "", "sig": [],
-            "hidden": False, "alt": None, "shared": ""}  # fmt: skip
+            "hidden": False, "alt": None, "shared": "",
+            "flag": "collapsed" if flag and k == "method" else ""}  # fmt: skip
 
 
 def _metric_cell(
@@ -241,7 +251,8 @@ def leaderboard_rows(
     rows = []
     for idx, r in iter_rows(summary):
         key = group_key(r)
-        cells = [_identity_cell(r, h) for h in identity]
+        flag = is_collapsed(r)
+        cells = [_identity_cell(r, h, flag) for h in identity]
         cells += [
             _metric_cell(r, c, h, idx in best.get(c.key, ()),
                          significance.get((*key, c.key), []), options.interval)
@@ -249,7 +260,7 @@ def leaderboard_rows(
         ]  # fmt: skip
         # Markup: the template writes the cells as they are (each value was escaped here).
         rows.append({"dataset": r["dataset"], "backbone": r["backbone"], "m": m_text(r["M"]),
-                     "config": " | ".join(config_key(r)),
+                     "config": " | ".join(config_key(r)), "collapsed": flag,
                      "cells_html": leaderboard_cells(cells)})  # fmt: skip
     return rows
 
@@ -311,6 +322,7 @@ def context(
         "conventions": results.conventions,
         "report_conventions": report_conventions(results, paired, options),
         "aggregation": AGGREGATION,
+        "collapse_note": COLLAPSE_NOTE,
         "calibrated": any(h["calib"] == "ts" for h in header),
         "interval": options.interval,
         "interval_words": {k: interval_words(k) for k in INTERVALS},
@@ -375,6 +387,7 @@ def report_conventions(
         "Cost header (GPU-hours on a GPU)",
         "throughput": "greyed when measured while other cells shared the device "
         "(cost.shared_device): under contention the number is not the method's",
+        "collapsed": COLLAPSE_NOTE,
     }
     if any(str(c).startswith("cp/") for c in results.cells.columns):
         out["conformal sets"] = CONFORMAL_CONVENTION
@@ -402,6 +415,9 @@ def leaderboard_cells(cells: Iterable[Mapping[str, Any]]) -> Markup:
         attrs += f' title="{escape(c["title"])}"' if c["title"] else ""
         attrs += " hidden" if c["hidden"] else ""
         body = f'<span class="v">{escape(c["text"])}</span>'
+        if c.get("flag"):
+            body += (f' <span class="flag flag-{escape(c["flag"])}" '
+                     f'title="{escape(COLLAPSE_NOTE)}">{escape(c["flag"])}</span>')  # fmt: skip
         if c["shared"]:
             body += '<span class="shared-mark" aria-label="shared device">⚠</span>'
         body += "".join(

@@ -15,13 +15,24 @@ import pandas as pd
 
 from harness.contract import SUITE_FILE, read_manifest
 from harness.contract.manifest import expected_cells
-from reports.columns import Column, cell_text, leaderboard_columns, m_text
+from reports.columns import (
+    COLLAPSE_DISAGREEMENT,
+    Column,
+    cell_text,
+    collapsed,
+    leaderboard_columns,
+    m_text,
+)
 from reports.records.flatten import describe_config
 from reports.records.index import file_key, load_results
 from reports.records.results import Results
 from reports.stats.summary import aggregate
 
-TERMINAL_COLUMNS = ("acc", "nll", "ece", "ts/nll", "ts/ece", "cAcc", "cECE", "params", "eval_ips")
+TERMINAL_COLUMNS = (
+    "acc", "nll", "ece", "ts/nll", "ts/ece", "cAcc", "cECE", "disagreement", "k_eff", "params",
+    "eval_ips",
+)  # fmt: skip
+COLLAPSED = "[collapsed]"  # after the method of a collapsed ensemble (reports.columns.collapsed)
 MAX_TEXT = 28
 
 
@@ -39,7 +50,9 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
     here) or the summary of :func:`reports.stats.summary.aggregate`. Columns without data are left
     out;
     the first OOD set's MSP AUROC is added when present, and APS's coverage at every α
-    (:func:`conformal_coverage`). Failed cells are counted in a footer.
+    (:func:`conformal_coverage`). A collapsed ensemble's method is marked :data:`COLLAPSED`
+    (:func:`reports.columns.collapsed`) and the footer says what that means. Failed cells are
+    counted in a footer.
     """
     per_cell = "seed" in df.columns and "n" not in df.columns
     summary = aggregate(df) if per_cell else df
@@ -55,10 +68,15 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
         ident.insert(5, "variant")
     header = ident + [c.label.replace(" (%)", "%").replace("AUROC ", "MSP-AUROC ") for c in cols]
     rows = []
-    for _, r in summary.iterrows():
+    flags = collapsed(summary.get("disagreement_mean", pd.Series(float("nan"), summary.index)),
+                      summary["M"])  # fmt: skip
+    for (_, r), flag in zip(summary.iterrows(), flags, strict=True):
+        method = f"{r['method']} {COLLAPSED}" if flag else r["method"]
         cells = [
-            m_text(r[k]) if k == "M" else str(int(r[k])) if k == "n" else _clip(r[k]) for k in ident
-        ]
+            m_text(r[k]) if k == "M" else str(int(r[k])) if k == "n"
+            else _clip(method if k == "method" else r[k])
+            for k in ident
+        ]  # fmt: skip
         for c in cols:
             text = cell_text(r[f"{c.key}_mean"], r[f"{c.key}_std"], None, c.kind)
             cells.append(text.replace(" ± ", "±"))
@@ -72,6 +90,9 @@ def format_table(df: pd.DataFrame, columns: tuple[str, ...] = TERMINAL_COLUMNS) 
 
     text = [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
     footer = "mean±std over seeds; % columns are ×100"
+    if flags.any():
+        footer += (f"; {COLLAPSED}: members disagree on < {100 * COLLAPSE_DISAGREEMENT:g}% of "
+                   "test images, one model")  # fmt: skip
     if n_failed:
         footer += f"; {n_failed} failed cell{'s' if n_failed != 1 else ''} not shown"
     return "\n".join([*text, footer])

@@ -355,8 +355,10 @@ def test_new_columns_picker_interval_bolding_and_missing_cells(driver, page):
     sigma = cells["digits | wrn28 | sigma_ens | 4 | tau=0.1"]
     for col in ("aurc", "mCE", "train_device_h", "ood_far/msp/auroc", "ood/svhn/msp/fpr95"):
         assert sigma[col]["shown"], col
-    for col in ("ood/svhn/entropy/auroc", "ood/textures/mi/aupr_out", "aece", "k_eff"):
+    for col in ("ood/svhn/entropy/auroc", "ood/textures/mi/aupr_out", "aece", "k_eff_scale"):
         assert not sigma[col]["shown"], col  # in the column picker, hidden by default
+    for col in ("disagreement", "k_eff"):  # the diversity that decides the comparison: shown
+        assert sigma[col]["shown"], col
     # mCE vs the deep ensemble (M=1 and M=4 averaged, 6 seeds): error per corruption 1 − (0.745 −
     # 0.24) = 0.495; σN-Ens τ=0.1 seed s: 0.488 − 0.004 s → mean 0.478 / 0.495, std 0.0075 / 0.495
     assert sigma["mCE"]["text"] == "96.57 ± 1.51"

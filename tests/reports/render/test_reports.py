@@ -167,7 +167,8 @@ def test_flattened_columns():
 
 def test_records_without_declarations_show_their_last_epochs_numeric_diagnostics():
     """Records written before methods declared diagnostics (docs/results/**): every numeric key
-    of the last epoch, under its own name and label, hidden, in the "Diagnostics" group."""
+    of the last epoch, under its own name and label, in the "Diagnostics" group, hidden but for
+    k_eff (shown by default: reports.columns.SHOWN_DIAGNOSTICS)."""
     old = make_record(method="sigma_ens", hparams={"tau": 0.1}, k_eff=2.0)
     del old["diagnostics"]["declared"]
     row = records_to_frame([old]).iloc[0]
@@ -180,8 +181,9 @@ def test_records_without_declarations_show_their_last_epochs_numeric_diagnostics
     assert (columns["k_eff"].label, columns["k_eff"].group, columns["k_eff"].hidden) == (
         "k_eff",
         "Diagnostics",
-        True,
+        False,
     )
+    assert columns["grad_ratio"].hidden and columns["k_eff_scale"].hidden
     assert [f.id for f in render_figures(records_to_frame([old])) if f.id == "fig-keff"] == []
     plain = make_record(method="single", M=1)  # no per-epoch diagnostics: no columns
     columns = leaderboard_columns(aggregate(records_to_frame([plain])))
