@@ -264,21 +264,20 @@ def markdown(section: Section, rows: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-#: The per-configuration description: (column, heading, scale, decimals).
+#: The per-configuration description: (column of harness.api.load_results, heading, scale,
+#: decimals; docs/results.md).
 DESCRIBE = (
     ("acc", "Acc (%)", 100, 2),
     ("nll", "NLL", 1, 3),
     ("ece", "ECE (%)", 100, 2),
-    ("ts/nll", "NLL (TS)", 1, 3),
-    ("ts/ece", "ECE (TS, %)", 100, 2),
-    ("ts/temperature", "T", 1, 2),
+    ("nll_ts", "NLL (TS)", 1, 3),
+    ("ece_ts", "ECE (TS, %)", 100, 2),
+    ("temperature", "T", 1, 2),
     ("member_acc", "member Acc (%)", 100, 2),
     ("disagreement", "disagreement (%)", 100, 2),
     ("mi", "MI (nats)", 1, 4),
     ("k_eff", "k_eff", 1, 3),
     ("k_eff_scale", "k_eff (scale)", 1, 3),
-    ("cp/aps/coverage", "APS cov. (%)", 100, 2),
-    ("cp/aps/size", "APS size", 1, 2),
     ("cpu_s", "CPU-s", 1, 0),
 )
 
@@ -288,9 +287,8 @@ def describe(path: str) -> str:
     ``cpu_s`` is the records' ``timings.cpu_s``."""
     records = h.load_records(path)
     cpu = {r["cell_id"]: (r.get("timings") or {}).get("cpu_s") for r in records}
-    cells = h.load_results(path)
-    # single+TS is single's own cells, recalibrated: its numbers are single's TS columns
-    plain = (cells["variant"].fillna("") == "") & ~cells["method"].str.endswith("+TS")
+    cells = h.load_results(path)  # one raw row per cell: the TS numbers are its _ts columns
+    plain = cells["variant"].fillna("") == ""
     cells = cells[(cells["status"] == "done") & plain].assign(cpu_s=lambda f: f["cell_id"].map(cpu))
     cols = [c for c in DESCRIBE if c[0] in cells.columns]
     lines = ["| configuration | n | " + " | ".join(c[1] for c in cols) + " |",

@@ -22,7 +22,18 @@ second way. Reading results imports no torch; :func:`run` and the σN-Ens functi
 from __future__ import annotations
 
 from harness.api._common import HarnessError, PathLike
-from harness.api.results import compare, leaderboard, load_records, load_results, paired
+from harness.api.results import (
+    compare,
+    conformal_table,
+    corruption_table,
+    history_table,
+    leaderboard,
+    load_records,
+    ood_table,
+    paired,
+    reliability_table,
+)
+from harness.api.results import results_table as load_results
 from harness.api.running import RunResult, Validation, run, validate
 from harness.api.sigma import diversity_loss, k_eff, sigma_ensemble
 
@@ -32,12 +43,17 @@ __all__ = [
     "RunResult",
     "Validation",
     "compare",
+    "conformal_table",
+    "corruption_table",
     "diversity_loss",
+    "history_table",
     "k_eff",
     "leaderboard",
     "load_records",
     "load_results",
+    "ood_table",
     "paired",
+    "reliability_table",
     "run",
     "sigma_ensemble",
     "validate",

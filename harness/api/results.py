@@ -1,6 +1,9 @@
-"""Read results folders into pandas (:func:`load_results`, :func:`load_records`,
-:func:`leaderboard`) and compare configurations (:func:`paired`, :func:`compare`) through the
-reporter's own code. Imports no torch."""
+"""Read results folders into pandas through the reporter's own code: one row per cell with
+documented columns (:func:`results_table`, exported as ``harness.api.load_results``;
+docs/results.md), the long tables (:func:`corruption_table`, :func:`ood_table`,
+:func:`reliability_table`, :func:`history_table`, :func:`conformal_table`), the raw records
+(:func:`load_records`) and the leaderboard (:func:`leaderboard`); compare configurations
+(:func:`paired`, :func:`compare`). Imports no torch."""
 
 from __future__ import annotations
 
@@ -14,23 +17,47 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def load_results(path: PathLike, *, with_records: bool = False) -> pd.DataFrame:
-    """One row per record of a results folder (a suite's, or a root holding several suites),
-    with the leaderboard's columns: identity (``suite``, ``cell_id``, ``status``, ``dataset``,
-    ``backbone``, ``method``, ``M``, ``hparams``, ``variant``, ``seed``, ``label``), each
-    hyper-parameter (``hp_tau``…), the clean metrics (``acc``, ``nll``, ``ece``… as fractions
-    and nats, as in the record), corruption (``cAcc``, ``cNLL``, ``cECE``), OOD
-    (``ood/<set>/<score>/<metric>``), cost and diagnostics. Failed cells are rows too (their
-    ``status`` says so); of two records of one configuration and seed the newer counts, as on
-    the leaderboard.
+def results_table(
+    path: PathLike, *, with_records: bool = False, calibrated: bool = False
+) -> pd.DataFrame:
+    """One row per cell of a results folder (a suite's, or a root holding several suites): what
+    :func:`harness.api.load_results` returns. Every column is listed with its meaning and unit
+    in docs/results.md: the configuration (``suite``, ``cell_id``, ``status``, ``dataset``,
+    ``backbone``, ``method``, ``M``, ``seed``, ``hparams`` as the leaderboard labels it,
+    ``variant``, ``hparams_all`` with every default, ``epochs``, ``calibration``, and one
+    ``hp_<name>`` per hyper-parameter a cell set), the headline metrics (``acc``, ``nll``,
+    ``ece``, ``brier``…, temperature-scaled ``nll_ts``…, ``cAcc``/``cNLL``/``cECE``, ``mCE``,
+    ``ood_auroc``), the diversity diagnostics (``disagreement``, ``k_eff``…, ``collapsed``) and
+    cost. Fractions stay fractions and NLL nats, as in the record. Failed cells are rows too
+    (``status``, ``error``); of two records of one configuration and seed the newer counts, as
+    on the leaderboard. Per corruption, OOD set, reliability bin, epoch and conformal predictor:
+    :func:`corruption_table`, :func:`ood_table`, :func:`reliability_table`,
+    :func:`history_table`, :func:`conformal_table`.
 
     Args:
         path: the results folder.
         with_records: add a ``record`` column holding each row's record dict.
+        calibrated: add, after each cell with a post-hoc temperature, a row with
+            ``calibration == "ts"`` whose metrics are the temperature-scaled ones (every row is
+            ``"raw"`` otherwise): select with ``df[df.calibration == "raw"]``, or group by
+            ``["method", "calibration"]``.
 
     Raises:
         FileNotFoundError: the folder does not exist.
     """
+    from reports.records.tidy import load_tidy
+
+    cells = load_tidy(Path(path), calibrated=calibrated)
+    if with_records:
+        by_id = {(r.get("suite"), r.get("cell_id")): r for r in load_records(path)}
+        cells["record"] = [by_id.get(k) for k in zip(cells["suite"], cells["cell_id"])]
+    return cells
+
+
+def load_results(path: PathLike, *, with_records: bool = False) -> pd.DataFrame:
+    """The reporter's own per-cell frame (``reports.records.index``: 400+ columns, ``single+TS``
+    as a method), which :func:`paired` and :func:`compare` read. Not the public table:
+    ``harness.api.load_results`` is :func:`results_table` (docs/results.md)."""
     from reports.records.index import load_results as load
 
     cells = load(Path(path)).cells.reset_index(drop=True)
@@ -38,6 +65,68 @@ def load_results(path: PathLike, *, with_records: bool = False) -> pd.DataFrame:
         by_id = {(r.get("suite"), r.get("cell_id")): r for r in load_records(path)}
         cells["record"] = [by_id.get(k) for k in zip(cells["suite"], cells["cell_id"])]
     return cells
+
+
+def _long(path: PathLike, table: str) -> pd.DataFrame:
+    from reports.records.tidy import load_long
+
+    return load_long(Path(path), table, load_records(path))
+
+
+def corruption_table(path: PathLike) -> pd.DataFrame:
+    """Per cell × corruption × severity × metric, long: the cell's keys (``suite``, ``cell_id``,
+    ``dataset``, ``backbone``, ``method``, ``M``, ``hparams``, ``variant``, ``seed``: joins
+    with :func:`harness.api.load_results`), ``calibration`` (``raw``; ``ts`` after the
+    temperature fitted on clean held-out images), ``corruption``, ``severity`` (1–5),
+    ``metric`` (``acc``, ``nll``, ``ece``… as the record names them) and ``value`` (fractions
+    and nats, as in the record). ``cAcc``/``cNLL``/``cECE`` are the means of these over the
+    corruptions and severities a cell's ``corruption_mean_over`` names.
+
+    Example: ``t = corruption_table(p); t[t.metric == "acc"].pivot_table(index="method",
+    columns="severity", values="value")``."""
+    return _long(path, "corruption")
+
+
+def ood_table(path: PathLike) -> pd.DataFrame:
+    """Per cell × OOD set × score × metric, long: the cell's keys (as :func:`corruption_table`),
+    ``calibration`` (``raw`` or ``ts``), ``ood_set``, ``score`` (``msp``, ``entropy``, ``mi``:
+    higher for more in-distribution inputs), ``metric`` (``auroc``, ``aupr_in``, ``aupr_out``,
+    ``fpr95`` with OOD positive, ``fpr95_id`` with ID positive) and ``value`` (a fraction).
+    :func:`harness.api.load_results`' ``ood_auroc`` is the mean of the raw MSP AUROC over the
+    sets."""
+    return _long(path, "ood")
+
+
+def reliability_table(path: PathLike) -> pd.DataFrame:
+    """Per cell × reliability bin, long: the cell's keys (as :func:`corruption_table`),
+    ``calibration`` (``raw`` or ``ts``), ``member`` (empty for the ensemble's prediction, else
+    the member's index: its own bins, raw), ``bin`` (0–14), ``lower`` and ``upper`` (the bin's
+    confidence edges: 15 equal-width bins of [0, 1], the ECE's), ``count`` (test images whose
+    top-class confidence falls in the bin), ``confidence`` (their mean confidence) and
+    ``accuracy`` (the fraction of them classified correctly; both empty for an empty bin).
+    Seeds pool by adding ``count`` and the count-weighted ``confidence`` and ``accuracy``."""
+    return _long(path, "reliability")
+
+
+def history_table(path: PathLike) -> pd.DataFrame:
+    """Per cell × epoch × metric, long: the cell's keys (as :func:`corruption_table`),
+    ``source`` (``history``: the training loop's ``train_loss``, ``train_acc``, ``lr``,
+    ``time_s``, ``steps`` and, with a validation split, ``val_acc``, ``val_nll``…;
+    ``diagnostics``: the method's per-epoch diagnostics, e.g. σN-Ens's ``k_eff``,
+    ``k_eff_scale``, ``grad_ratio``, ``l_div``), ``epoch`` (from 1) and ``value`` (numbers
+    only)."""
+    return _long(path, "history")
+
+
+def conformal_table(path: PathLike) -> pd.DataFrame:
+    """Per cell × conformal predictor × α × split × statistic, long: the cell's keys (as
+    :func:`corruption_table`), ``predictor`` (``thr``, ``aps``, ``raps``), ``alpha`` (the target
+    miscoverage; NaN for a record that stated none), ``split`` (``clean``: the test set;
+    ``corrupted``: the mean over the corruption sets), ``stat`` (``coverage``, ``size``,
+    ``empty_rate`` of the sets as defined; ``coverage_fallback``, ``size_fallback`` with
+    torch-uncertainty's top class added to an empty set) and ``value`` (fractions; sizes in
+    classes). docs/methods.md, "Post-hoc calibration and conformal sets"."""
+    return _long(path, "conformal")
 
 
 def load_records(path: PathLike) -> list[dict[str, Any]]:
@@ -71,6 +160,8 @@ def paired(
     level: float = 0.95,
     test: str = "signflip",
     holm: bool = False,
+    images: bool = False,
+    replicates: int = 2000,
 ) -> pd.DataFrame:
     """The leaderboard's paired table: each configuration minus ``reference``, seed by seed.
 
@@ -82,6 +173,11 @@ def paired(
         level: the t-interval's level.
         test: ``"signflip"`` (exact) or ``"t"``.
         holm: Holm's adjustment over every row.
+        images: also the comparison that counts the test set's sampling: the seeds × images
+            bootstrap (:mod:`reports.stats.bootstrap`) from each cell's ``outcomes.npz``,
+            as the columns ``boot_se``, ``boot_lo``, ``boot_hi`` (at ``level``), ``boot_p``,
+            ``n_images`` and ``boot_note`` (why a row has none).
+        replicates: the bootstrap's replicates.
 
     Returns:
         :func:`reports.stats.paired.paired_differences`'s frame (``mean_diff``, ``ci_lo``,
@@ -96,7 +192,12 @@ def paired(
     problem = missing_reference(cells, reference)  # as `harness report --reference` refuses it
     if problem:
         raise HarnessError([f"{path}: {problem}"])
-    return paired_differences(cells, reference, metrics, level=level, test=test, holm_adjust=holm)
+    table = paired_differences(cells, reference, metrics, level=level, test=test, holm_adjust=holm)
+    if images:
+        from reports.records.outcomes import with_image_bootstrap
+
+        table = with_image_bootstrap(Path(path), cells, reference, table, level, replicates)
+    return table
 
 
 def compare(

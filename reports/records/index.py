@@ -269,12 +269,21 @@ def load_results(
     With ``index``, the flattened rows are kept in ``.report-index.npz`` beside the results and
     only records whose path, size or mtime changed are read again (:mod:`reports.records.index`).
     """
+    rows, problems = read_rows(results_dir, ignore, index=index)
+    return results_from_rows(rows, expected=expected, problems=problems, source=str(results_dir))
+
+
+def read_rows(
+    results_dir: Path | str, ignore: Iterable[Path] = (), *, index: bool = False
+) -> tuple[pd.DataFrame, list[Problem]]:
+    """The flattened rows (:func:`reports.records.results.record_row`, ``_`` columns included)
+    of every usable record of a results folder, and the problems: what :func:`load_results`
+    builds its :class:`Results` from, for a reader that needs a row's ``_`` columns too
+    (:mod:`reports.records.tidy`: the config of each cell)."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise FileNotFoundError(f"results folder {results_dir} does not exist")
-    cell_dirs = _cell_dirs(results_dir, ignore)
-    rows, problems = load_rows(results_dir, cell_dirs, index=index)
-    return results_from_rows(rows, expected=expected, problems=problems, source=str(results_dir))
+    return load_rows(results_dir, _cell_dirs(results_dir, ignore), index=index)
 
 
 def load_frame(results_dir: Path | str) -> pd.DataFrame:

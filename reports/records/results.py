@@ -11,8 +11,9 @@ leaderboard columns (:func:`reports.records.flatten.flatten_record`) and, under 
 with ``_``, what the report computes across records — the flattened config (``_cfg/<dotted
 key>``, for the ``variant`` column: config fields that differ inside one group, so cells that are
 not seeds of one configuration are never averaged), the environment (``_env/<key>``) and
-conventions (``_conv/<key>``) for provenance, the problem line of a failed cell, and the config as
-JSON. So :func:`results_from_rows` works the same on rows just flattened and on rows kept in the
+conventions (``_conv/<key>``) for provenance, the problem line of a failed cell, the config as
+JSON and the names of the hyper-parameters the cell set away from their defaults (``_shown``, for
+:mod:`reports.records.tidy`). So :func:`results_from_rows` works the same on rows just flattened and on rows kept in the
 index. The ``_`` columns never reach ``cells.csv``.
 """
 
@@ -29,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from harness.contract.record import shown_of
 from reports.columns import ID_COLUMNS
 from reports.records.flatten import (
     _config_rest,
@@ -156,6 +158,9 @@ def record_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     row["_desc"] = describe_config(rec)
     row["_suite"] = str(rec.get("suite"))
     row["_config"] = json.dumps(cfg, sort_keys=True, default=str)
+    # The names of the hyper-parameters the cell set away from their defaults: which ones the
+    # tidy table gives a column of their own (reports.records.tidy).
+    row["_shown"] = json.dumps(sorted(shown_of(rec)))
     return row
 
 
