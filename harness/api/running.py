@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -101,13 +100,23 @@ def run(
     only: Sequence[str] = (),
     force: bool = False,
     loggers: Sequence[str] = (),
+    tags: Mapping[str, object] | None = None,
+    mlflow_experiment: str | None = None,
+    wandb_project: str | None = None,
+    log_model: bool = False,
     workers: int | None = None,
     threads: int | None = None,
+    gpus: Sequence[str] | None = None,
+    cells_per_gpu: int | None = None,
+    profile: str | None = None,
+    slurm: Sequence[str] = (),
+    wait: bool = False,
     data_root: PathLike | None = None,
+    plugins: Sequence[str] = (),
     progress: bool = False,
-    args: Sequence[str] = (),
 ) -> RunResult:
-    """Run a suite's pending cells as ``harness run`` does (same checks, executors, records).
+    """Run a suite's pending cells: :func:`harness.cli.run.run_suite`, the function ``harness
+    run`` calls, with the same checks, executors, records and printed summary.
 
     Args:
         suite: a suite YAML file.
@@ -117,44 +126,70 @@ def run(
         only: ``--only`` filters.
         force: redo finished cells.
         loggers: trackers (``"mlflow"``, ``"wandb"``, ``"tensorboard"``); MLflow logs to
-            ``$MLFLOW_TRACKING_URI`` when set, else to ``<results>/<suite>/mlruns``.
+            ``$MLFLOW_TRACKING_URI`` when set, else to ``<results>/<suite>/mlruns``. They are
+            handed to every cell's process with the executor's options; nothing is set in this
+            process's environment.
+        tags: ``{key: value}`` tags for every tracker run (``--tag key=value``).
+        mlflow_experiment: the MLflow experiment (default: ``$MLFLOW_EXPERIMENT_NAME``, else the
+            suite's name).
+        wandb_project: the W&B project (default: ``$WANDB_PROJECT``, else
+            ``implicit-ensemble-harness``).
+        log_model: send each finished cell's ``final.pt`` to MLflow / W&B as an artifact.
         workers, threads: local worker processes and torch threads per worker.
+        gpus, cells_per_gpu: the local executor's GPUs (``["0", "2"]``) and cells per GPU.
+        profile, slurm, wait: the Slurm executor's profile, ``KEY=VALUE`` profile overrides,
+            and whether to wait for the job array.
         data_root: where the data lives.
+        plugins: modules to import first (``--plugin``).
         progress: show progress bars (off by default in a notebook).
-        args: any other ``harness run`` flags (``["--profile", "local", "--wait"]``).
 
     Returns:
         The exit code and the results folder. The summary table is printed as the CLI prints it.
 
     Raises:
-        HarnessError: the problems that stop a run before it starts (the suite, overrides, data).
+        HarnessError: the problems that stop a run before it starts (the suite, overrides,
+            options an executor would ignore, trackers, data), one line each.
     """
-    from harness.cli import main
-    from harness.storage.loggers import LOGGERS_ENV
-    from harness.storage.progress import TENSORBOARD_ENV
+    from harness.cli.run import RunOptions, run_suite
+    from harness.config.includes import SuiteError
+    from harness.contract.errors import UsageError
+    from harness.executors.base import ExecutorOptions
+    from harness.executors.devices import ExecutorError
+    from harness.registry.core import RegistryError
+    from harness.storage.tracker_options import TrackerOptions
 
     name = validate(suite, overrides, only=only, check_data=False).suite
-    argv = ["run", str(suite), *overrides, "--executor", executor, "--results", str(results)]
-    for flag in only:
-        argv += ["--only", flag]
-    for logger in loggers:
-        argv += ["--logger", logger]
-    if workers is not None:
-        argv += ["--workers", str(workers)]
-    if threads is not None:
-        argv += ["--threads", str(threads)]
-    if data_root is not None:
-        argv += ["--data-root", str(data_root)]
-    argv += [*(["--force"] if force else []), *([] if progress else ["-q"]), *args]
-    # `harness run --logger` hands the trackers to the cells' processes through the environment;
-    # in a long-lived Python session that must not outlive this call.
-    saved = {k: os.environ.get(k) for k in (LOGGERS_ENV, TENSORBOARD_ENV)}
+    trackers = TrackerOptions.of(
+        loggers,
+        tags or {},
+        mlflow_experiment=mlflow_experiment,
+        wandb_project=wandb_project,
+        log_model=log_model,
+    )
+    options = RunOptions(
+        overrides=tuple(overrides),
+        only=tuple(only),
+        executor=executor,
+        results=Path(results),
+        data_root=Path(data_root) if data_root is not None else None,
+        force=force,
+        plugins=tuple(plugins),
+        executor_options=ExecutorOptions(
+            workers=workers,
+            threads=threads,
+            profile=profile,
+            slurm_overrides=tuple(slurm),
+            wait=wait,
+            progress=progress,
+            gpus=tuple(gpus) if gpus is not None else None,
+            cells_per_gpu=cells_per_gpu or 1,
+            trackers=trackers,
+        ),
+    )
     try:
-        code = main(argv)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        code = run_suite(suite, options)
+    except SuiteError as exc:
+        raise HarnessError(_suite_problems(exc)) from None
+    except (RegistryError, ExecutorError, UsageError) as exc:
+        raise HarnessError([str(exc)]) from None
     return RunResult(code, Path(results) / name)

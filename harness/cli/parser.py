@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cli.checks import Parser, gpu_ids, non_negative_int, positive_int
+from harness.cli.checks import Parser, gpu_ids, non_negative_int, positive_int, tag_pair
 
 DESCRIPTION = """The ``harness`` command line: ls, validate, run, status, cancel, evaluate, report,
 upgrade, bench, data."""
@@ -182,7 +182,38 @@ def _add_run(sub) -> None:
         "wandb (offline, <cell>/wandb/) or mlflow ($MLFLOW_TRACKING_URI's server, else the file "
         "store <results>/mlruns); repeatable; needs the package's extra",
     )
+    _add_tracker_options(r)
     r.set_defaults(fn="harness.cli.run:cmd_run")
+
+
+def _add_tracker_options(r) -> None:
+    """``harness run``'s tracker settings beyond ``--logger``: tags, experiment, project,
+    weights."""
+    r.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        type=tag_pair,
+        metavar="KEY=VALUE",
+        help="tag every tracker run with KEY=VALUE (MLflow tag, W&B tag KEY:VALUE, TensorBoard "
+        "hparam tag.KEY); repeatable; needs --logger",
+    )
+    r.add_argument(
+        "--mlflow-experiment",
+        metavar="NAME",
+        help="the MLflow experiment (default: $MLFLOW_EXPERIMENT_NAME, else the suite's name)",
+    )
+    r.add_argument(
+        "--wandb-project",
+        metavar="NAME",
+        help="the W&B project (default: $WANDB_PROJECT, else implicit-ensemble-harness)",
+    )
+    r.add_argument(
+        "--log-model",
+        action="store_true",
+        help="also send each finished cell's final weights (final.pt) as an artifact to MLflow "
+        "and W&B (off by default: weights can be large)",
+    )
 
 
 def _add_status(sub) -> None:
@@ -221,7 +252,9 @@ def _add_evaluate(sub) -> None:
 def _add_report(sub) -> None:
     """``harness report``."""
     rep = sub.add_parser("report", help="write leaderboard.html, CSV and Markdown")
-    rep.add_argument("results_dir")
+    # Optional to argparse, required by the command: without it argparse would name the
+    # KEY=VALUE list as missing too; cmd_report says what it needs in one line.
+    rep.add_argument("results_dir", nargs="?", help="a results folder, e.g. results/smoke")
     rep.add_argument(
         "overrides",
         nargs="*",

@@ -18,6 +18,14 @@ def cmd_report(args) -> int:
     from reports.render.leaderboard import write_report
     from reports.render.terminal import expected_of
 
+    if args.results_dir is None:
+        print(
+            "harness report: error: give the results folder to report on, e.g. "
+            "harness report results/smoke (see harness report --help)",
+            file=sys.stderr,
+        )
+        return 2
+
     # The manifest's cells, never-started = missing; with overrides, the cells of the recorded
     # suite file with those overrides applied.
     expected = expected_of(args.results_dir)

@@ -1,94 +1,167 @@
-"""``harness run SUITE [KEY=VALUE…]``: run a suite's pending cells on the chosen executor."""
+"""``harness run SUITE [KEY=VALUE…]``: run a suite's pending cells on the chosen executor.
+
+:func:`run_suite` is the one way a suite is run: ``harness run`` (:func:`cmd_run`, which turns
+its flags into :class:`RunOptions`) and :func:`harness.api.run` (which turns its arguments into
+the same) both call it, so both check, run and record alike.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.cli.checks import run_flag_problems
-from harness.cli.validate import load_suite_arg, preflight
+from harness.cli.validate import load_suite_arg, preflight, tracker_options_of
 from harness.config.includes import SuiteError
-
-if TYPE_CHECKING:
-    from harness.executors.base import ExecutorOptions
+from harness.executors.base import ExecutorOptions
 
 
-def results_dir(args, suite) -> Path:
-    """``--results ROOT`` (default ``results/``) / the suite's name."""
-    return Path(args.results or "results") / suite.name
+@dataclass(frozen=True)
+class RunOptions:
+    """How a suite is run: what ``harness run``'s flags and :func:`harness.api.run`'s
+    arguments set.
+
+    Attributes:
+        overrides: ``KEY=VALUE`` suite overrides (``recipe.epochs=2``).
+        only: ``--only`` filters (``method=sigma_ens,seed=0``).
+        executor: ``auto``, ``inprocess``, ``local``, ``slurm`` or a plugin's.
+        results: the results root; the suite's folder is ``<results>/<suite name>``.
+        data_root: where the data lives (None: each cell's process resolves
+            ``$HARNESS_DATA_ROOT``, else the user cache).
+        force: redo finished cells.
+        dry_run: say which cells would run and why the others would not; run nothing.
+        list_every: with ``dry_run``, one line for every cell whatever the suite's size.
+        plugins: modules to import first (they register methods, backbones, datasets,
+            executors).
+        executor_options: what the executor is configured with: workers, threads, GPUs, the
+            Slurm profile, progress bars, and the experiment trackers (``trackers``) every
+            cell logs to.
+    """
+
+    overrides: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    executor: str = "auto"
+    results: Path = Path("results")
+    data_root: Path | None = None
+    force: bool = False
+    dry_run: bool = False
+    list_every: bool = False
+    plugins: tuple[str, ...] = ()
+    executor_options: ExecutorOptions = field(default_factory=ExecutorOptions)
 
 
-def executor_options(args) -> ExecutorOptions:
-    """The executor options the ``run`` flags set (each executor reads the fields it declares)."""
-    from harness.executors.base import ExecutorOptions
-
-    return ExecutorOptions(
-        workers=args.workers,
-        threads=args.threads,
-        profile=args.profile,
-        slurm_overrides=tuple(args.slurm),
-        wait=args.wait,
-        progress=not args.quiet,
-        gpus=args.gpus,
-        cells_per_gpu=args.cells_per_gpu or 1,
+def run_options(args) -> RunOptions:
+    """The :class:`RunOptions` that ``harness run``'s parsed flags set."""
+    return RunOptions(
+        overrides=tuple(args.overrides),
+        only=tuple(args.only),
+        executor=args.executor,
+        results=Path(args.results or "results"),
+        data_root=Path(args.data_root) if args.data_root else None,
+        force=args.force,
+        dry_run=args.dry_run,
+        list_every=args.list,
+        plugins=tuple(args.plugin),
+        executor_options=ExecutorOptions(
+            workers=args.workers,
+            threads=args.threads,
+            profile=args.profile,
+            slurm_overrides=tuple(args.slurm),
+            wait=args.wait,
+            progress=not args.quiet,
+            gpus=args.gpus,
+            cells_per_gpu=args.cells_per_gpu or 1,
+            trackers=tracker_options_of(args),
+        ),
     )
 
 
 def cmd_run(args) -> int:
-    """Check, write the manifest, hand the pending cells to the executor, print its outcome."""
+    """``harness run``: :func:`run_suite` with the options its flags set."""
+    return run_suite(args.suite, run_options(args))
+
+
+def run_suite(suite: str | os.PathLike, options: RunOptions) -> int:
+    """Check, write the manifest, hand the pending cells to the executor, print its outcome
+    and the summary table.
+
+    Args:
+        suite: the suite YAML file.
+        options: everything else (:class:`RunOptions`).
+
+    Returns:
+        0 every cell done (or handed to a scheduler; also a dry run), 1 a cell failed (its
+        record says why), 2 a cell's data or weights were missing or damaged.
+
+    Raises:
+        SuiteError: every problem found before anything runs (the executor's name, flags it
+            would ignore, the suite and its overrides, the trackers, the data, the results
+            folder), one line each.
+    """
     from harness.config.overrides import CellFilter
     from harness.executors import make_executor, resolve_name, runs_here
     from harness.executors.base import pending, write_manifest
     from harness.executors.devices import ExecutorError
+    from harness.registry.core import load_plugins
 
-    try:  # the parser takes any name: plugins, imported after parsing, may add executors
-        resolve_name(args.executor, 0)
+    if options.plugins:  # before the executor's name: a plugin may add the executor
+        load_plugins(options.plugins)
+    try:  # the name may be a plugin's, known only once plugins are imported
+        resolve_name(options.executor, 0)
     except ExecutorError as exc:
         raise SuiteError([f"harness run: error: {exc} (see harness run --help)"]) from None
-    if flag_problems := run_flag_problems(args):  # before the suite: nothing has run yet
-        raise SuiteError([f"harness run: {p}" for p in flag_problems])
-    options = executor_options(args)
-    if args.executor != "auto":  # its options (a Slurm profile), checked before anything runs
-        make_executor(args.executor, options)
+    executor_options = options.executor_options
+    if flag_problems := run_flag_problems(options.executor, executor_options):
+        raise SuiteError([f"harness run: {p}" for p in flag_problems])  # nothing has run yet
+    if options.executor != "auto":  # its options (a Slurm profile), checked before anything runs
+        make_executor(options.executor, executor_options)
     # Data and weight files are checked where the cells run: a scheduler's tasks resolve their
     # own data root (a Slurm profile's setup lines may set HARNESS_DATA_ROOT there).
-    here = runs_here(args.executor)
-    suite = load_suite_arg(args.suite, args.overrides, check_files=here)
-    all_cells = suite.cells()
-    cells = CellFilter(args.only).select(all_cells)
-    results = results_dir(args, suite)
-    if args.dry_run:  # what would run; the data is checked by `validate` and the run itself
-        return print_plan(all_cells, cells, results, args.force, every=args.list)
+    here = runs_here(options.executor)
+    loaded = load_suite_arg(str(suite), list(options.overrides), check_files=here)
+    all_cells = loaded.cells()
+    cells = CellFilter(list(options.only)).select(all_cells)
+    results = Path(options.results) / loaded.name
+    if options.dry_run:  # what would run; the data is checked by `validate` and the run itself
+        return print_plan(all_cells, cells, results, options.force, every=options.list_every)
+    trackers = executor_options.trackers
     if here:  # the data layer imports torch: only on the way to running cells here
         from harness.data.base import default_data_root
 
-        problems = preflight(suite, args, default_data_root(args.data_root), results)
+        root = default_data_root(options.data_root)
+        problems = preflight(loaded, str(suite), trackers, root, results)
     else:
-        problems = preflight(suite, args, None)
+        problems = preflight(loaded, str(suite), trackers, None)
     if problems:
-        return 2
+        raise SuiteError(problems)
+    # Where the trackers log, as this process sees it ($MLFLOW_TRACKING_URI, $WANDB_PROJECT…),
+    # fixed now and handed to every cell's process with the executor's options.
+    executor_options = dataclasses.replace(executor_options, trackers=trackers.resolved())
     try:
         results.mkdir(parents=True, exist_ok=True)
-        write_manifest(suite, results, tuple(args.only))
+        write_manifest(loaded, results, tuple(options.only))
     except OSError as exc:  # its path, not that of the temporary file the write failed on
         problem = f"{results}: cannot write the results folder: {exc.strerror or exc}"
         raise SuiteError([problem]) from None
-    todo = pending(cells, results, args.force)
+    todo = pending(cells, results, options.force)
     print(
-        f"suite {suite.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
+        f"suite {loaded.name!r}: {len(cells)} cells, {len(cells) - len(todo)} already done, "
         f"{len(todo)} to run → {results}"
     )
-    return _run_and_report(make_executor(args.executor, options, len(todo)), todo, results, args)
+    executor = make_executor(options.executor, executor_options, len(todo))
+    return _run_and_report(executor, todo, results, options)
 
 
-def _run_and_report(executor, todo: list, results: Path, args) -> int:
+def _run_and_report(executor, todo: list, results: Path, options: RunOptions) -> int:
     """Run ``todo`` on ``executor``; print its messages, then the summary once cells are over."""
     print(executor.describe(len(todo)))
     t0 = time.perf_counter()
     # None: each cell's process resolves $HARNESS_DATA_ROOT or the user cache itself.
-    root = Path(args.data_root).expanduser().resolve() if args.data_root else None
-    outcome = executor.run(todo, results, root, args.force)
+    root = Path(options.data_root).expanduser().resolve() if options.data_root else None
+    outcome = executor.run(todo, results, root, options.force)
     for line in outcome.messages:
         print(line)
     if not outcome.finished:  # handed to a scheduler: `harness status` follows it

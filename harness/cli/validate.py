@@ -1,6 +1,8 @@
 """``harness validate SUITE [KEY=VALUE…]``: every problem knowable before training, no cell run.
 
-Also the suite loading and preflight that ``run`` and ``report`` share.
+Also the suite loading and preflight that ``run`` and ``report`` share. Checking changes
+nothing: no environment variable, no file (the trackers asked for are options the run hands
+to its cells, :func:`tracker_options_of`).
 """
 
 from __future__ import annotations
@@ -8,8 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.config.includes import SuiteError
+
+if TYPE_CHECKING:
+    from harness.storage.tracker_options import TrackerOptions
 
 
 def load_suite_arg(
@@ -30,40 +36,48 @@ def load_suite_arg(
     return load_suite(path, overrides, check_files)
 
 
-def preflight(suite, args, data_root: Path | None, results: Path | None = None) -> int:
-    """Print the problems a valid suite can still meet on this machine (``--tensorboard``
-    without the package, a data root that is no folder, data that is not there, a results
-    folder that is a file or under one, or without room for one cell); 2 if any. The suite
-    itself was validated when it was loaded. ``data_root`` None: the cells run elsewhere,
-    nothing of this machine is checked."""
-    problems = tensorboard_problems_of(args)
+def preflight(
+    suite,
+    source: str,
+    trackers: TrackerOptions,
+    data_root: Path | None,
+    results: Path | None = None,
+) -> list[str]:
+    """The problems a valid suite (loaded from ``source``) can still meet on this machine:
+    trackers that cannot work (an unknown name, a package not installed, a tracking server
+    that does not answer, a tag or setting no tracker takes), a data root that is no folder,
+    data that is not there, a results folder that is a file or under one, or without room for
+    one cell. The suite itself was validated when it was loaded. ``data_root`` None: the cells
+    run elsewhere, nothing of this machine is checked. Nothing is changed."""
+    from harness.storage.loggers import tracker_problems
+
+    problems = tracker_problems(trackers)
     if data_root is not None:
         if root_problem := data_root_problem(data_root):
             problems.append(root_problem)  # every dataset would say the same, less clearly
         else:
-            problems += [f"{args.suite}: {p}" for p in check_data(suite, data_root)]
+            problems += [f"{source}: {p}" for p in check_data(suite, data_root)]
         if results is not None and (bad := folder_problem(results, "the results folder")):
             problems.append(bad)  # the space check below would read the wrong file system
         elif results is not None and (room := results_space_problem(suite.cells(), results)):
             problems.append(room)
-    for p in problems:
-        print(p, file=sys.stderr)
-    return 2 if problems else 0
+    return problems
 
 
-def tensorboard_problems_of(args) -> list[str]:
-    """``--tensorboard`` asks every cell for TensorBoard events through the environment, which
-    local worker processes and Slurm tasks inherit; the package must be installed."""
-    from harness.storage.loggers import LOGGERS_ENV, logger_problems, requested
-    from harness.storage.progress import TENSORBOARD_ENV, tensorboard_problems
+def tracker_options_of(args) -> TrackerOptions:
+    """The trackers ``--logger`` (repeatable), ``--tensorboard``, ``--tag key=value``,
+    ``--mlflow-experiment``, ``--wandb-project`` and ``--log-model`` ask for (those of the flags
+    the command has), as the options the executor hands to every cell's process."""
+    from harness.storage.tracker_options import TrackerOptions
 
-    if getattr(args, "tensorboard", False):
-        os.environ[TENSORBOARD_ENV] = "1"
-    # --logger NAME: the same way, through $HARNESS_LOGGERS (workers and Slurm tasks inherit it).
-    names = requested(tuple(getattr(args, "logger", None) or ()))
-    if names:
-        os.environ[LOGGERS_ENV] = ",".join(names)
-    return tensorboard_problems() + logger_problems([n for n in names if n != "tensorboard"])
+    return TrackerOptions.of(
+        getattr(args, "logger", None) or (),
+        getattr(args, "tag", None) or (),
+        tensorboard=getattr(args, "tensorboard", False),
+        mlflow_experiment=getattr(args, "mlflow_experiment", None),
+        wandb_project=getattr(args, "wandb_project", None),
+        log_model=getattr(args, "log_model", False),
+    )
 
 
 def folder_problem(folder: Path, what: str) -> str | None:
@@ -138,7 +152,10 @@ def cmd_validate(args) -> int:
         from harness.data.base import default_data_root
 
         data_root = default_data_root(args.data_root)
-    if preflight(suite, args, data_root, Path(args.results or "results") / suite.name):
+    results = Path(args.results or "results") / suite.name
+    if problems := preflight(suite, args.suite, tracker_options_of(args), data_root, results):
+        for p in problems:
+            print(p, file=sys.stderr)
         return 2
     every = suite.cells()
     cells = CellFilter(args.only).select(every)

@@ -86,10 +86,11 @@ from harness.storage.checkpoint import (
 )
 from harness.storage.lease import LeaseHeld
 from harness.storage.loggers import CellTrackers
-from harness.storage.progress import ProgressLog, epoch_images, tracker_names
+from harness.storage.progress import ProgressLog, epoch_images
 from harness.storage.records import atomic_write_text, record_or_set_aside
 from harness.storage.space import OutOfSpace
 from harness.storage.tracked import TrackedCell
+from harness.storage.tracker_options import TrackerOptions
 from methods._base import EnsembleModel
 
 log = logging.getLogger("harness")
@@ -115,26 +116,36 @@ def _save_atomic(obj: Any, path: Path) -> None:
 
 
 def pretrained_state(
-    cell: Cell, cell_dir: Path, spec: DatasetSpec, progress: bool, data_root: Path | None = None
+    cell: Cell,
+    cell_dir: Path,
+    spec: DatasetSpec,
+    progress: bool,
+    data_root: Path | None = None,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, torch.Tensor] | None:
     """:func:`harness.engine.pretrain.pretrained_state`, after training here the suite's
     `single` cell that :func:`harness.engine.pretrain.single_to_train` names, when it is not
-    done yet (:func:`train_single`)."""
+    done yet (:func:`train_single`, with the run's ``trackers``)."""
     results_dir = cell_dir.parent
     single = pretrain.single_to_train(cell, results_dir)
     if single is not None:
-        pretrain.check_trained(single, train_single(single, results_dir, data_root, progress))
+        rec = train_single(single, results_dir, data_root, progress, trackers)
+        pretrain.check_trained(single, rec)
     return pretrain.pretrained_state(cell, results_dir, spec)
 
 
 def train_single(
-    single: Cell, results_dir: Path, data_root: Path | None, progress: bool = False
+    single: Cell,
+    results_dir: Path,
+    data_root: Path | None,
+    progress: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, Any]:
     """The record of ``single`` (the cell a conversion starts from) once it is done, training it
     here unless another live process is: that process's record is waited for, and if its lease
     disappears without one (it was killed), the cell is run again here under its own lease."""
     while True:
-        rec = run_cell(single, results_dir, data_root, False, progress)
+        rec = run_cell(single, results_dir, data_root, False, progress, trackers=trackers)
         if rec["status"] != "leased":
             return rec
         rec = pretrain.wait_for_record(single, results_dir)
@@ -257,6 +268,7 @@ def run_cell(
     force: bool = False,
     progress: bool = True,
     shared_device: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate one cell; always leaves a record unless interrupted.
 
@@ -268,6 +280,8 @@ def run_cell(
         progress: show a progress bar for the epochs.
         shared_device: other cells run on the same device at the same time (recorded in
             ``cost.shared_device``: throughput measured under contention).
+        trackers: the experiment trackers the run asked for (None: none); the executor hands
+            them over, from the options the run was started with.
 
     Returns:
         The result record (also written to ``<results_dir>/<cell_id>/record.json``), or, when
@@ -295,7 +309,7 @@ def run_cell(
     try:
         if not distributed.ranks(cell).main:
             return distributed.follow(cell, lambda: _train_as_follower(cell, cell_dir, data_root))
-        return _run_leased(cell, cell_dir, data_root, force, progress, shared_device)
+        return _run_leased(cell, cell_dir, data_root, force, progress, shared_device, trackers)
     finally:
         lease.release()
 
@@ -323,6 +337,7 @@ def _run_leased(
     force: bool,
     progress: bool,
     shared_device: bool,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, Any]:
     """:func:`run_cell`'s work, done while holding the cell's lease."""
     existing = record_or_set_aside(cell_dir)  # under the lease: another run may just have finished
@@ -340,18 +355,22 @@ def _run_leased(
     rec = new_record(cell, environment(device), started)
     rec["cost"] = run_conditions(cell, device, shared_device)
     # Opened when training starts (or, when it was over, with the record), finished with the
-    # record: one tracker run holds the epochs and the final metrics.
-    trackers = CellTrackers(cell_dir, tracker_names(), TrackedCell.from_record(rec, cell_dir))
+    # record: one tracker run holds the epochs and the final metrics. They are told the commit
+    # the record's provenance names.
+    commit = rec["environment"].get("git_commit")
+    opened = CellTrackers(
+        cell_dir, trackers or TrackerOptions(), TrackedCell.from_record(rec, cell_dir), commit
+    )
     phase = "setup"  # setup → train → evaluate: the record says where a failure happened
     try:
         if setup_error is not None:
             raise setup_error
         spec, splits = load_data(cell, data_root)
-        pre = pretrained_state(cell, cell_dir, spec, progress, data_root)
+        pre = pretrained_state(cell, cell_dir, spec, progress, data_root, trackers)
         model, ctx = build_model(cell, spec, pre, device)
         phase = "train"
         job = CellJob(cell, cell_dir, spec, splits, device, progress)
-        history, diag, train_s = trained_model(job, model, trackers)
+        history, diag, train_s = trained_model(job, model, opened)
         distributed.leave(cell)  # rank 0 of a multi-process cell evaluates alone
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
         rec["diagnostics"]["batch_feeding"] = (  # images each member saw per training step
@@ -383,7 +402,7 @@ def _run_leased(
     rec["timings"]["cpu_s"] = time.process_time() - cpu0  # a shared machine inflates wall time
     rec["finished_at"] = now()
     rec = write_record_if_room(cell, cell_dir, rec, phase)  # failed when it does not fit
-    trackers.finish(rec)  # after the record: a tracker's failure never changes the result
+    opened.finish(rec)  # after the record: a tracker's failure never changes the result
     if rec["status"] == "done":
         log_event(cell_dir, "done")
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)

@@ -20,6 +20,7 @@ from harness.contract import SUITE_FILE, Cell, DamagedRecord, build_manifest, se
 from harness.contract.manifest import read_manifest_file
 from harness.contract.record import read_record
 from harness.storage.records import atomic_write_text
+from harness.storage.tracker_options import TrackerOptions
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class ExecutorOptions:
         gpus: Local: the GPUs to place cells on (``CUDA_VISIBLE_DEVICES`` ids; None: every
             visible one).
         cells_per_gpu: Local: cells running at once on each GPU.
+        trackers: The experiment trackers every cell logs to, with the user's tags and where
+            they log; handed to each cell's process as an argument (a worker's task, a Slurm
+            task's payload), never through the environment.
     """
 
     workers: int | None = None
@@ -46,6 +50,7 @@ class ExecutorOptions:
     progress: bool = True
     gpus: tuple[str, ...] | None = None
     cells_per_gpu: int = 1
+    trackers: TrackerOptions = field(default_factory=TrackerOptions)
 
 
 @dataclass
@@ -75,7 +80,9 @@ class Executor(Protocol):
     Class attributes:
         name: what ``--executor`` calls it.
         reads: the :class:`ExecutorOptions` fields it uses; the CLI refuses a flag that sets
-            any other (it would be ignored without a word).
+            any other (it would be ignored without a word). An executor that reads
+            ``trackers`` passes ``options.trackers`` to :func:`harness.executors.ranks.run_one`
+            for every cell.
         runs_here: cells run on this machine, so the CLI checks their data here first.
     """
 

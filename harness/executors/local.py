@@ -14,6 +14,7 @@ that worker is replaced before another cell runs on its GPU.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import time
@@ -37,6 +38,7 @@ from harness.executors.devices import (
 )
 from harness.executors.faults import MachineFaults, outcome_after, raised_failure
 from harness.storage.space import OutOfSpace
+from harness.storage.tracker_options import TrackerOptions
 
 
 def run_inprocess(
@@ -46,9 +48,11 @@ def run_inprocess(
     force: bool = False,
     progress: bool = True,
     faults: MachineFaults | None = None,
+    trackers: TrackerOptions | None = None,
 ) -> list[dict[str, Any]]:
     """Run cells one after another in this process, with a progress bar over cells; after an
-    out-of-space failure none starts (``faults`` says so: :class:`MachineFaults`)."""
+    out-of-space failure none starts (``faults`` says so: :class:`MachineFaults`). Every cell
+    logs to ``trackers``."""
     from tqdm.auto import tqdm
 
     from harness.executors.ranks import run_one
@@ -59,7 +63,10 @@ def run_inprocess(
     for i, cell in enumerate(bar):
         bar.set_postfix_str(cell.label)
         try:
-            records.append(run_one(cell, results_dir, data_root, force=force, progress=progress))
+            rec = run_one(
+                cell, results_dir, data_root, force=force, progress=progress, trackers=trackers
+            )
+            records.append(rec)
         except OutOfSpace as exc:  # raised, not recorded: nothing of the cell could be written
             records.append(raised_failure(cell.cell_id, exc))
         if faults.note(records[-1]):  # a full file system: every later cell would fail too
@@ -83,7 +90,10 @@ def _run_cell_json(
     force: bool,
     threads: int = 1,
     shared_device: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, Any]:
+    """A worker's task: one cell (from its JSON) in this spawned process, with the run's
+    ``trackers`` (pickled with the call: the worker reads no environment for them)."""
     import torch
 
     from harness.executors.interrupt import check_not_stopping
@@ -98,6 +108,7 @@ def _run_cell_json(
         force=force,
         progress=False,
         shared_device=shared_device,
+        trackers=trackers,
     )
     return {**record, "worker": worker_info(record)}
 
@@ -126,6 +137,7 @@ def run_local(
     task: Callable[..., dict[str, Any]] = _run_cell_json,
     gpus: list[str] | None = None,
     faults: MachineFaults | None = None,
+    trackers: TrackerOptions | None = None,
 ) -> list[dict[str, Any]]:
     """Run cells in ``workers`` spawned processes on this machine.
 
@@ -139,14 +151,18 @@ def run_local(
     Args:
         devices: One ``CUDA_VISIBLE_DEVICES`` value per worker (:func:`worker_slots`); None: the
             workers share the machine's device (CPU).
-        task: What a worker calls per cell (a module-level function: it is pickled by name).
+        task: What a worker calls per cell (a module-level function: it is pickled by name),
+            as :func:`_run_cell_json` (the same arguments, ``trackers`` by keyword).
         gpus: The GPUs multi-process cells are placed on (default: those in ``devices``).
+        trackers: The experiment trackers every cell logs to (an argument of each task).
     """
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(cells), desc="cells", unit="cell", disable=not progress)
     shared = len(set(devices)) < len(devices) if devices else workers > 1
     common = (str(results_dir), str(data_root) if data_root else None, force, threads, shared)
+    # Passed with every task: the workers are spawned, they inherit nothing of this process.
+    task = functools.partial(task, trackers=trackers or TrackerOptions())
     one = [c for c in cells if c.recipe.processes <= 1]
     slots: list[str | None] = list(devices) if devices else [None] * workers
     faults = faults if faults is not None else MachineFaults()
@@ -280,7 +296,7 @@ class InProcessExecutor:
     """Every cell in this process, one after another (the default on a GPU machine)."""
 
     name = "inprocess"
-    reads = ("threads", "progress")
+    reads = ("threads", "progress", "trackers")
     runs_here = True
 
     def __init__(self, options: ExecutorOptions) -> None:
@@ -300,7 +316,7 @@ class InProcessExecutor:
         faults = MachineFaults()
         records = run_inprocess(
             cells, results_dir, data_root, force=force, progress=self.options.progress,
-            faults=faults,
+            faults=faults, trackers=self.options.trackers,
         )  # fmt: skip
         return outcome_after(faults, records, len(cells))
 
@@ -316,7 +332,7 @@ class LocalWorkersExecutor:
     """
 
     name = "local"
-    reads = ("workers", "threads", "gpus", "cells_per_gpu", "progress")
+    reads = ("workers", "threads", "gpus", "cells_per_gpu", "progress", "trackers")
     runs_here = True
 
     def __init__(
@@ -373,5 +389,6 @@ class LocalWorkersExecutor:
             task=self.task,
             gpus=self.gpus(),
             faults=faults,
+            trackers=self.options.trackers,
         )
         return outcome_after(faults, records, len(cells))

@@ -36,6 +36,7 @@ from harness.engine.distributed import (
     uses_cuda,
 )
 from harness.storage.lease import LeaseHeld, acquire
+from harness.storage.tracker_options import TrackerOptions
 
 log = logging.getLogger("harness")
 
@@ -52,19 +53,27 @@ def run_one(
     force: bool = False,
     progress: bool = True,
     shared_device: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, Any]:
     """Run one cell as :func:`harness.engine.runner.run_cell` does (same arguments, same
-    result), starting its ranks here when its recipe asks for several processes."""
+    result), starting its ranks here when its recipe asks for several processes; the cell logs
+    to ``trackers`` (the executor's ``options.trackers``)."""
     from harness.engine import runner
 
     if needs_launch(cell):
-        return launch_cell(cell, results_dir, data_root, force, progress, shared_device)
-    pretrain_first(cell, results_dir, data_root, progress)
-    return runner.run_cell(cell, results_dir, data_root, force, progress, shared_device)
+        return launch_cell(cell, results_dir, data_root, force, progress, shared_device, trackers)
+    pretrain_first(cell, results_dir, data_root, progress, trackers)
+    return runner.run_cell(
+        cell, results_dir, data_root, force, progress, shared_device, trackers=trackers
+    )
 
 
 def pretrain_first(
-    cell: Cell, results_dir: Path, data_root: Path | None, progress: bool = False
+    cell: Cell,
+    results_dir: Path,
+    data_root: Path | None,
+    progress: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> None:
     """Train the `single` cell that ``cell`` converts (``pretrain_epochs``), if any, here when
     the runner cannot: before the ranks of a multi-process ``cell`` join their group (inside it
@@ -80,8 +89,9 @@ def pretrain_first(
         return
     if single is None or not (needs_launch(cell) or needs_launch(single)):
         return
-    while run_one(single, results_dir, data_root, False, progress)["status"] == "leased":
-        if wait_for_record(single, Path(results_dir)) is not None:
+    while True:  # leased by another live process: wait for its record, or take it over
+        rec = run_one(single, results_dir, data_root, False, progress, trackers=trackers)
+        if rec["status"] != "leased" or wait_for_record(single, Path(results_dir)) is not None:
             return
 
 
@@ -141,6 +151,7 @@ def _rank_main(
     force: bool,
     progress: bool,
     shared_device: bool,
+    trackers: TrackerOptions | None,
     results: Any,
 ) -> None:
     """One spawned rank: the env:// variables, its GPU, then
@@ -162,7 +173,9 @@ def _rank_main(
     cell = Cell.from_json(cell_json, validated=True)
     with process_group(cell):
         root = Path(data_root) if data_root else None
-        out = run_cell(cell, Path(results_dir), root, force, progress, shared_device)
+        out = run_cell(
+            cell, Path(results_dir), root, force, progress, shared_device, trackers=trackers
+        )
     if rank == 0:
         results.put(out)
 
@@ -174,8 +187,10 @@ def launch_cell(
     force: bool = False,
     progress: bool = True,
     shared_device: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, Any]:
-    """Run ``cell`` on ``cell.recipe.processes`` spawned local ranks and wait for them.
+    """Run ``cell`` on ``cell.recipe.processes`` spawned local ranks and wait for them (rank 0
+    logs to ``trackers``, an argument of each spawned rank).
 
     Returns:
         The finished record when the cell is done (and not ``force``d), else rank 0's
@@ -192,13 +207,13 @@ def launch_cell(
         devices = rank_devices(cell)
     except DistributedError as exc:
         return record_launch_failure(cell, Path(results_dir), exc)
-    pretrain_first(cell, results_dir, data_root)
+    pretrain_first(cell, results_dir, data_root, trackers=trackers)
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.SimpleQueue()
     port, parent = free_port(), os.getpid()
     threads = max(1, torch.get_num_threads() // n) if devices[0] is None else 1
     root = str(data_root) if data_root else None
-    args = (cell.to_json(), str(results_dir), root, force, progress, shared_device)
+    args = (cell.to_json(), str(results_dir), root, force, progress, shared_device, trackers)
     procs = [
         ctx.Process(
             target=_rank_main,

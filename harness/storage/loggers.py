@@ -1,17 +1,21 @@
 """Experiment trackers: where a cell's configuration, epochs and final metrics go besides its files.
 
 :class:`harness.storage.progress.ProgressLog` writes ``progress.csv`` (always) and hands every
-epoch row's finite scalars to each tracker named in ``$HARNESS_LOGGERS`` (comma-separated;
-``harness run --logger NAME``, repeatable, sets it, and local workers and Slurm tasks inherit it):
+epoch row's finite scalars to the trackers the run asked for: a
+:class:`harness.storage.tracker_options.TrackerOptions` made where the run starts (``harness
+run --logger NAME``, repeatable, or ``harness.api.run(loggers=...)``) and handed explicitly to
+the runner of every cell, in this process, in local worker processes and in Slurm tasks:
 
 =========== ==========================================================================
 tensorboard TensorBoard events in ``<cell>/tensorboard/`` (``--tensorboard`` is the same), with
             an HParams session per cell (``tensorboard --logdir results/<suite>``)
 wandb       Weights & Biases, offline unless ``WANDB_MODE`` says otherwise: ``<cell>/wandb/
-            offline-run-*`` (``wandb sync`` uploads it later)
+            offline-run-*`` (``wandb sync`` uploads it later), in the project
+            ``--wandb-project`` (else ``$WANDB_PROJECT``, else ``implicit-ensemble-harness``)
 mlflow      MLflow: the tracking server of ``MLFLOW_TRACKING_URI`` when set (e.g.
             ``http://127.0.0.1:5000`` for ``mlflow server --backend-store-uri sqlite:///…``),
-            else the local file store ``<results>/mlruns``; one experiment per suite
+            else the local file store ``<results>/mlruns``; the experiment
+            ``--mlflow-experiment`` (else ``$MLFLOW_EXPERIMENT_NAME``, else the suite's name)
 =========== ==========================================================================
 
 Every tracker gets what it needs to compare runs (:class:`harness.storage.tracked.TrackedCell`):
@@ -24,20 +28,27 @@ Every tracker gets what it needs to compare runs (:class:`harness.storage.tracke
   TensorBoard HParams session group — the label without its seed and 8 hex digits of the
   configuration's hash without the seed (``tracked.config_id``), so two configurations that
   share a label (another recipe in another results folder) are never one group;
-- tags for the suite and the method (W&B ``suite:NAME``/``method:NAME``, MLflow tags);
+- tags for the suite and the method (W&B ``suite:NAME``/``method:NAME``, MLflow tags), the
+  user's ``--tag key=value`` tags, and the git commit the record's provenance names
+  (``environment.git_commit``: MLflow tag ``git_commit``, W&B config, TensorBoard HParams);
+- each epoch's numbers under one name per quantity (:data:`EPOCH_METRICS`): the task loss
+  (``train.task_loss``) and the method's diversity term (``train.div_loss``: σN-Ens's λ·L_div)
+  apart, beside the objective they sum to (``train.loss``); validation numbers under the names
+  the record's final ``val`` block has (``val.acc``), so they are one series;
 - at the end, every final number of the record (``tracked.final_metrics``, read generically
   from its ``metrics`` and ``cost`` blocks): W&B's run summary, MLflow metrics (and
-  ``record.json`` as an artifact), TensorBoard scalars and the HParams session's end.
+  ``record.json`` as an artifact), TensorBoard scalars and the HParams session's end; with
+  ``--log-model`` the cell's ``final.pt`` as an artifact too (MLflow, W&B).
 
 A cell that resumes (from its epoch checkpoint, or only to redo the evaluation) continues its
 tracker run instead of opening a second one: ``<cell>/trackers.json`` keeps each tracker's run
 id (W&B's run id, MLflow's run id and tracking URI). A cell that starts training from epoch 0
 opens a new run (the run of an earlier attempt keeps its own history).
 
-A tracker is a factory ``(cell_dir, cell, resume_epoch, previous) -> TrackerRun`` in
-:data:`LOGGERS` (the adapters: :mod:`harness.storage.trackers`); adding one is an entry there.
-The optional packages are imported only by the trackers asked for (``pip install .[wandb]`` /
-``.[mlflow]`` / ``.[tensorboard]``).
+A tracker is a factory ``(cell_dir, cell, resume_epoch, previous, options, commit) ->
+TrackerRun`` in :data:`LOGGERS` (the adapters: :mod:`harness.storage.trackers`); adding one is
+an entry there. The optional packages are imported only by the trackers asked for (``pip
+install .[wandb]`` / ``.[mlflow]`` / ``.[tensorboard]``).
 """
 
 from __future__ import annotations
@@ -46,43 +57,32 @@ import importlib.util
 import json
 import logging
 import math
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.storage.records import atomic_write_text
 from harness.storage.tracked import TrackedCell, TrackerRun
-from harness.storage.trackers import (
-    MLFLOW_URI_ENV,
-    MLflowLogger,
-    TensorBoardLogger,
-    WandbLogger,
-)
+from harness.storage.tracker_options import MLFLOW_URI_ENV, TrackerOptions, option_problems
+from harness.storage.trackers import MLflowLogger, TensorBoardLogger, WandbLogger
 
 log = logging.getLogger("harness")
 
-LOGGERS_ENV = "HARNESS_LOGGERS"
 TRACKERS_FILE = "trackers.json"  # each tracker's run id, so a resumed cell continues its run
 
-
-LOGGERS: dict[str, tuple[Callable[[Path, TrackedCell, int, Mapping | None], TrackerRun], str, str]]
-LOGGERS = {
+#: A tracker adapter: ``(cell_dir, cell, resume_epoch, previous, options, commit) -> TrackerRun``.
+Factory = Callable[[Path, TrackedCell, int, Mapping | None, TrackerOptions, str | None], TrackerRun]
+#: Tracker name → (factory, the module it needs, the extra that installs it).
+LOGGERS: dict[str, tuple[Factory, str, str]] = {
     "tensorboard": (TensorBoardLogger, "tensorboard", "tensorboard"),
     "wandb": (WandbLogger, "wandb", "wandb"),
     "mlflow": (MLflowLogger, "mlflow", "mlflow"),
 }
 
 
-def requested(extra: tuple[str, ...] = ()) -> list[str]:
-    """The logger names of ``$HARNESS_LOGGERS`` and ``extra``, in order, each once."""
-    names = [n.strip() for n in os.environ.get(LOGGERS_ENV, "").split(",") if n.strip()]
-    return list(dict.fromkeys([*names, *extra]))
-
-
-def logger_problems(names: list[str]) -> list[str]:
+def logger_problems(names: Sequence[str], mlflow_uri: str | None = None) -> list[str]:
     """An unknown name, a logger whose package is not installed, or an MLflow tracking server
-    (``$MLFLOW_TRACKING_URI``) that does not answer: one line each, before anything runs."""
+    (``mlflow_uri``) that does not answer: one line each, before anything runs."""
     out = []
     for name in names:
         if name not in LOGGERS:
@@ -93,18 +93,25 @@ def logger_problems(names: list[str]) -> list[str]:
                 f"--logger {name}: the {LOGGERS[name][1]} package is not installed; "
                 f"pip install 'implicit-ensemble-harness[{extra}]'"
             )
-        elif name == "mlflow" and (problem := mlflow_server_problem()):
+        elif name == "mlflow" and (problem := mlflow_server_problem(mlflow_uri)):
             out.append(f"--logger mlflow: {problem}")
     return out
 
 
-def mlflow_server_problem(timeout: float = 5.0) -> str | None:
-    """Why the tracking server of ``$MLFLOW_TRACKING_URI`` cannot take runs (it does not answer
-    ``/health``), or None (no server asked for, or it answers)."""
+def tracker_problems(options: TrackerOptions) -> list[str]:
+    """Everything :func:`logger_problems` and
+    :func:`harness.storage.tracker_options.option_problems` find in ``options``; reads the
+    environment's fallbacks (``$MLFLOW_TRACKING_URI``), sets nothing."""
+    return logger_problems(options.names, options.tracking_uri()) + option_problems(options)
+
+
+def mlflow_server_problem(uri: str | None, timeout: float = 5.0) -> str | None:
+    """Why the tracking server at ``uri`` cannot take runs (it does not answer ``/health``),
+    or None (no server asked for, or it answers)."""
     import urllib.error
     import urllib.request
 
-    uri = os.environ.get(MLFLOW_URI_ENV, "")
+    uri = uri or ""
     if not uri.startswith(("http://", "https://")):
         return None
     try:
@@ -115,6 +122,42 @@ def mlflow_server_problem(timeout: float = 5.0) -> str | None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return f"{MLFLOW_URI_ENV}={uri}: the tracking server does not answer ({reason})"
+
+
+#: ``progress.csv`` column → the tracker metric's name. One name per quantity, in the record's
+#: dotted style: the per-epoch validation numbers are named as the record's final ``val`` block
+#: (``val.acc``), so the two are one series and not two metrics. ``train_loss`` is the objective
+#: (task loss + the method's diversity term); :func:`epoch_metrics` adds ``train.task_loss``.
+EPOCH_METRICS = {
+    "train_loss": "train.loss",
+    "train_reg": "train.div_loss",  # σN-Ens's λ·L_div (negative); 0 for methods without one
+    "train_acc": "train.acc",
+    "lr": "train.lr",
+    "val_acc": "val.acc",
+    "val_nll": "val.nll",
+    "val_ece": "val.ece",
+    "images_per_s": "train.images_per_s",
+    "epoch_s": "train.epoch_s",
+    "elapsed_s": "train.elapsed_s",
+}
+
+
+def epoch_metrics(row: Mapping[str, Any]) -> dict[str, float]:
+    """An epoch row (as ``progress.csv`` writes it) as the trackers' metrics: the finite
+    numbers under :data:`EPOCH_METRICS`' names, a method diagnostic ``diag_X`` as ``diag.X``,
+    and the task loss ``train.task_loss`` = ``train_loss`` − ``train_reg`` (the objective less
+    the diversity term: what the members' cross-entropy alone came to)."""
+    out = {}
+    for key, value in finite_scalars(row).items():
+        if key in EPOCH_METRICS:
+            out[EPOCH_METRICS[key]] = value
+        elif key.startswith("diag_"):
+            out[f"diag.{key[len('diag_') :]}"] = value
+        else:
+            out[key] = value
+    if "train.loss" in out:
+        out["train.task_loss"] = out["train.loss"] - out.get("train.div_loss", 0.0)
+    return out
 
 
 # --- one cell's trackers -----------------------------------------------------------------------
@@ -130,18 +173,25 @@ class CellTrackers:
 
     Args:
         cell_dir: the cell's folder.
-        names: tracker names (default: ``$HARNESS_LOGGERS``).
+        trackers: the run's :class:`TrackerOptions`, or only tracker names (default: none).
         cell: what the trackers are told (default: from the folder's ``cell.json``).
+        commit: the git commit of the code that runs the cell, as the record's provenance
+            names it (``environment.git_commit``); None: not told.
     """
 
     def __init__(
         self,
         cell_dir: Path,
-        names: list[str] | None = None,
+        trackers: TrackerOptions | Sequence[str] = (),
         cell: TrackedCell | None = None,
+        commit: str | None = None,
     ) -> None:
         self.cell_dir = Path(cell_dir)
-        self.names = requested() if names is None else list(names)
+        if not isinstance(trackers, TrackerOptions):
+            trackers = TrackerOptions.of(trackers)
+        self.options = trackers
+        self.names = list(trackers.names)
+        self.commit = commit
         self._cell = cell
         self.runs: dict[str, TrackerRun] = {}
         self.started = False
@@ -166,7 +216,9 @@ class CellTrackers:
             before = previous.get(name)
             if continues and isinstance(before, dict):
                 before = {**before, "continue": True}
-            run = LOGGERS[name][0](self.cell_dir, cell, resume_epoch, before)
+            run = LOGGERS[name][0](
+                self.cell_dir, cell, resume_epoch, before, self.options, self.commit
+            )
             self.runs[name] = run
             previous[name] = run.state
         atomic_write_text(self.cell_dir / TRACKERS_FILE, json.dumps(previous, indent=1) + "\n")

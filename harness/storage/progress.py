@@ -11,23 +11,22 @@ record). A resumed cell keeps the rows up to the epoch it resumes after and drop
 ``progress.json`` says who trains the cell (executor, device, epochs); ``harness status`` reads
 it with the CSV and the cell's lease.
 
-TensorBoard: ``harness run --tensorboard`` (or ``HARNESS_TENSORBOARD=1`` in the environment,
-which the flag sets so that local worker processes and Slurm tasks inherit it) also writes the
-same scalars with ``torch.utils.tensorboard.SummaryWriter`` into ``<cell>/tensorboard/``; view
-them with ``tensorboard --logdir results/<suite>``. It needs the optional ``tensorboard`` package
-(``pip install '.[tensorboard]'``).
+The same numbers go to the trackers the run asked for (:mod:`harness.storage.loggers`; e.g.
+``harness run --tensorboard`` writes them with ``torch.utils.tensorboard.SummaryWriter`` into
+``<cell>/tensorboard/``; view them with ``tensorboard --logdir results/<suite>``), under the
+trackers' metric names (:data:`harness.storage.loggers.EPOCH_METRICS`). The runner hands this
+log the cell's trackers; nothing here reads the environment for them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
 import json
 import multiprocessing
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
 
 PROGRESS_CSV = "progress.csv"
 PROGRESS_JSON = "progress.json"
-TENSORBOARD_ENV = "HARNESS_TENSORBOARD"
 
 # Fixed columns, in this order; validation columns stay empty when the recipe holds out nothing.
 COLUMNS = (
@@ -65,38 +63,7 @@ __all__ = [
     "executor_name",
     "progress_summary",
     "read_progress",
-    "tensorboard_problems",
-    "tensorboard_requested",
-    "tracker_names",
 ]
-
-
-def tensorboard_requested() -> bool:
-    """Whether this run asked for TensorBoard events (``HARNESS_TENSORBOARD`` set and not 0)."""
-    return os.environ.get(TENSORBOARD_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def tracker_names() -> list[str]:
-    """The trackers this run asked for: ``$HARNESS_LOGGERS``, and ``tensorboard`` under
-    ``--tensorboard`` (:func:`tensorboard_requested`)."""
-    from harness.storage.loggers import requested
-
-    return requested(("tensorboard",) if tensorboard_requested() else ())
-
-
-def tensorboard_installed() -> bool:
-    """Whether the optional ``tensorboard`` package (SummaryWriter's backend) is importable."""
-    return importlib.util.find_spec("tensorboard") is not None
-
-
-def tensorboard_problems() -> list[str]:
-    """One message when TensorBoard events are asked for and the package is missing."""
-    if tensorboard_requested() and not tensorboard_installed():
-        return [
-            f"--tensorboard (or {TENSORBOARD_ENV}=1): the tensorboard package is not installed; "
-            "pip install 'implicit-ensemble-harness[tensorboard]' (or pip install tensorboard)"
-        ]
-    return []
 
 
 def executor_name() -> str:
@@ -195,8 +162,9 @@ class ProgressLog:
         resume_epoch: epochs already trained (the checkpoint's); rows after it are dropped.
         epochs: the recipe's epochs (for ``progress.json``).
         device: the device the cell trains on, e.g. ``cpu`` or ``cuda:1``.
-        tensorboard: write TensorBoard events too; default: :func:`tensorboard_requested`.
-        loggers: logger names; default: ``$HARNESS_LOGGERS``.
+        tensorboard: write TensorBoard events too (the same as ``"tensorboard"`` in
+            ``loggers``).
+        loggers: tracker names to open here (default: none).
         trackers: trackers opened by the caller, who also finishes them (the runner, which sends
             them the record's final metrics); default: open ``loggers`` here, close them in
             :meth:`close`.
@@ -208,8 +176,8 @@ class ProgressLog:
         resume_epoch: int,
         epochs: int,
         device: str,
-        tensorboard: bool | None = None,
-        loggers: list[str] | None = None,
+        tensorboard: bool = False,
+        loggers: Sequence[str] = (),
         trackers: CellTrackers | None = None,
     ) -> None:
         from harness.storage.loggers import CellTrackers
@@ -234,12 +202,8 @@ class ProgressLog:
         # evaluation); without them this log opens its own and closes them with the file.
         self._owns_trackers = trackers is None
         if trackers is None:
-            names = tracker_names() if loggers is None else list(loggers)
-            if tensorboard and "tensorboard" not in names:
-                names.append("tensorboard")
-            if tensorboard is False:
-                names = [n for n in names if n != "tensorboard"]
-            trackers = CellTrackers(Path(cell_dir), names)
+            names = [*loggers, *(["tensorboard"] if tensorboard else [])]
+            trackers = CellTrackers(Path(cell_dir), list(dict.fromkeys(names)))
         self.trackers = trackers
         trackers.start(resume_epoch)
 
@@ -292,9 +256,9 @@ class ProgressLog:
                 self._file.close()
             raise
         if self.trackers.runs:
-            from harness.storage.loggers import finite_scalars
+            from harness.storage.loggers import epoch_metrics
 
-            self.trackers.log(int(out["epoch"]), finite_scalars(out))
+            self.trackers.log(int(out["epoch"]), epoch_metrics(out))
         return out
 
     def close(self) -> None:

@@ -15,13 +15,13 @@ class SlurmExecutor:
     """Submits the cells as a job array; with ``wait``, returns once every task has ended.
 
     Args:
-        options: ``profile``, ``slurm_overrides``, ``wait`` and ``progress`` are used; the
-            profile and its overrides are read here, so a bad one stops the run before anything
-            is submitted.
+        options: ``profile``, ``slurm_overrides``, ``wait``, ``progress`` and ``trackers``
+            (in each task's payload) are used; the profile and its overrides are read here, so
+            a bad one stops the run before anything is submitted.
     """
 
     name = "slurm"
-    reads = ("profile", "slurm_overrides", "wait", "progress")
+    reads = ("profile", "slurm_overrides", "wait", "progress", "trackers")
     runs_here = False  # tasks resolve their own data root (a profile setup line may set it)
 
     def __init__(self, options: ExecutorOptions) -> None:
@@ -39,7 +39,9 @@ class SlurmExecutor:
     ) -> RunOutcome:
         from harness.executors.slurm.submit import submit_cells, wait_jobs
 
-        jobs = submit_cells(cells, results_dir, data_root, self.profile, force=force)
+        jobs = submit_cells(
+            cells, results_dir, data_root, self.profile, force=force, trackers=self.options.trackers
+        )
         if not jobs:
             return RunOutcome(finished=True, messages=["nothing to submit: every cell is done"])
         self.array_id = jobs[0].job_id.split("_")[0]

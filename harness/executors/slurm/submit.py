@@ -24,6 +24,7 @@ import submitit
 
 from harness.contract import Cell
 from harness.storage.records import atomic_write_text
+from harness.storage.tracker_options import TrackerOptions
 
 SLURM_DIR = "_slurm"  # leading "_": not a cell folder for the reporter
 JOBS_FILE = "jobs.json"
@@ -36,10 +37,13 @@ class CellTask(submitit.helpers.Checkpointable):
         force: redo a finished cell from scratch (``harness run --force``). Only the task's
             first attempt does: a requeued attempt (Slurm's restart count > 0, or the
             submission :meth:`checkpoint` makes) resumes what the first one started.
+        trackers: the experiment trackers the cell logs to. The task object is pickled into
+            the job's payload, so they reach the node with it, whatever the cluster exports.
     """
 
-    def __init__(self, force: bool = False) -> None:
+    def __init__(self, force: bool = False, trackers: TrackerOptions | None = None) -> None:
         self.force = force
+        self.trackers = trackers or TrackerOptions()
 
     def __call__(
         self, cell_json: dict[str, Any], results_dir: str, data_root: str | None
@@ -66,19 +70,26 @@ class CellTask(submitit.helpers.Checkpointable):
         root = Path(data_root) if data_root else None
         force = self.force and os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0")
         if cell.recipe.processes > 1:  # this task is one rank of the cell
-            rec = run_slurm_rank(cell, Path(results_dir), root, force)
+            rec = run_slurm_rank(cell, Path(results_dir), root, force, self.trackers)
         else:
-            rec = run_one(cell, Path(results_dir), root, force=force, progress=False)
+            rec = run_one(
+                cell, Path(results_dir), root, force=force, progress=False, trackers=self.trackers
+            )
         return {"cell_id": rec["cell_id"], "status": rec["status"]}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         # Training state is already on disk (checkpoint.pt after every epoch): requeueing the
         # same call, without --force, resumes from it.
-        return submitit.helpers.DelayedSubmission(CellTask(force=False), *args, **kwargs)
+        again = CellTask(force=False, trackers=self.trackers)
+        return submitit.helpers.DelayedSubmission(again, *args, **kwargs)
 
 
 def run_slurm_rank(
-    cell: Cell, results_dir: Path, data_root: Path | None, force: bool = False
+    cell: Cell,
+    results_dir: Path,
+    data_root: Path | None,
+    force: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> dict[str, Any]:
     """One task of a multi-task Slurm job: export the rendezvous (submitit), train the `single`
     cell the cell converts if it is not done (one task trains it, the others wait on its
@@ -91,9 +102,9 @@ def run_slurm_rank(
         set_cuda_visible_devices=False,
         overwrite=True,  # LOCAL_RANK picks the GPU instead
     )
-    pretrain_first(cell, results_dir, data_root)
+    pretrain_first(cell, results_dir, data_root, trackers=trackers)
     with process_group(cell):
-        return run_cell(cell, results_dir, data_root, force, False)
+        return run_cell(cell, results_dir, data_root, force, False, trackers=trackers)
 
 
 def slurm_parameters(params: dict[str, Any], processes: int) -> dict[str, Any]:
@@ -137,11 +148,17 @@ def make_executor(results_dir: Path, profile, processes: int = 1) -> submitit.Au
 
 
 def submit_cells(
-    cells: list[Cell], results_dir: Path, data_root: Path | None, profile, force: bool = False
+    cells: list[Cell],
+    results_dir: Path,
+    data_root: Path | None,
+    profile,
+    force: bool = False,
+    trackers: TrackerOptions | None = None,
 ) -> list[submitit.Job]:
     """Submit one job array with one array task per cell (one array per distinct recipe
     ``processes``: a cell of N processes is an array task of N Slurm tasks); returns submitit's
-    jobs in the order of ``cells``. ``force``: each task redoes its cell from scratch."""
+    jobs in the order of ``cells``. ``force``: each task redoes its cell from scratch;
+    ``trackers``: what each task logs to (in the task's pickled payload)."""
     if not cells:
         return []
     root = str(data_root) if data_root else None
@@ -150,7 +167,7 @@ def submit_cells(
         group = [c for c in cells if c.recipe.processes == processes]
         ex = make_executor(results_dir, profile, processes)
         submitted = ex.map_array(
-            CellTask(force=force),
+            CellTask(force=force, trackers=trackers),
             [c.to_json() for c in group],
             [str(Path(results_dir).resolve())] * len(group),
             [root] * len(group),

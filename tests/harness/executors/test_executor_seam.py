@@ -60,31 +60,33 @@ def scheduler(monkeypatch):
 
 
 def test_each_executor_declares_the_options_it_reads():
-    assert options_read("inprocess") == {"threads", "progress"}
-    assert options_read("local") == {"workers", "threads", "gpus", "cells_per_gpu", "progress"}
-    assert options_read("slurm") == {"profile", "slurm_overrides", "wait", "progress"}
+    assert options_read("inprocess") == {"threads", "progress", "trackers"}
+    assert options_read("local") == {
+        "workers", "threads", "gpus", "cells_per_gpu", "progress", "trackers"
+    }  # fmt: skip
+    assert options_read("slurm") == {"profile", "slurm_overrides", "wait", "progress", "trackers"}
     assert options_read("auto") == options_read("inprocess") | options_read("local")
     assert runs_here("auto") and runs_here("local") and not runs_here("slurm")
 
 
 def test_flag_problems_follow_the_declarations(scheduler):
-    class Args:
-        executor = "scheduler"
-        workers = None
-        gpus = None
-        cells_per_gpu = None
-        profile = "p.yaml"
-        slurm = ()
-        wait = True
+    from harness.storage.tracker_options import TrackerOptions
 
     # --wait is the fake scheduler's (it declares it), --profile only the Slurm executor's.
-    assert run_flag_problems(Args()) == [
+    options = ExecutorOptions(profile="p.yaml", wait=True)
+    assert run_flag_problems("scheduler", options) == [
         "--profile: only for --executor slurm; --executor scheduler does not use it"
     ]
-    Args.executor, Args.profile = "local", None
-    assert run_flag_problems(Args()) == [
+    assert run_flag_problems("local", ExecutorOptions(wait=True)) == [
         "--wait: only for --executor slurm or scheduler; --executor local does not use it"
     ]
+    # Trackers would be dropped by an executor that does not hand them to its cells.
+    mlflow = ExecutorOptions(trackers=TrackerOptions(names=("mlflow",)))
+    assert run_flag_problems("scheduler", mlflow) == [
+        "--logger: only for --executor auto or inprocess or local or slurm; --executor "
+        "scheduler does not use it"
+    ]
+    assert run_flag_problems("local", mlflow) == []
 
 
 def test_the_cli_prints_what_the_executor_returns_and_passes_force(
@@ -111,7 +113,9 @@ def test_slurm_task_forces_its_first_attempt_only(monkeypatch, write_suite, tmp_
 
     forced: list[bool] = []
 
-    def fake_run_cell(cell, results_dir, data_root, force=False, progress=True, shared=False):
+    def fake_run_cell(
+        cell, results_dir, data_root, force=False, progress=True, shared=False, trackers=None
+    ):
         forced.append(force)
         return {"cell_id": cell.cell_id, "status": "done"}
 

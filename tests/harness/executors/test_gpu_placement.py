@@ -34,7 +34,7 @@ evaluation: {cost: false}
 FAKE_GPUS = ["0", "1", "2"]
 
 
-def barrier_then_run(cell_json, results_dir, data_root, force, threads, shared):
+def barrier_then_run(cell_json, results_dir, data_root, force, threads, shared, trackers=None):
     """Wait until 3 distinct workers hold a cell, then run it for real: proves the cells are
     spread over 3 workers without depending on how fast each one starts."""
     gate = Path(results_dir) / "_gate"
@@ -43,7 +43,7 @@ def barrier_then_run(cell_json, results_dir, data_root, force, threads, shared):
     deadline = time.monotonic() + 120
     while len(list(gate.iterdir())) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    return _run_cell_json(cell_json, results_dir, data_root, force, threads, shared)
+    return _run_cell_json(cell_json, results_dir, data_root, force, threads, shared, trackers)
 
 
 @pytest.mark.slow

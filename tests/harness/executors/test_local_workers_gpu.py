@@ -41,7 +41,7 @@ ILLEGAL_ADDRESS = (
 _broken = [False]  # this worker's CUDA context, as the simulation sees it
 
 
-def poisoning_task(cell_json, results_dir, data_root, force, threads, shared):
+def poisoning_task(cell_json, results_dir, data_root, force, threads, shared, trackers=None):
     """Seed 1's training hits an illegal memory access; afterwards, like a real broken CUDA
     context, every training step in this process fails the same way."""
     from harness.engine import runner
@@ -53,7 +53,7 @@ def poisoning_task(cell_json, results_dir, data_root, force, threads, shared):
             raise RuntimeError(ILLEGAL_ADDRESS)
 
         runner.train_epoch = broken_epoch  # in this worker process only
-    return _run_cell_json(cell_json, results_dir, data_root, force, threads, shared)
+    return _run_cell_json(cell_json, results_dir, data_root, force, threads, shared, trackers)
 
 
 def test_sticky_error_messages_and_gpu_groups():

@@ -58,7 +58,9 @@ def test_the_runner_waits_for_a_leased_single_cell_then_takes_it_over(
     answers = iter([{"status": "leased"}, {"status": "leased"}, {"status": "done", "n": 3}])
     calls = []
 
-    def fake_run_cell(cell, results_dir, data_root=None, force=False, progress=True, shared=False):
+    def fake_run_cell(
+        cell, results_dir, data_root=None, force=False, progress=True, shared=False, trackers=None
+    ):
         calls.append(cell.cell_id)
         return next(answers)
 

@@ -16,6 +16,7 @@ from harness.storage import loggers as L
 from harness.storage import tracked as T
 from harness.storage import trackers as TR
 from harness.storage.progress import ProgressLog, read_progress
+from harness.storage.tracker_options import MLFLOW_URI_ENV
 from tests.mlflow_server import REQUIRE_ENV, URI_ENV, mlflow_server, tracker_package
 from tests.record_factory import make_record
 from tests.tracker_readers import tensorboard_hparams, wandb_run
@@ -29,7 +30,7 @@ ROWS = [
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch):
     """The file store and offline W&B, whatever the developer's environment points at."""
-    for var in (TR.MLFLOW_URI_ENV, "WANDB_MODE", "WANDB_PROJECT", L.LOGGERS_ENV):
+    for var in (MLFLOW_URI_ENV, "MLFLOW_EXPERIMENT_NAME", "WANDB_MODE", "WANDB_PROJECT"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -140,9 +141,9 @@ def test_mlflow_file_store_gets_params_group_epochs_final_metrics_and_the_record
         assert run.data.metrics["calibration.ts.ece"] == 0.011
         assert run.data.tags["suite"] == "trk" and run.data.tags["method"] == "sigma_ens"
         assert run.data.tags["cell_id"] == rec["cell_id"]
-        history = client.get_metric_history(run.info.run_id, "train_loss")
+        history = client.get_metric_history(run.info.run_id, "train.loss")
         assert [(m.step, m.value) for m in history] == [(1, 2.0), (2, 1.5)]
-        assert client.get_metric_history(run.info.run_id, "diag_k_eff") == []  # NaN: not logged
+        assert client.get_metric_history(run.info.run_id, "diag.k_eff") == []  # NaN: not logged
         (artifact,) = client.list_artifacts(run.info.run_id)
         assert artifact.path == "record.json"
     assert by_seed[0].data.tags["group"] == by_seed[1].data.tags["group"]
@@ -163,7 +164,7 @@ def test_a_resumed_cell_continues_its_mlflow_run_and_a_fresh_start_opens_a_new_o
     client = MlflowClient(tracking_uri=(tmp_path / "trk" / "mlruns").as_uri())
     (run,) = client.search_runs([client.get_experiment_by_name("trk").experiment_id])
     assert run.info.run_id == first and run.info.status == "FINISHED"
-    history = client.get_metric_history(first, "train_loss")
+    history = client.get_metric_history(first, "train.loss")
     assert [(m.step, m.value) for m in history] == [(1, 2.0), (2, 1.5)]
     assert run.data.tags["resumed_after"] == "1"
     assert json.loads((cell_dir / L.TRACKERS_FILE).read_text())["mlflow"]["run_id"] == first
@@ -192,7 +193,7 @@ def test_tensorboard_hparams_session_groups_the_seeds(tmp_path):
         assert s.end_status == "STATUS_SUCCESS"
         assert s.scalars["acc"] == pytest.approx(rec["metrics"]["clean"]["acc"], abs=1e-7)
         assert s.scalars["ood.svhn.msp.auroc"] == pytest.approx(0.85, abs=1e-7)
-        assert s.scalar_steps["train_loss"] == [1, 2] and s.scalar_steps["acc"] == [2]
+        assert s.scalar_steps["train.loss"] == [1, 2] and s.scalar_steps["acc"] == [2]
     assert sessions[0].group_name == sessions[1].group_name != ""
     assert sessions[0].group_name == T.TrackedCell.from_record(recs[0], tmp_path).group
 
@@ -219,7 +220,7 @@ def test_wandb_offline_run_has_config_group_and_final_summary(tmp_path, monkeypa
         assert run.summary["nll"] == rec["metrics"]["clean"]["nll"]
         assert run.summary["calibration.ts.nll"] == 0.25
         assert set(run.tags) == {"suite:trk", "method:sigma_ens"}
-        assert [h["train_loss"] for h in run.history] == [2.0, 1.5]
+        assert [h["train.loss"] for h in run.history] == [2.0, 1.5]
     assert runs[0].group == runs[1].group and runs[0].name != runs[1].name
 
 
@@ -278,13 +279,11 @@ def test_loggers_are_checked_before_a_run(tmp_path, monkeypatch, capsys, write_s
     )
     assert main(["validate", str(suite), "--skip-data", "--logger", "nosuch"]) == 2
     assert "--logger nosuch: unknown" in capsys.readouterr().err
-    monkeypatch.delenv(L.LOGGERS_ENV, raising=False)
-    monkeypatch.delenv(TR.MLFLOW_URI_ENV, raising=False)
+    monkeypatch.delenv(MLFLOW_URI_ENV, raising=False)
     assert main(["validate", str(suite), "--skip-data", "--logger", "mlflow"]) == 0
-    assert L.requested() == ["mlflow"]  # handed to the cells' processes through the environment
     # A tracking server that does not answer is named before anything runs.
     tracker_package("mlflow")
-    monkeypatch.setenv(TR.MLFLOW_URI_ENV, "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.setenv(MLFLOW_URI_ENV, "http://127.0.0.1:9")  # discard port: nothing listens
     assert main(["validate", str(suite), "--skip-data", "--logger", "mlflow"]) == 2
     err = capsys.readouterr().err
     assert "--logger mlflow: MLFLOW_TRACKING_URI=http://127.0.0.1:9: the tracking server" in err

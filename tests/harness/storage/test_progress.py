@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.storage import progress
 from harness.storage.progress import (
     COLUMNS,
     ProgressLog,
@@ -134,29 +133,30 @@ def test_tensorboard_missing_is_a_validate_error(tmp_path, monkeypatch, capsys):
 
     suite = tmp_path / "slow.yaml"
     suite.write_text(textwrap.dedent(SLOW).format(epochs=2))
-    monkeypatch.delenv(progress.TENSORBOARD_ENV, raising=False)
-    monkeypatch.setattr(progress, "tensorboard_installed", lambda: False)
+    from harness.storage import loggers
+
+    # The package the tensorboard tracker needs, as if it were not installed.
+    monkeypatch.setitem(loggers.LOGGERS, "tensorboard", (None, "no_such_package_xyz", "tb"))
     assert main(["validate", str(suite), "--skip-data"]) == 0  # not asked for: fine
     assert main(["validate", str(suite), "--skip-data", "--tensorboard"]) == 2
     err = capsys.readouterr().err
-    assert re.search(r"--tensorboard .*: the tensorboard package is not installed; pip", err)
+    assert re.search(r"--logger tensorboard: the no_such_package_xyz package is not installed", err)
 
 
 def test_tensorboard_events_hold_the_epoch_scalars(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    monkeypatch.setenv(progress.TENSORBOARD_ENV, "1")
-    log = ProgressLog(tmp_path, 0, 3, "cpu")
+    log = ProgressLog(tmp_path, 0, 3, "cpu", tensorboard=True)
     for e in (1, 2):
         log.write(row(e, val_acc=0.5 + e / 10), {"tau": 0.25})
     log.close()
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
-    val = [(s.step, round(s.value, 6)) for s in acc.Scalars("val_acc")]
+    val = [(s.step, round(s.value, 6)) for s in acc.Scalars("val.acc")]  # the record's name
     assert val == [(1, 0.6), (2, 0.7)]
-    assert [s.value for s in acc.Scalars("diag_tau")] == [0.25, 0.25]
-    assert "val_nll" not in acc.Tags()["scalars"]  # never written: no empty series
+    assert [s.value for s in acc.Scalars("diag.tau")] == [0.25, 0.25]
+    assert "val.nll" not in acc.Tags()["scalars"]  # never written: no empty series
 
 
 def harness(*argv: str, **kw) -> subprocess.CompletedProcess:
@@ -319,7 +319,6 @@ def test_killed_run_resumes_the_csv_and_events_without_repeating_an_epoch(tmp_pa
     gate = tmp_path / "gate"
     gate.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop(progress.TENSORBOARD_ENV, None)
     cmd = [sys.executable, "-m", "harness.cli", "run", str(suite), "--results", str(results),
            "-q", "--executor", "local", "--workers", "1", "--threads", "1",
            "--tensorboard"]  # fmt: skip
@@ -351,4 +350,4 @@ def test_killed_run_resumes_the_csv_and_events_without_repeating_an_epoch(tmp_pa
     assert [r["epoch"] for r in read_progress(cell)] == list(range(1, epochs + 1))
     acc = EventAccumulator(str(cell / "tensorboard"))
     acc.Reload()
-    assert [s.step for s in acc.Scalars("val_acc")] == list(range(1, epochs + 1))
+    assert [s.step for s in acc.Scalars("val.acc")] == list(range(1, epochs + 1))

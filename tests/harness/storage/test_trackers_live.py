@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.storage.loggers import LOGGERS_ENV
-from harness.storage.trackers import MLFLOW_URI_ENV
+from harness.storage.tracker_options import MLFLOW_URI_ENV, TrackerOptions
 
 try:  # tests/ as a package or as a rootdir-inserted folder
     from tests.mlflow_server import mlflow_server, tracker_package
@@ -118,7 +117,7 @@ def test_a_cell_killed_and_resumed_in_process_keeps_one_file_store_run(
     from harness.engine import runner
 
     monkeypatch.delenv(MLFLOW_URI_ENV, raising=False)
-    monkeypatch.setenv(LOGGERS_ENV, "mlflow")
+    mlflow_only = TrackerOptions(names=("mlflow",))
     # Evaluation on the clean test set only: the epochs and the record are what is checked.
     quick = ["evaluation.corruptions=[]", "evaluation.ood=[]"]
     suite = load_suite(write_suite(suite_text("trk_inproc")), quick)
@@ -133,16 +132,16 @@ def test_a_cell_killed_and_resumed_in_process_keeps_one_file_store_run(
 
     monkeypatch.setattr(runner, "train_epoch", interrupt_second_epoch)
     with pytest.raises(KeyboardInterrupt, match="simulated Ctrl-C"):
-        runner.run_cell(cell, tmp_path / "trk_inproc", progress=False)
+        runner.run_cell(cell, tmp_path / "trk_inproc", progress=False, trackers=mlflow_only)
     monkeypatch.setattr(runner, "train_epoch", real)
-    rec = runner.run_cell(cell, tmp_path / "trk_inproc", progress=False)
+    rec = runner.run_cell(cell, tmp_path / "trk_inproc", progress=False, trackers=mlflow_only)
     client = MlflowClient(tracking_uri=(tmp_path / "trk_inproc" / "mlruns").as_uri())
     (run,) = client.search_runs([client.get_experiment_by_name("trk_inproc").experiment_id])
     assert run.info.status == "FINISHED" and run.info.run_name == rec["label"]
     assert run.data.metrics["acc"] == rec["metrics"]["clean"]["acc"]
     assert run.data.params["method"] == "sigma_ens" and run.data.params["tau"] == "0.5"
     assert run.data.tags["resumed_after"] == "1"
-    losses = client.get_metric_history(run.info.run_id, "train_loss")
+    losses = client.get_metric_history(run.info.run_id, "train.loss")
     assert [(m.step, m.value) for m in losses] == [
         (h["epoch"], h["train_loss"]) for h in rec["history"]
     ]
@@ -165,8 +164,8 @@ def test_worker_processes_log_to_a_live_mlflow_server(mlflow_uri, tmp_path, writ
 
 @pytest.mark.slurm
 def test_slurm_tasks_log_to_a_live_mlflow_server(mlflow_uri, tmp_path, write_suite):
-    """The array tasks inherit ``MLFLOW_TRACKING_URI`` and ``HARNESS_LOGGERS`` (sbatch's
-    ``--export=ALL``) and log to the same server."""
+    """The array tasks get the trackers and the server's address (``MLFLOW_TRACKING_URI`` as
+    ``harness run`` saw it) in their pickled payload and log to the same server."""
     with slurm_environment():
         suite = f"trk_slurm_{uuid.uuid4().hex[:8]}"
         path = write_suite(suite_text(suite))
