@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 import harness.api as h
-from harness.api.models import evaluate, load_model
+from harness.api import evaluate, load_model
 
 
 class Stacked(nn.Module):

@@ -12,16 +12,21 @@
     h.compare("results/smoke", "results/smoke_new")  # the same configurations, folder b − a
     h.load_records(out.results_dir)          # the raw record dicts (docs/records.md)
 
+    h.evaluate(my_model, suite="suites/smoke.yaml", results="results")  # a model you have
+    h.load_model("results/smoke/<cell id>"); h.predictions("results/smoke/<cell id>", "test")
+
     net = h.sigma_ensemble(my_resnet, num_members=4)   # methods._sigma_public
 
 Everything here goes through the code the CLI and the reporter use (suite loading and
 validation, ``harness run``, ``reports.records``, ``reports.stats``); nothing is computed a
-second way. Reading results imports no torch; :func:`run` and the σN-Ens functions do.
+second way. Reading results imports no torch; :func:`run`, the model functions
+(:mod:`harness.api.models`) and the σN-Ens functions do.
 """
 
 from __future__ import annotations
 
 from harness.api._common import HarnessError, PathLike
+from harness.api.models import Evaluated, Predictions, evaluate, load_model, predictions
 from harness.api.results import (
     compare,
     conformal_table,
@@ -38,21 +43,26 @@ from harness.api.running import RunResult, Validation, run, validate
 from harness.api.sigma import diversity_loss, k_eff, sigma_ensemble
 
 __all__ = [
+    "Evaluated",
     "HarnessError",
     "PathLike",
+    "Predictions",
     "RunResult",
     "Validation",
     "compare",
     "conformal_table",
     "corruption_table",
     "diversity_loss",
+    "evaluate",
     "history_table",
     "k_eff",
     "leaderboard",
+    "load_model",
     "load_records",
     "load_results",
     "ood_table",
     "paired",
+    "predictions",
     "reliability_table",
     "run",
     "sigma_ensemble",

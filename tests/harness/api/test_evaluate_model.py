@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import harness.api as h
-from harness.api.models import evaluate, load_model, predictions
+from harness.api import evaluate, load_model, predictions
 from harness.cli import main
 
 SUITE = """
