@@ -27,6 +27,20 @@ def load_outcomes(cell_dir: Path) -> dict[str, np.ndarray] | None:
         return None
 
 
+#: The id suffix of a derived ``single+TS`` row (:func:`reports.records.flatten.with_posthoc_rows`).
+TS_SUFFIX = "+ts"
+
+
+def calibrated_view(outcomes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """A cell's outcomes as its temperature-scaled prediction's: ``ts/<field>`` as the raw
+    field (and as itself), ``correct`` unchanged; None when the cell was not calibrated."""
+    if not any(k.startswith("ts/") for k in outcomes):
+        return None
+    out = {k: v for k, v in outcomes.items() if k.startswith("ts/") or k == "correct"}
+    out.update({k.removeprefix("ts/"): v for k, v in outcomes.items() if k.startswith("ts/")})
+    return out
+
+
 def cell_folder(results_dir: Path, suite: str, cell_id: str) -> Path:
     """A cell's folder in a suite's results folder, or in a root of suite folders."""
     direct = Path(results_dir) / cell_id
@@ -45,7 +59,11 @@ def outcomes_finder(
 
     def load(suite: str, cell_id: str) -> dict[str, np.ndarray] | None:
         if (suite, cell_id) not in cache:
-            cache[suite, cell_id] = load_outcomes(cell_folder(results_dir, suite, cell_id))
+            if cell_id.endswith(TS_SUFFIX):  # single+TS: its cell's calibrated outcomes
+                base = load(suite, cell_id.removesuffix(TS_SUFFIX))
+                cache[suite, cell_id] = None if base is None else calibrated_view(base)
+            else:
+                cache[suite, cell_id] = load_outcomes(cell_folder(results_dir, suite, cell_id))
         return cache[suite, cell_id]
 
     def find(row: Mapping[str, Any], reference: bool) -> list[dict[str, np.ndarray] | None]:

@@ -61,6 +61,11 @@ def test_bootstrap_columns_come_from_the_rows_own_cells(folder):
     assert row["boot_lo"] < row["mean_diff"] < row["boot_hi"]
     ts = table[table["metric"] == "ts/nll"].iloc[0]
     assert ts["boot_note"] == "" and np.isfinite(ts["boot_p"])
+    # single+TS against single: its outcomes are the calibrated ones of the same cells.
+    derived = table[(table["method"] == "single+TS") & (table["metric"] == "nll")].iloc[0]
+    assert derived["boot_note"] == ""
+    per_seed = [s["ts/nll"].astype(float).mean() - s["nll"].astype(float).mean() for s in single]
+    assert derived["mean_diff"] == pytest.approx(np.mean(per_seed), rel=1e-4)
 
 
 def test_a_cell_without_outcomes_gives_a_reason(folder, tmp_path):
