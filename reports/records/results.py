@@ -13,8 +13,8 @@ key>``, for the ``variant`` column: config fields that differ inside one group, 
 not seeds of one configuration are never averaged), the environment (``_env/<key>``) and
 conventions (``_conv/<key>``) for provenance, the problem line of a failed cell, the config as
 JSON and the names of the hyper-parameters the cell set away from their defaults (``_shown``, for
-:mod:`reports.records.tidy`). So :func:`results_from_rows` works the same on rows just flattened and on rows kept in the
-index. The ``_`` columns never reach ``cells.csv``.
+:mod:`reports.records.tidy`). So :func:`results_from_rows` works the same on rows just flattened
+and on rows kept in the index. The ``_`` columns never reach ``cells.csv``.
 """
 
 from __future__ import annotations

@@ -99,7 +99,8 @@ def test_disagreement_and_k_eff_are_shown_by_default():
 
 
 def test_reliability_diagrams_carry_each_bins_count():
-    from reports.figures.draw import COUNT_STRIP, FIGURES, reliability
+    from reports.figures.draw import FIGURES
+    from reports.figures.reliability import COUNT_STRIP, reliability
 
     recs = []
     for seed, (n_low, n_high) in enumerate(((3, 100), (1, 60))):
