@@ -150,6 +150,8 @@ def run(
         HarnessError: the problems that stop a run before it starts (the suite, overrides,
             options an executor would ignore, trackers, data), one line each.
     """
+    # Length: one keyword per `harness run` option, each documented above, mapped onto the
+    # RunOptions the command line builds; split, the mapping would repeat the signature.
     from harness.cli.run import RunOptions, run_suite
     from harness.config.includes import SuiteError
     from harness.contract.errors import UsageError

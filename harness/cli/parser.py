@@ -166,13 +166,19 @@ def _add_run(sub) -> None:
     )
     r.add_argument("--force", action="store_true", help="redo finished cells")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    _add_tracker_options(r)
+    r.set_defaults(fn="harness.cli.run:cmd_run")
+
+
+def _add_tracker_options(r) -> None:
+    """``harness run``'s trackers: ``--tensorboard``, ``--logger``, tags, experiment, project,
+    weights."""
     r.add_argument(
         "--tensorboard",
         action="store_true",
         help="also write TensorBoard events per epoch to <cell>/tensorboard/ (progress.csv is "
         "always written); needs the [tensorboard] extra",
     )
-
     r.add_argument(
         "--logger",
         action="append",
@@ -182,13 +188,6 @@ def _add_run(sub) -> None:
         "wandb (offline, <cell>/wandb/) or mlflow ($MLFLOW_TRACKING_URI's server, else the file "
         "store <results>/mlruns); repeatable; needs the package's extra",
     )
-    _add_tracker_options(r)
-    r.set_defaults(fn="harness.cli.run:cmd_run")
-
-
-def _add_tracker_options(r) -> None:
-    """``harness run``'s tracker settings beyond ``--logger``: tags, experiment, project,
-    weights."""
     r.add_argument(
         "--tag",
         action="append",
