@@ -5,8 +5,8 @@
 
     h.validate("suites/smoke.yaml", ["recipe.epochs=1"])          # every problem, or the cells
     out = h.run("suites/smoke.yaml", ["recipe.epochs=1"], executor="inprocess")
-    df = h.load_results(out.results_dir)     # one row per record, the leaderboard's columns
-    df.groupby("method")["acc"].mean()
+    df = h.load_results(out.results_dir)     # one row per cell, documented columns
+    df.groupby("method")["acc"].mean()       # docs/results.md; long tables: h.ood_table …
     h.leaderboard(out.results_dir)           # mean / std / n per configuration
     h.paired(out.results_dir, "single")      # the leaderboard's paired table
     h.compare("results/smoke", "results/smoke_new")  # the same configurations, folder b − a
@@ -34,11 +34,11 @@ from harness.api.results import (
     history_table,
     leaderboard,
     load_records,
+    load_results,
     ood_table,
     paired,
     reliability_table,
 )
-from harness.api.results import results_table as load_results
 from harness.api.running import RunResult, Validation, run, validate
 from harness.api.sigma import diversity_loss, k_eff, sigma_ensemble
 

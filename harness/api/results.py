@@ -1,9 +1,9 @@
 """Read results folders into pandas through the reporter's own code: one row per cell with
-documented columns (:func:`results_table`, exported as ``harness.api.load_results``;
-docs/results.md), the long tables (:func:`corruption_table`, :func:`ood_table`,
-:func:`reliability_table`, :func:`history_table`, :func:`conformal_table`), the raw records
-(:func:`load_records`) and the leaderboard (:func:`leaderboard`); compare configurations
-(:func:`paired`, :func:`compare`). Imports no torch."""
+documented columns (:func:`load_results`, docs/results.md), the long tables
+(:func:`corruption_table`, :func:`ood_table`, :func:`reliability_table`, :func:`history_table`,
+:func:`conformal_table`), the raw records (:func:`load_records`) and the leaderboard
+(:func:`leaderboard`); compare configurations (:func:`paired`, :func:`compare`). Imports no
+torch."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def results_table(
+def load_results(
     path: PathLike, *, with_records: bool = False, calibrated: bool = False
 ) -> pd.DataFrame:
-    """One row per cell of a results folder (a suite's, or a root holding several suites): what
-    :func:`harness.api.load_results` returns. Every column is listed with its meaning and unit
+    """One row per cell of a results folder (a suite's, or a root holding several suites). Every
+    column is listed with its meaning and unit
     in docs/results.md: the configuration (``suite``, ``cell_id``, ``status``, ``dataset``,
     ``backbone``, ``method``, ``M``, ``seed``, ``hparams`` as the leaderboard labels it,
     ``variant``, ``hparams_all`` with every default, ``epochs``, ``calibration``, and one
@@ -54,17 +54,13 @@ def results_table(
     return cells
 
 
-def load_results(path: PathLike, *, with_records: bool = False) -> pd.DataFrame:
-    """The reporter's own per-cell frame (``reports.records.index``: 400+ columns, ``single+TS``
-    as a method), which :func:`paired` and :func:`compare` read. Not the public table:
-    ``harness.api.load_results`` is :func:`results_table` (docs/results.md)."""
+def _wide(path: PathLike) -> pd.DataFrame:
+    """The reporter's own per-cell frame (``reports.records.index``: every flattened column,
+    ``single+TS`` as a configuration of its own), which :func:`paired` and :func:`compare` pair
+    on, as the leaderboard does."""
     from reports.records.index import load_results as load
 
-    cells = load(Path(path)).cells.reset_index(drop=True)
-    if with_records:
-        by_id = {(r.get("suite"), r.get("cell_id")): r for r in load_records(path)}
-        cells["record"] = [by_id.get(k) for k in zip(cells["suite"], cells["cell_id"])]
-    return cells
+    return load(Path(path)).cells.reset_index(drop=True)
 
 
 def _long(path: PathLike, table: str) -> pd.DataFrame:
@@ -185,7 +181,7 @@ def paired(
     """
     from reports.stats.paired import default_reference, missing_reference, paired_differences
 
-    cells = load_results(path)
+    cells = _wide(path)
     reference = reference or default_reference(cells)
     if reference is None:
         raise HarnessError([f"{path}: no reference: neither deep_ensemble nor single ran"])
@@ -227,7 +223,7 @@ def compare(
     from reports.stats.paired import CONFIG_KEYS, default_metrics
     from reports.stats.significance import pvalue, t_interval
 
-    a, b = (load_results(p) for p in (path_a, path_b))
+    a, b = (_wide(p) for p in (path_a, path_b))
     a, b = (f[f["status"] == "done"] for f in (a, b))
     metrics = list(metrics or [m for m in default_metrics(a) if m in b.columns])
     keys = [*CONFIG_KEYS, "seed"]
