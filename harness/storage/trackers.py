@@ -32,6 +32,18 @@ def told(options: TrackerOptions, commit: str | None) -> dict[str, str]:
     return {**({"git_commit": commit} if commit else {}), **options.user_tags}
 
 
+def finals_to_log(
+    record: Mapping, step: int, last: tuple[int, Mapping[str, float]] | None
+) -> dict[str, float]:
+    """The record's final metrics a series-keeping tracker logs at ``step``: all of them but
+    those the last epoch row already logged at that step with the same value (the epochs'
+    ``val.acc`` and the record's final one are one series: the point is not written twice)."""
+    final = final_metrics(record)
+    if last is None or last[0] != step:
+        return final
+    return {k: v for k, v in final.items() if last[1].get(k) != v}
+
+
 def weights_to_send(cell_dir: Path, options: TrackerOptions, record: Mapping | None) -> Path | None:
     """The cell's ``final.pt`` when ``--log-model`` asked for it and the cell is done."""
     path = Path(cell_dir) / WEIGHTS_FILE
@@ -69,6 +81,7 @@ class TensorBoardLogger:
 
         self.cell = cell
         self.step = resume_epoch
+        self.last: tuple[int, Mapping[str, float]] | None = None  # the last epoch row logged
         self.state: dict[str, Any] = {}
         self.writer = SummaryWriter(
             log_dir=str(Path(cell_dir) / TENSORBOARD_DIR), purge_step=resume_epoch + 1
@@ -102,7 +115,7 @@ class TensorBoardLogger:
         self.writer.flush()
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
-        self.step = step
+        self.step, self.last = step, (step, dict(scalars))
         for key, value in scalars.items():
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
@@ -112,7 +125,7 @@ class TensorBoardLogger:
 
         if record is not None:
             self.step = max(self.step, len(record.get("history") or []))
-            for key, value in final_metrics(record).items():
+            for key, value in finals_to_log(record, self.step, self.last).items():
                 self.writer.add_scalar(key, value, self.step)
         failed = record is not None and record.get("status") != "done"
         status = "STATUS_FAILURE" if failed else "STATUS_SUCCESS"
@@ -265,6 +278,7 @@ class MLflowLogger:
             params = [Param(k, _param_text(v)) for k, v in cell.params.items()]
             self.client.log_batch(self.run_id, params=params)
         self.state: dict[str, Any] = {"tracking_uri": uri, "run_id": self.run_id}
+        self.last: tuple[int, Mapping[str, float]] | None = None  # the last epoch row logged
 
     def _experiment(self, name: str) -> str:
         """The id of the experiment ``name``, created if absent. Worker processes and Slurm
@@ -288,6 +302,7 @@ class MLflowLogger:
         now = int(time.time() * 1000)
         metrics = [Metric(_metric_key(k), v, now, step) for k, v in scalars.items()]
         self.client.log_batch(self.run_id, metrics=metrics)
+        self.last = (step, dict(scalars))
 
     def finish(self, record: Mapping[str, Any] | None) -> None:
         from mlflow.entities import Metric, RunTag
@@ -296,7 +311,7 @@ class MLflowLogger:
         if record is not None:
             step = len(record.get("history") or [])
             now = int(time.time() * 1000)
-            final = final_metrics(record)
+            final = finals_to_log(record, step, self.last)
             metrics = [Metric(_metric_key(k), v, now, step) for k, v in final.items()]
             self.client.log_batch(
                 self.run_id, metrics=metrics, tags=[RunTag("status", str(record.get("status")))]

@@ -107,9 +107,9 @@ def test_mlflow_run_carries_commit_tags_separate_losses_and_the_weights(
     # One name per quantity: the epochs' validation accuracy and the record's final one.
     metrics = run.data.metrics
     assert not {"val_acc", "train_loss", "train_reg"} & set(metrics)
-    assert [s for s, _ in series["val.acc"]][: len(rec["history"])] == [1, 2]
-    assert metrics["val.acc"] == rec["metrics"]["val"]["acc"]
-    assert series["val.acc"][1][1] == pytest.approx(rec["metrics"]["val"]["acc"], abs=1e-12)
+    # The last epoch's point is the record's final value: written once, not twice.
+    assert [s for s, _ in series["val.acc"]] == [1, 2]
+    assert metrics["val.acc"] == series["val.acc"][-1][1] == rec["metrics"]["val"]["acc"]
     # The final weights, as the cell keeps them.
     paths = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert paths == {"record.json", "model"}
@@ -246,3 +246,13 @@ def test_epoch_rows_become_one_name_per_quantity():
     # A method without a diversity term: its task loss is the objective, its term 0.
     plain = L.epoch_metrics({"epoch": 1, "train_loss": 0.7, "train_reg": 0.0})
     assert plain == {"train.loss": 0.7, "train.div_loss": 0.0, "train.task_loss": 0.7}
+
+
+def test_the_final_value_is_written_once_unless_it_differs_from_the_last_epochs():
+    from harness.storage.trackers import finals_to_log
+
+    rec = {"history": [{}, {}], "metrics": {"clean": {"acc": 0.9}, "val": {"acc": 0.8}}}
+    assert finals_to_log(rec, 2, (2, {"val.acc": 0.8})) == {"acc": 0.9}  # the same point
+    # A stochastic evaluation (MC Dropout) can differ: the record's value is written after it.
+    assert finals_to_log(rec, 2, (2, {"val.acc": 0.79})) == {"acc": 0.9, "val.acc": 0.8}
+    assert finals_to_log(rec, 2, None) == {"acc": 0.9, "val.acc": 0.8}  # evaluation redone only
