@@ -154,7 +154,8 @@ OOD_METRICS = {
     "fpr95_id": "FPR95-ID",
 }
 OOD_SHOWN = {("msp", "auroc"), ("msp", "fpr95")}  # the rest waits in the column picker
-OOD_GROUPS = {"ood_near": "near", "ood_far": "far"}  # near-/far-OOD means (reports.records.flatten)
+# The near-/far-OOD mean columns (reports.records.flatten.ood_group_columns).
+NEAR_FAR_COLUMNS = {"ood_near": "near", "ood_far": "far"}
 
 
 def ood_sets(frame: pd.DataFrame) -> list[str]:
@@ -168,7 +169,7 @@ def ood_sets(frame: pd.DataFrame) -> list[str]:
 
 def ood_columns(summary: pd.DataFrame) -> list[Column]:
     """Near/far means, then each OOD set: every score × metric (MSP AUROC/FPR95 shown)."""
-    sources = [*OOD_GROUPS.items(), *((f"ood/{s}", s) for s in ood_sets(summary))]
+    sources = [*NEAR_FAR_COLUMNS.items(), *((f"ood/{s}", s) for s in ood_sets(summary))]
     return [
         Column(
             f"{prefix}/{score}/{m}",

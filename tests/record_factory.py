@@ -55,6 +55,16 @@ def _deep_update(target: dict[str, Any], changes: Mapping[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
+def _ood_groups(dataset: str, ood_sets: Sequence[str]) -> dict[str, Any]:
+    """``{"ood_groups": …}`` as the engine writes it (the sets' near/far groups its registered
+    dataset declares), or nothing for a dataset that is not registered or declares none."""
+    from harness.registry import DATASETS
+
+    declared = DATASETS.get(dataset).ood_groups if dataset in DATASETS else {}
+    groups = {s: declared[s] for s in ood_sets if s in declared}
+    return {"ood_groups": groups} if groups else {}
+
+
 def make_record(
     *,
     suite: str = "toy",
@@ -179,7 +189,11 @@ def make_record(
         "cell_id": cell_id or cell_id_for({**config, "suite": suite}),
         "status": status,
         "config": config,
-        "evaluation": {"corruptions": ["gaussian_noise", "contrast"], "ood": list(ood_sets)},
+        "evaluation": {
+            "corruptions": ["gaussian_noise", "contrast"],
+            "ood": list(ood_sets),
+            **_ood_groups(dataset, ood_sets),
+        },
         "metrics": metrics,
         "cost": {
             "params_total": params,

@@ -9,10 +9,10 @@ CIFAR-C layout.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -258,6 +258,11 @@ class DatasetSpec:
         corruption_key: the name its generated corrupted copies are seeded and cached under,
             shared by datasets with one test set (the Fashion-MNIST variants); None: its own
             name.
+        ood_groups: which OOD sets are near- (semantic shift) and which far-OOD (different
+            image statistics) next to it, ``{set: "near" | "far"}``, as OpenOOD v1.5 (Zhang et
+            al., 2023, Table 1) splits its benchmarks. The engine writes the evaluated sets'
+            groups into each record (``evaluation.ood_groups``), where the reporter reads them
+            for its near/far means; a set in neither group has its per-set columns only.
     """
 
     name: str
@@ -275,6 +280,7 @@ class DatasetSpec:
     published_corruptions: PublishedCorruptions | None = None
     spare_images: int = 0
     corruption_key: str | None = None
+    ood_groups: Mapping[str, Literal["near", "far"]] = field(default_factory=dict)
 
     @property
     def corruption_source(self) -> str | None:

@@ -305,9 +305,18 @@ def _location(root: Path) -> Path:
     return paths[TRAIN_IMAGES].parent if paths else Path(root) / RAW_FOLDER
 
 
+#: As OpenOOD v1.5's MNIST benchmark (near: notMNIST, Fashion-MNIST): the other 28×28 glyph sets
+#: are near-OOD, natural-image patches far (harness/data/ood_28.py says what each stands for).
+OOD_GROUPS = {
+    **dict.fromkeys(("mnist", "kmnist", "digits_28", "letters_28"), "near"),
+    "photos_28": "far",
+}
+
+
 def _spec(name: str, load, mean, std, what: str, spare: int = 0) -> FashionSpec:
     return FashionSpec(
         spare_images=spare,
+        ood_groups=OOD_GROUPS,
         name=name,
         in_shape=(1, 28, 28),
         num_classes=len(CLASSES),

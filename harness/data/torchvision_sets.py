@@ -164,6 +164,15 @@ CIFAR_C = {
 _BOTH_SPLITS = ({"train": True}, {"train": False})
 
 
+#: OpenOOD v1.5 (Zhang et al., 2023, Table 1): near-OOD the other CIFAR and TinyImageNet, far-OOD
+#: MNIST, SVHN, Textures and Places365.
+_CIFAR_FAR = dict.fromkeys(("mnist", "svhn", "textures", "places365"), "far")
+_CIFAR_OOD = {
+    "cifar10": {**dict.fromkeys(("cifar100", "tinyimagenet"), "near"), **_CIFAR_FAR},
+    "cifar100": {**dict.fromkeys(("cifar10", "tinyimagenet"), "near"), **_CIFAR_FAR},
+}
+
+
 def _cifar_spec(name: str, num_classes: int, mean, std) -> DatasetSpec:
     folder, files = _CIFAR[name]
     return DatasetSpec(
@@ -178,6 +187,7 @@ def _cifar_spec(name: str, num_classes: int, mean, std) -> DatasetSpec:
         augment="crop_flip",
         download=Torchvision(name.upper(), _BOTH_SPLITS),
         published_corruptions=CIFAR_C[name],
+        ood_groups=_CIFAR_OOD[name],
         description=(
             f"CIFAR-{num_classes} (torchvision, {folder}/): train 50,000 (a recipe's "
             f"`validation: n` holds n of them out, stratified, seed {VALIDATION_SEED}) / test "

@@ -41,6 +41,18 @@ def with_defaults(cell: Cell) -> Cell:
     return dataclasses.replace(cell, defaults=method_defaults(cell.method))
 
 
+def record_evaluation(cell: Cell) -> dict:
+    """A record's ``evaluation`` block: the cell's evaluation settings and, for the OOD sets it
+    evaluates, the near/far groups its dataset declares (``ood_groups``: the reporter reads its
+    near- and far-OOD means from here, never from a table of its own)."""
+    block = cell.to_json()["evaluation"]
+    declared = DATASETS.get(cell.dataset).ood_groups
+    groups = {s: declared[s] for s in cell.evaluation.ood if s in declared}
+    if groups:
+        block["ood_groups"] = groups
+    return block
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's generators (same seed → same initial weights)."""
     random.seed(seed)

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from harness.contract import Cell, new_record
 from harness.data.base import DatasetSpec, LoaderOptions, Split
 from harness.data.loader import make_loader
-from harness.engine.build import load_data, now, seed_everything
+from harness.engine.build import load_data, now, record_evaluation, seed_everything
 from harness.engine.cost import flops_per_image
 from harness.engine.environment import device_name, environment
 from harness.engine.evaluate import evaluate_all
@@ -128,6 +128,7 @@ def evaluate_external(
     batch = first_batch(splits["test"], spec, cell.recipe, device)
     cell = external_cell(cell, wrapped.probe(batch))
     rec = new_record(cell, environment(device), started)
+    rec["evaluation"] = record_evaluation(cell)
     seed_everything(cell.seed)  # the evaluation's draws (a stochastic model's) are seeded
     outcomes = OutcomeAccumulator()
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ from harness.engine.build import (
     load_data,
     load_trained,
     now,
+    record_evaluation,
     seed_everything,
 )
 from harness.engine.environment import resolve_device
@@ -59,6 +60,9 @@ def added_evaluation(
     ]
     if "corruption" not in old_metrics and new.get("corruptions"):
         out["corruptions"], out["severities"] = new["corruptions"], new["severities"]
+    groups = {**(out.get("ood_groups") or {}), **(new.get("ood_groups") or {})}
+    if groups:  # the sets' near/far groups, as the dataset declares them
+        out["ood_groups"] = groups
     return out
 
 
@@ -144,7 +148,7 @@ def reevaluate_cell(
         metrics = evaluate_all(
             model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes
         )
-        evaluation = cell.to_json()["evaluation"]
+        evaluation = record_evaluation(cell)
         had_outcomes = (cell_dir / OUTCOMES_FILE).is_file()
         if add_only:
             check_same_model(cell_dir, record, metrics)

@@ -56,6 +56,7 @@ from harness.engine.build import (
     load_data,
     load_trained,
     now,
+    record_evaluation,
     seed_everything,
     with_defaults,
 )
@@ -353,6 +354,7 @@ def _run_leased(
     # the record (the reporter never re-derives them).
     cell = with_defaults(cell)
     rec = new_record(cell, environment(device), started)
+    rec["evaluation"] = record_evaluation(cell)
     rec["cost"] = run_conditions(cell, device, shared_device)
     # Opened when training starts (or, when it was over, with the record), finished with the
     # record: one tracker run holds the epochs and the final metrics. They are told the commit

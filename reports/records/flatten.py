@@ -4,7 +4,8 @@ record, through the contract layer only (no engine, methods or torch import here
 Beyond the identity, clean metrics and cost, a row carries (NaN/empty when the record has none):
 ``corr/<corruption>/acc|nll|ece`` (mean over its severities) and ``corr_severity_acc`` (JSON, for
 the mCE); ``corruption_mean_over`` and ``mce_over`` (which corruptions cAcc and the mCE average);
-``ood_near/…`` and ``ood_far/…`` (means over OpenOOD v1.5's near and far sets, :data:`OOD_GROUPS`);
+``ood_near/…`` and ``ood_far/…`` (means over the near and far sets the record's
+``evaluation.ood_groups`` names, :func:`ood_kind`);
 ``cost_device``, ``cost_precision``, ``shared_device`` and ``train_device_h``; the post-hoc
 calibration of ``metrics.calibration`` (:func:`calibration_columns`: ``ts/…``, ``ts_members/…``,
 ``ood_ts/…``, conformal ``cp/<method>@<α>/<stat>`` (:data:`SET_STATS`; records from before the
@@ -273,11 +274,10 @@ def corruption_columns(corruption: Mapping[str, Any]) -> dict[str, Any]:
 
 def ood_group_columns(rec: Mapping[str, Any]) -> dict[str, float]:
     """``ood_near/<score>/<metric>`` and ``ood_far/...``: means over each group's sets."""
-    dataset = str((rec.get("config") or {}).get("dataset", ""))
     ood = (rec.get("metrics") or {}).get("ood") or {}
     values: dict[str, list[float]] = {}
     for ood_set, scores in ood.items():
-        kind = ood_kind(dataset, str(ood_set), rec)
+        kind = ood_kind(str(ood_set), rec)
         if kind is None or not isinstance(scores, Mapping):
             continue
         for score, metrics in scores.items():
@@ -443,46 +443,26 @@ def with_posthoc_rows(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([cells, derived], ignore_index=True)
 
 
-# Which OOD sets are near- and which far-OOD for each in-distribution dataset: OpenOOD v1.5
-# (Zhang et al., 2023, Table 1) splits each benchmark's OOD sets into near (semantic shift) and far
-# (different image statistics). For the built-in digits, the held-out digits 8 and 9 are near and
-# scikit-learn's photo patches far. A record's evaluation.ood_groups overrides it; a set in
-# neither group counts in its own per-set columns only.
+# Which OOD sets are near- and which far-OOD: the in-distribution dataset declares it when it
+# registers (``DatasetSpec.ood_groups``: OpenOOD v1.5's split, Zhang et al., 2023, Table 1), and
+# the engine writes the evaluated sets' groups into the record (``evaluation.ood_groups``); the
+# reporter reads them from there. A set in neither group counts in its own per-set columns only.
 Kind = Literal["near", "far"]
 
-_CIFAR_FAR = ("mnist", "svhn", "textures", "places365")
-_FASHION: dict[str, Kind] = {
-    **dict.fromkeys(("mnist", "kmnist", "digits_28", "letters_28"), "near"),
-    "photos_28": "far",
-}
-OOD_GROUPS: dict[str, dict[str, Kind]] = {
-    "cifar10": {
-        **dict.fromkeys(("cifar100", "tinyimagenet"), "near"),
-        **dict.fromkeys(_CIFAR_FAR, "far"),
-    },
-    "cifar100": {
-        **dict.fromkeys(("cifar10", "tinyimagenet"), "near"),
-        **dict.fromkeys(_CIFAR_FAR, "far"),
-    },
-    "digits": {"digits_heldout": "near", "sklearn_photos": "far"},
-    # As OpenOOD v1.5's MNIST benchmark (near: notMNIST, Fashion-MNIST): the other 28×28 glyph
-    # sets are near, natural-image patches far (harness/data/ood_28.py says what each stands for).
-    **dict.fromkeys(("fashion_mnist", "fashion_mnist_10k"), _FASHION),
-}
-
 CONVENTION = (
-    "near-/far-OOD: the mean over the near (semantic shift) or far OOD sets evaluated, OpenOOD "
-    "v1.5's split — CIFAR-10: near CIFAR-100, TinyImageNet; far MNIST, SVHN, Textures, "
-    "Places365 (CIFAR-100: near CIFAR-10, TinyImageNet); digits: near the held-out digits 8/9, "
-    "far scikit-learn photo patches; Fashion-MNIST: near MNIST, KMNIST, digits_28, letters_28, far "
-    "photos_28; a record's evaluation.ood_groups overrides it. A mean over "
-    "fewer sets than the split names is still shown (the per-set columns say which were run)."
+    "near-/far-OOD: the mean over the near (semantic shift) or far OOD sets evaluated, as the "
+    "in-distribution dataset declares them (OpenOOD v1.5's split — CIFAR-10: near CIFAR-100, "
+    "TinyImageNet; far MNIST, SVHN, Textures, Places365; digits: near the held-out digits 8/9, "
+    "far scikit-learn photo patches; Fashion-MNIST: near MNIST, KMNIST, digits_28, letters_28, "
+    "far photos_28), read from each record's evaluation.ood_groups. A mean over fewer sets than "
+    "the split names is still shown (the per-set columns say which were run)."
 )
 
 
-def ood_kind(dataset: str, ood_set: str, record: Mapping[str, Any] | None = None) -> Kind | None:
-    """``"near"``, ``"far"`` or None (in neither group) for ``ood_set`` next to ``dataset``."""
-    override = ((record or {}).get("evaluation") or {}).get("ood_groups")
-    if isinstance(override, Mapping) and override.get(ood_set) in ("near", "far"):
-        return override[ood_set]
-    return OOD_GROUPS.get(dataset, {}).get(ood_set)
+def ood_kind(ood_set: str, record: Mapping[str, Any] | None = None) -> Kind | None:
+    """``"near"``, ``"far"`` or None (in neither group, or a record from before the groups were
+    recorded: ``harness upgrade`` adds them) for ``ood_set`` in ``record``'s evaluation."""
+    groups = ((record or {}).get("evaluation") or {}).get("ood_groups")
+    if isinstance(groups, Mapping) and groups.get(ood_set) in ("near", "far"):
+        return groups[ood_set]
+    return None

@@ -1,6 +1,7 @@
 """``harness upgrade``: records written before methods declared their diagnostics get the
-registered declarations, measurements untouched; damaged records and unknown methods are left
-alone and named."""
+registered declarations, and records written before datasets declared their near/far OOD groups
+get those, measurements untouched; damaged records and unknown methods are left alone and
+named."""
 
 from __future__ import annotations
 
@@ -27,11 +28,13 @@ def test_upgrade_adds_the_methods_declarations_and_changes_nothing_measured(tmp_
     assert "k_eff" in before and '"figure": null' in before["diagnostics_shown"]  # fallback
 
     assert main(["upgrade", str(tmp_path), "--dry-run"]) == 0
-    assert "would add diagnostic declarations to 2 record(s)" in capsys.readouterr().out
+    assert "would add diagnostic declarations to 2 record(s) and OOD groups to 0" in (
+        capsys.readouterr().out
+    )
     assert "declared" not in json.loads(paths[0].read_text())["diagnostics"]
 
     assert main(["upgrade", str(tmp_path)]) == 0
-    assert "added diagnostic declarations to 2 record(s); 0 already" in capsys.readouterr().out
+    assert "declarations to 2 record(s) and OOD groups to 0; 0 already" in capsys.readouterr().out
     new = json.loads(paths[0].read_text())
     expected = [d.to_json() for d in METHODS.get("sigma_ens").diagnostics]
     assert new["diagnostics"]["declared"] == json.loads(json.dumps(expected))
@@ -45,7 +48,7 @@ def test_upgrade_adds_the_methods_declarations_and_changes_nothing_measured(tmp_
     assert [f["x"] for f in figures] == ["tau"]  # the declared k_eff-vs-τ figure is back
 
     assert main(["upgrade", str(tmp_path)]) == 0  # idempotent
-    assert "added diagnostic declarations to 0 record(s); 2 already" in capsys.readouterr().out
+    assert "declarations to 0 record(s) and OOD groups to 0; 2 already" in capsys.readouterr().out
 
 
 def test_upgrade_leaves_damaged_records_and_unknown_methods_alone(tmp_path, capsys):
@@ -59,11 +62,31 @@ def test_upgrade_leaves_damaged_records_and_unknown_methods_alone(tmp_path, caps
 
     assert main(["upgrade", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "0 record(s); 0 already had them; 2 left untouched" in out
-    assert "method 'not_a_method' is not registered" in out and "damaged record" in out
+    assert "OOD groups to 0; 0 already had what they need; 2 left untouched" in out
+    assert "unknown method 'not_a_method'" in out and "damaged record" in out
     assert path.read_text() == text and damaged.read_text() == '{"cell_id": '
 
 
 def test_upgrade_of_a_missing_folder_is_a_clear_error(tmp_path, capsys):
     assert main(["upgrade", str(tmp_path / "nope")]) == 2
     assert "no such results folder" in capsys.readouterr().err
+
+
+def test_upgrade_adds_the_datasets_ood_groups_and_the_near_far_means_follow(tmp_path, capsys):
+    """A record from before datasets declared their groups has no near/far means (the reporter
+    keeps no table of its own); upgraded, it has the ones its dataset declares."""
+    old = make_record(dataset="fashion_mnist_10k", ood_sets=("mnist", "photos_28", "svhn"))
+    old["evaluation"].pop("ood_groups", None)
+    (path,) = write_records(tmp_path, [old])
+    before = flatten(json.loads(path.read_text()))
+    assert not [k for k in before if k.startswith(("ood_near/", "ood_far/"))]
+
+    assert main(["upgrade", str(tmp_path)]) == 0
+    assert "OOD groups to 1;" in capsys.readouterr().out
+    new = json.loads(path.read_text())
+    assert new["evaluation"]["ood_groups"] == {"mnist": "near", "photos_28": "far"}  # svhn: none
+    assert new["metrics"] == old["metrics"]
+    after = flatten(new)
+    ood = old["metrics"]["ood"]
+    assert after["ood_near/msp/auroc"] == ood["mnist"]["msp"]["auroc"]
+    assert after["ood_far/msp/auroc"] == ood["photos_28"]["msp"]["auroc"]

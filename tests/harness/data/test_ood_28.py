@@ -90,6 +90,20 @@ def test_kmnist_reads_torchvisions_layout(tmp_path):
 
 @pytest.mark.parametrize("dataset", ["fashion_mnist", "fashion_mnist_10k"])
 def test_near_and_far_groups_of_fashion_mnist(dataset):
+    """The dataset declares OpenOOD's MNIST-benchmark split when it registers; a record written
+    by the engine carries the evaluated sets' groups, and the reporter reads them from it."""
+    from harness.contract import Evaluation
+    from harness.engine.build import record_evaluation
+    from tests.harness.contract.test_contract import make_cell
+
+    sets = ("mnist", "kmnist", "digits_28", "letters_28", "photos_28", "svhn")
+    cell = make_cell(dataset=dataset, evaluation=Evaluation(ood=sets))
+    record = {"evaluation": record_evaluation(cell)}
+    assert record["evaluation"]["ood_groups"] == {
+        **dict.fromkeys(sets[:4], "near"),
+        "photos_28": "far",
+    }  # svhn is in neither group
     for near in ("mnist", "kmnist", "digits_28", "letters_28"):
-        assert ood_kind(dataset, near) == "near"
-    assert ood_kind(dataset, "photos_28") == "far"
+        assert ood_kind(near, record) == "near"
+    assert ood_kind("photos_28", record) == "far"
+    assert ood_kind("svhn", record) is None and ood_kind("mnist", {}) is None
