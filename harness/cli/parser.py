@@ -309,6 +309,13 @@ def _add_report_options(parser) -> None:
         help="Holm-adjust the paired p-values across the whole paired table",
     )
     parser.add_argument(
+        "--images",
+        action="store_true",
+        help="also compare counting the test set's sampling: the seeds × images bootstrap of "
+        "accuracy, NLL, ECE and Brier (raw and after TS) from each cell's outcomes.npz, printed "
+        "beside the t-interval and written to paired_images.csv (docs/methods.md)",
+    )
+    parser.add_argument(
         "--mce-baseline",
         default="single",
         help="method the mCE column is relative to (default: single); 'none' drops mCE",

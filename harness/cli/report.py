@@ -44,6 +44,12 @@ def cmd_report(args) -> int:
         **report_kwargs(args),
     )
     print(f"wrote {out}")
+    if args.images:
+        from reports.render.images import IMAGES_CSV, write_images
+
+        print(write_images(Path(args.results_dir), out.parent, args.reference, test=args.test,
+                           holm=args.holm))  # fmt: skip
+        print(f"wrote {out.parent / IMAGES_CSV}")
     if left_out:  # a report without some of the records there: not a clean exit
         print(f"error: {len(left_out)} record(s) could not be read and are left out of the "
               f"report: {' '.join(left_out)}", file=sys.stderr)  # fmt: skip

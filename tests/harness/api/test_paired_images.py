@@ -79,3 +79,20 @@ def test_a_cell_without_outcomes_gives_a_reason(folder, tmp_path):
     table = h.paired(copy, "single", ["acc"], test="t", images=True, replicates=100)
     assert set(table["boot_note"]) == {"a cell has no outcomes.npz"}
     assert np.isnan(table["boot_se"]).all()
+
+
+def test_harness_report_images_prints_and_writes_the_same_intervals(folder, tmp_path, capsys):
+    import pandas as pd
+
+    assert main(["report", str(folder), "--images", "--reference", "single", "--test", "t",
+                 "--no-figures", "--output", str(tmp_path)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "95% seeds×images" in out and "deep_ensemble M=2" in out
+    written = pd.read_csv(tmp_path / "paired_images.csv")
+    assert set(written["metric"]) == {"acc", "nll", "ece", "brier", "ts/nll", "ts/ece"}
+    api = h.paired(folder, "single", ["acc", "nll"], test="t", images=True)
+    for metric in ("acc", "nll"):
+        a = api[(api["method"] == "deep_ensemble") & (api["metric"] == metric)].iloc[0]
+        w = written[(written["method"] == "deep_ensemble") & (written["metric"] == metric)].iloc[0]
+        assert (w["boot_lo"], w["boot_hi"]) == pytest.approx((a["boot_lo"], a["boot_hi"]))
+        assert f"{a['boot_p']:.3f}" in out
