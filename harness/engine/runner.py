@@ -387,8 +387,9 @@ def _run_leased(
         t_eval = time.perf_counter()
         outcomes = OutcomeAccumulator()
         rec["metrics"] = evaluate_all(
-            model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes
-        )
+            model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes,
+            progress=progress,  # the evaluation's bar, on a terminal only
+        )  # fmt: skip
         # Before the record: a done record's per-image outcomes are on disk beside it.
         save_outcomes(cell_dir, outcomes.arrays())
         eval_s = time.perf_counter() - t_eval
