@@ -121,7 +121,11 @@ class UnknownNameError(RegistryError):
 
 
 class Registry(Generic[T]):
-    """A name → object mapping for one kind of plugin (methods, backbones, datasets).
+    """A name → object mapping for one kind of plugin: methods, backbones and datasets
+    (:mod:`harness.registry`), executors (:mod:`harness.executors`), trackers
+    (:mod:`harness.storage.loggers`), figures (:mod:`reports.figures.base`). Each is defined in
+    the layer that uses it; all are found the same ways: the built-in modules, ``--plugin
+    MODULE`` (``$HARNESS_PLUGINS``), the ``env`` packages, and installed entry points.
 
     Plugins register by being there: on the first lookup every module of ``packages`` whose name
     starts with ``prefix`` (and not with ``_``) is imported (``pkgutil`` scan), and importing a
@@ -135,6 +139,9 @@ class Registry(Generic[T]):
         prefix: Only modules whose name starts with it are imported (``"backbones"``).
         env: Environment variable naming extra packages to scan.
         group: Entry-point group of installed plugin distributions (``harness.methods``).
+        modules: Modules imported on the first full lookup, for kinds whose built-ins are
+            registered by one module rather than found by scanning a package (trackers,
+            figures).
     """
 
     def __init__(
@@ -144,8 +151,10 @@ class Registry(Generic[T]):
         prefix: str = "",
         env: str | None = None,
         group: str | None = None,
+        modules: tuple[str, ...] = (),
     ) -> None:
         self.kind = kind
+        self._modules = tuple(modules)
         self.prefix = prefix
         self.env = env
         self.group = group
@@ -173,7 +182,7 @@ class Registry(Generic[T]):
         """What the first lookup would import, found without importing it: (file, mtime_ns,
         size) of every module of every scanned package, then each entry point by name. Equal
         sources register equal entries, so a listing computed from them can be reused."""
-        out = []
+        out = [module_file_state(m) for m in self._modules]
         for package in self.packages():
             try:
                 spec = importlib.util.find_spec(package)
@@ -192,7 +201,16 @@ class Registry(Generic[T]):
             out += [(f"entry point {ep.name} = {ep.value}", 0, 0) for ep in eps]
         return out
 
+    def load_modules(self) -> None:
+        """Import the built-in ``modules`` (once): before a plugin registers, so that the
+        built-ins come first in :meth:`registered` order whichever is imported first."""
+        for module in self._modules:
+            if module not in self._scanned:
+                self._scanned.add(module)  # before importing: the module registers through us
+                importlib.import_module(module)
+
     def _load(self) -> None:
+        self.load_modules()
         for package in self.packages():
             if package in self._scanned:
                 continue
@@ -305,6 +323,12 @@ class Registry(Generic[T]):
     def items(self) -> Iterator[tuple[str, T]]:
         self._load()
         yield from sorted(self._items.items())
+
+    def registered(self) -> list[tuple[str, T]]:
+        """Every entry in the order it was registered (built-ins first, in their module's
+        order; then plugins): for kinds whose order is shown, such as the page's figures."""
+        self._load()
+        return list(self._items.items())
 
     def __contains__(self, name: object) -> bool:
         self._load()

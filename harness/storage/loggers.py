@@ -46,9 +46,12 @@ id (W&B's run id, MLflow's run id and tracking URI). A cell that starts training
 opens a new run (the run of an earlier attempt keeps its own history).
 
 A tracker is a factory ``(cell_dir, cell, resume_epoch, previous, options, commit) ->
-TrackerRun`` in :data:`LOGGERS` (the adapters: :mod:`harness.storage.trackers`); adding one is
-an entry there. The optional packages are imported only by the trackers asked for (``pip
-install .[wandb]`` / ``.[mlflow]`` / ``.[tensorboard]``).
+TrackerRun`` registered in :data:`TRACKERS` (the built-in adapters: :mod:`harness.storage.trackers`)
+with :func:`register_tracker`, the registry type and plugin route methods use: a ``--plugin
+MODULE`` that calls it at import (worker processes and Slurm tasks import it too), or an
+installed distribution's module in the entry-point group ``harness.trackers``. The optional
+packages are imported only by the trackers asked for (``pip install .[wandb]`` / ``.[mlflow]``
+/ ``.[tensorboard]``).
 """
 
 from __future__ import annotations
@@ -58,9 +61,11 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.registry.core import Registry, UnknownNameError
 from harness.storage.records import atomic_write_text
 from harness.storage.tracked import TrackedCell, TrackerRun
 from harness.storage.tracker_options import MLFLOW_URI_ENV, TrackerOptions, option_problems
@@ -72,12 +77,35 @@ TRACKERS_FILE = "trackers.json"  # each tracker's run id, so a resumed cell cont
 
 #: A tracker adapter: ``(cell_dir, cell, resume_epoch, previous, options, commit) -> TrackerRun``.
 Factory = Callable[[Path, TrackedCell, int, Mapping | None, TrackerOptions, str | None], TrackerRun]
-#: Tracker name → (factory, the module it needs, the extra that installs it).
-LOGGERS: dict[str, tuple[Factory, str, str]] = {
-    "tensorboard": (TensorBoardLogger, "tensorboard", "tensorboard"),
-    "wandb": (WandbLogger, "wandb", "wandb"),
-    "mlflow": (MLflowLogger, "mlflow", "mlflow"),
-}
+
+
+@dataclass(frozen=True)
+class Tracker:
+    """A registered tracker: its factory, the package it needs (checked before anything runs;
+    None: none) and the extra that installs it."""
+
+    factory: Factory
+    package: str | None = None
+    extra: str | None = None
+
+
+#: Tracker name → :class:`Tracker` (``--logger NAME``).
+TRACKERS: Registry[Tracker] = Registry(
+    "tracker", group="harness.trackers", modules=("harness.storage.loggers",)
+)
+
+
+def register_tracker(
+    name: str, factory: Factory, package: str | None = None, extra: str | None = None
+) -> Tracker:
+    """Make ``--logger name`` send each cell to ``factory`` (what a plugin module calls at
+    import). Raises ``DuplicateNameError`` when ``name`` is taken."""
+    return TRACKERS.register(name, Tracker(factory, package, extra))
+
+
+register_tracker("tensorboard", TensorBoardLogger, "tensorboard", "tensorboard")
+register_tracker("wandb", WandbLogger, "wandb", "wandb")
+register_tracker("mlflow", MLflowLogger, "mlflow", "mlflow")
 
 
 def logger_problems(names: Sequence[str], mlflow_uri: str | None = None) -> list[str]:
@@ -85,13 +113,19 @@ def logger_problems(names: Sequence[str], mlflow_uri: str | None = None) -> list
     (``mlflow_uri``) that does not answer: one line each, before anything runs."""
     out = []
     for name in names:
-        if name not in LOGGERS:
-            out.append(f"--logger {name}: unknown; valid: {', '.join(LOGGERS)}")
-        elif importlib.util.find_spec(LOGGERS[name][1]) is None:
-            extra = LOGGERS[name][2]
+        try:
+            tracker = TRACKERS.get(name)
+        except UnknownNameError as exc:
+            out.append(f"--logger {name}: {exc}")
+            continue
+        if tracker.package and importlib.util.find_spec(tracker.package) is None:
+            install = (
+                f"pip install 'implicit-ensemble-harness[{tracker.extra}]'"
+                if tracker.extra
+                else f"pip install {tracker.package}"
+            )
             out.append(
-                f"--logger {name}: the {LOGGERS[name][1]} package is not installed; "
-                f"pip install 'implicit-ensemble-harness[{extra}]'"
+                f"--logger {name}: the {tracker.package} package is not installed; {install}"
             )
         elif name == "mlflow" and (problem := mlflow_server_problem(mlflow_uri)):
             out.append(f"--logger mlflow: {problem}")
@@ -216,7 +250,7 @@ class CellTrackers:
             before = previous.get(name)
             if continues and isinstance(before, dict):
                 before = {**before, "continue": True}
-            run = LOGGERS[name][0](
+            run = TRACKERS.get(name).factory(
                 self.cell_dir, cell, resume_epoch, before, self.options, self.commit
             )
             self.runs[name] = run

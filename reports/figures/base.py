@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -21,6 +21,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from harness.registry.core import Registry
 from reports.columns import m_text
 
 log = logging.getLogger("reports.figures.draw")
@@ -239,3 +240,40 @@ class RenderedFigure:
     png: str | None  # base64 PNG, or None when skipped
     note: str = ""  # why it was skipped
     figure: Figure | None = field(default=None, repr=False, compare=False)  # for the files
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure of the leaderboard page.
+
+    Attributes:
+        id: its anchor on the page and its file name (``fig-…``).
+        title, caption: shown above and below it.
+        needs: what the results must hold for it, shown when it is skipped.
+        draw: ``draw(cells) -> Figure | None`` from the reporter's per-cell frame (None: nothing
+            to draw).
+        sweep: one point per setting, so every configuration is drawn (not only the ones
+            :func:`figure_cells` keeps).
+    """
+
+    id: str
+    title: str
+    caption: str
+    needs: str
+    draw: Callable[[pd.DataFrame], Figure | None]
+    sweep: bool = False
+
+
+#: The page's figures by id, in registration order (the built-ins of
+#: :mod:`reports.figures.draw`, then a ``--plugin`` module's or an installed distribution's in
+#: the entry-point group ``harness.figures``): the registry type methods use.
+FIGURES: Registry[FigureSpec] = Registry(
+    "figure", group="harness.figures", modules=("reports.figures.draw",)
+)
+
+
+def register_figure(spec: FigureSpec) -> FigureSpec:
+    """Add ``spec`` to the page (what a plugin module calls at import). Raises
+    ``DuplicateNameError`` when its id is taken."""
+    FIGURES.load_modules()  # the built-ins first on the page, whichever module is imported first
+    return FIGURES.register(spec.id, spec)

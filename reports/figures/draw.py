@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from reports.columns import declared_diagnostics, format_number
 from reports.figures.base import (
+    FIGURES,
+    FigureSpec,
     RenderedFigure,
     _done,
     _figure_legend,
@@ -47,6 +48,7 @@ from reports.figures.base import (
     _style,
     _tau,
     pareto_front,
+    register_figure,
 )
 from reports.figures.reliability import reliability
 
@@ -303,17 +305,8 @@ def training_curves(cells: pd.DataFrame) -> Figure | None:
         return fig
 
 
-@dataclass(frozen=True)
-class FigureSpec:
-    id: str
-    title: str
-    caption: str
-    needs: str
-    draw: Callable[[pd.DataFrame], str | None]
-    sweep: bool = False  # one point per setting: every configuration is drawn
-
-
-FIGURES: tuple[FigureSpec, ...] = (
+# The built-in figures, in the page's order (plugins' follow): reports.figures.base.FIGURES.
+for _spec in (
     FigureSpec(
         "fig-tau-frontier",
         "Accuracy vs calibration across τ (σN-Ens)",
@@ -369,7 +362,8 @@ FIGURES: tuple[FigureSpec, ...] = (
         "reliability bins (metrics.clean.reliability)",
         reliability,
     ),
-)
+):
+    register_figure(_spec)
 
 
 def render_one(spec: FigureSpec, cells: pd.DataFrame) -> RenderedFigure:
@@ -421,8 +415,10 @@ def undeclared_note(cells: pd.DataFrame) -> str:
 
 
 def figure_specs(cells: pd.DataFrame) -> list[FigureSpec]:
-    """:data:`FIGURES` and a figure per diagnostic the records declare with one."""
-    return [*FIGURES, *(FigureSpec(*f, sweep=True) for f in declared_figures(cells))]
+    """Every registered figure (:data:`reports.figures.base.FIGURES`: the built-ins, then the
+    plugins') and a figure per diagnostic the records declare with one."""
+    registered = [spec for _, spec in FIGURES.registered()]
+    return [*registered, *(FigureSpec(*f, sweep=True) for f in declared_figures(cells))]
 
 
 def write_figure_files(

@@ -259,7 +259,7 @@ def test_a_tracker_that_fails_at_the_end_leaves_the_result_alone(tmp_path, caplo
     rec = _record()
     cell_dir = _cell_dir(tmp_path, rec)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(L.LOGGERS, "broken", (Broken, "json", "broken"))
+        mp.setitem(L.TRACKERS._items, "broken", L.Tracker(Broken, "json", "broken"))
         trackers = L.CellTrackers(cell_dir, ["broken"], T.TrackedCell.from_record(rec, cell_dir))
         trackers.start(0)
         trackers.finish(rec)
@@ -267,9 +267,11 @@ def test_a_tracker_that_fails_at_the_end_leaves_the_result_alone(tmp_path, caplo
 
 
 def test_loggers_are_checked_before_a_run(tmp_path, monkeypatch, capsys, write_suite):
-    monkeypatch.setitem(L.LOGGERS, "absent", (TR.MLflowLogger, "no_such_package_xyz", "absent"))
+    absent = L.Tracker(TR.MLflowLogger, "no_such_package_xyz", "absent")
+    monkeypatch.setitem(L.TRACKERS._items, "absent", absent)
     assert L.logger_problems(["nosuch", "absent"]) == [
-        "--logger nosuch: unknown; valid: tensorboard, wandb, mlflow, absent",
+        "--logger nosuch: unknown tracker 'nosuch'. Valid choices: absent, mlflow, tensorboard, "
+        "wandb",
         "--logger absent: the no_such_package_xyz package is not installed; "
         "pip install 'implicit-ensemble-harness[absent]'",
     ]

@@ -136,7 +136,9 @@ def test_tensorboard_missing_is_a_validate_error(tmp_path, monkeypatch, capsys):
     from harness.storage import loggers
 
     # The package the tensorboard tracker needs, as if it were not installed.
-    monkeypatch.setitem(loggers.LOGGERS, "tensorboard", (None, "no_such_package_xyz", "tb"))
+    loggers.TRACKERS.names()  # the built-ins registered, then one replaced for this test
+    fake = loggers.Tracker(None, "no_such_package_xyz", "tb")
+    monkeypatch.setitem(loggers.TRACKERS._items, "tensorboard", fake)
     assert main(["validate", str(suite), "--skip-data"]) == 0  # not asked for: fine
     assert main(["validate", str(suite), "--skip-data", "--tensorboard"]) == 2
     err = capsys.readouterr().err

@@ -99,7 +99,7 @@ def test_disagreement_and_k_eff_are_shown_by_default():
 
 
 def test_reliability_diagrams_carry_each_bins_count():
-    from reports.figures.draw import FIGURES
+    from reports.figures.base import FIGURES
     from reports.figures.reliability import COUNT_STRIP, reliability
 
     recs = []
@@ -119,5 +119,5 @@ def test_reliability_diagrams_carry_each_bins_count():
     expected[5], expected[14] = 4, 160  # the seeds' bins added
     assert heights == pytest.approx(expected)
     assert sorted(t.get_text() for t in strip.texts) == ["160", "4"]  # empty bins: no label
-    (spec,) = [s for s in FIGURES if s.id == "fig-reliability"]
+    spec = FIGURES.get("fig-reliability")
     assert "number of test images in each bin" in spec.caption

@@ -15,7 +15,8 @@ from harness.cli import main
 from harness.contract.errors import UsageError
 from harness.contract.record import validate_record
 from reports.columns import DIRECTIONS, cell_text, direction, leaderboard_columns
-from reports.figures.draw import FIGURES, pareto_front, render_figures
+from reports.figures.base import FIGURES
+from reports.figures.draw import pareto_front, render_figures
 from reports.records.flatten import format_hparams
 from reports.records.index import load_frame, load_results
 from reports.records.results import from_records, missing_cells, records_to_frame
@@ -413,7 +414,7 @@ def sweep_figures():
 
 def test_figures_render_png_for_suitable_data(sweep_figures):
     # then the figure σN-Ens's records declare for k_eff (methods/sigma_ens.py), drawn as declared
-    assert [f.id for f in sweep_figures] == [*(spec.id for spec in FIGURES), "fig-keff"]
+    assert [f.id for f in sweep_figures] == [*(n for n, _ in FIGURES.registered()), "fig-keff"]
     assert sweep_figures[-1].title == "σN-Ens k_eff vs τ"
     # the factory's records hold no reliability bins
     # (tests/reports/figures/test_report_calibration.py draws it)
