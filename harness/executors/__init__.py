@@ -15,8 +15,10 @@ declaring ``reads`` and ``runs_here``), made known one of three ways, none an ed
 - the module calls :func:`register_executor` at import and is named with ``--plugin MODULE``
   (or in ``$HARNESS_PLUGINS``);
 - an installed distribution declares the entry point ``NAME = "module:Class"`` in the group
-  ``harness.executors`` (read, not imported, until the executor is picked);
-- the built-in table :data:`EXECUTORS` (``"module:Class"``, imported on use).
+  ``harness.executors`` (read, not imported, until the executor is picked).
+
+All three land in :data:`EXECUTORS`, the same ``Registry`` type methods, trackers and figures use
+(the built-ins are registered there as ``"module:Class"``, imported on use).
 
 No executor imports the CLI or the reporter.
 """
@@ -26,6 +28,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from harness.registry.core import Registry
 
 # The protocol and options live in harness.executors.base; this module stays light (the CLI's
 # parser reads EXECUTORS for --help) and imports them only for types.
@@ -44,16 +48,28 @@ __all__ = [
     "runs_here",
 ]
 
-#: Built-in executor name → "module:class" (imported on use: the Slurm one needs submitit).
-EXECUTORS: dict[str, str | type] = {
-    "inprocess": "harness.executors.local:InProcessExecutor",
-    "local": "harness.executors.local:LocalWorkersExecutor",
-    "slurm": "harness.executors.slurm.executor:SlurmExecutor",
-}
 #: Entry-point group of executors in installed distributions (``name = "module:Class"``).
 ENTRY_POINT_GROUP = "harness.executors"
-_registered: dict[str, str | type] = {}
-_entry_points: dict[str, str] | None = None
+
+#: Executor name → its class or ``"module:Class"`` (imported on use: the Slurm one needs
+#: submitit): the registry type methods use, with the built-ins below first, then the
+#: ``--plugin`` modules' :func:`register_executor` calls, then installed entry points (their
+#: ``"module:Class"`` values, read from the metadata and imported only when picked).
+EXECUTORS: Registry[str | type] = Registry(
+    "executor", group=ENTRY_POINT_GROUP, modules=("harness.executors",), entry_values=True
+)
+#: The built-in executors, in the order ``--help`` and ``harness ls`` show them.
+BUILT_IN = ("inprocess", "local", "slurm")
+for _name, _target in zip(
+    BUILT_IN,
+    (
+        "harness.executors.local:InProcessExecutor",
+        "harness.executors.local:LocalWorkersExecutor",
+        "harness.executors.slurm.executor:SlurmExecutor",
+    ),
+    strict=True,
+):
+    EXECUTORS.register(_name, _target)
 
 
 def register_executor(name: str, target: str | type) -> None:
@@ -68,28 +84,21 @@ def register_executor(name: str, target: str | type) -> None:
     known = _targets()
     if name == "auto" or (name in known and known[name] is not target):
         raise ExecutorError(f"executor {name!r} is already registered; pick another name")
-    _registered[name] = target
+    if name not in known:
+        EXECUTORS.register(name, target)
+
+
+def _targets() -> dict[str, str | type]:
+    """Every executor's target (the built-ins, the registered, the entry points'); the lookup
+    imports ``$HARNESS_PLUGINS`` first (a worker or task that did not get ``--plugin``)."""
+    return dict(EXECUTORS.registered())
 
 
 def _entry_point_targets() -> dict[str, str]:
-    """Executors of installed distributions, read from their metadata once per process."""
-    global _entry_points
-    if _entry_points is None:
-        import importlib.metadata
+    """Executors of installed distributions (name → ``"module:Class"``), from their metadata."""
+    import importlib.metadata
 
-        eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-        _entry_points = {ep.name: ep.value for ep in eps}
-    return _entry_points
-
-
-def _targets(plugins: bool = False) -> dict[str, str | type]:
-    """Every executor's target: built-in, then registered, then entry points; ``plugins``:
-    import ``$HARNESS_PLUGINS`` first (a worker or task that did not get ``--plugin``)."""
-    if plugins:
-        from harness.registry.core import import_plugins
-
-        import_plugins()
-    return {**_entry_point_targets(), **_registered, **EXECUTORS}
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
 #: One line per built-in executor for ``harness ls`` (their classes are not imported to list them).
@@ -104,10 +113,10 @@ def executor_listing() -> list[tuple[str, str]]:
     """``(name, one line)`` of every executor, for ``harness ls``: a built-in's description, a
     registered class's first docstring line, else where it comes from (no import)."""
     out = [("auto", "inprocess for one cell or on a one-GPU machine, else local")]
-    targets = _targets(plugins=True)
+    targets = _targets()
     for name in executor_names():
         target = targets[name]
-        if name in DESCRIPTIONS and target is EXECUTORS.get(name):
+        if name in DESCRIPTIONS and isinstance(target, str) and name in BUILT_IN:
             line = DESCRIPTIONS[name]
         elif isinstance(target, type):
             doc = (target.__doc__ or "").strip().splitlines()
@@ -121,7 +130,7 @@ def executor_listing() -> list[tuple[str, str]]:
 
 def executor_names() -> list[str]:
     """Every name ``--executor`` accepts but ``auto``: the built-in ones first, in order."""
-    return list(dict.fromkeys([*EXECUTORS, *sorted(_targets(plugins=True))]))
+    return list(dict.fromkeys([*BUILT_IN, *sorted(_targets())]))
 
 
 def resolve_name(
@@ -144,7 +153,7 @@ def resolve_name(
 
             gpu_count = lambda: len(visible_gpus())  # noqa: E731
         return "inprocess" if n_cells <= 1 or gpu_count() == 1 else "local"
-    if name not in EXECUTORS and name not in _targets(plugins=True):
+    if name not in _targets():
         from harness.contract.build import closest
         from harness.executors.devices import ExecutorError
 
@@ -163,7 +172,7 @@ AUTO = ("inprocess", "local")
 
 
 def executor_class(name: str) -> type[Executor]:
-    """The class of the executor called ``name`` (a name of :data:`EXECUTORS`).
+    """The class of the executor called ``name`` (a name :data:`EXECUTORS` holds).
 
     Raises:
         ExecutorError: an unknown executor name, listing the valid ones.

@@ -142,6 +142,10 @@ class Registry(Generic[T]):
         modules: Modules imported on the first full lookup, for kinds whose built-ins are
             registered by one module rather than found by scanning a package (trackers,
             figures).
+        entry_values: an entry point registers its *value* (``"module:Class"``) under its
+            name, read from the distribution's metadata and imported only when used (the
+            executors: a Slurm-like plugin's dependencies are not imported to list it);
+            otherwise an entry point names a module (or package) that registers at import.
     """
 
     def __init__(
@@ -152,9 +156,11 @@ class Registry(Generic[T]):
         env: str | None = None,
         group: str | None = None,
         modules: tuple[str, ...] = (),
+        entry_values: bool = False,
     ) -> None:
         self.kind = kind
         self._modules = tuple(modules)
+        self._entry_values = entry_values
         self.prefix = prefix
         self.env = env
         self.group = group
@@ -240,6 +246,9 @@ class Registry(Generic[T]):
             if key in self._scanned:
                 continue
             self._scanned.add(key)
+            if self._entry_values:
+                self._items.setdefault(ep.name, ep.value)  # a built-in or plugin name wins
+                continue
             try:
                 obj = ep.load()
                 for info in pkgutil.iter_modules(getattr(obj, "__path__", [])):

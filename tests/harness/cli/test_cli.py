@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from harness.cli import main
-from harness.data.corruptions import ALL_CORRUPTIONS
+from harness.data._machinery.corruptions import ALL_CORRUPTIONS
 from tests import fabricate, fabricate_imagenet, fabricate_text
 from tests.conftest import REPO
 
@@ -113,7 +113,7 @@ def test_executor_registry_resolves_auto_and_rejects_unknown_names():
     from harness.executors import EXECUTORS, make_executor, resolve_name
     from harness.executors.base import ExecutorOptions
 
-    assert set(EXECUTORS) == {"inprocess", "local", "slurm"}
+    assert set(EXECUTORS.names()) == {"inprocess", "local", "slurm"}
     assert resolve_name("auto", 1, gpu_count=lambda: 0) == "inprocess"
     assert resolve_name("auto", 5, gpu_count=lambda: 0) == "local"
     assert resolve_name("auto", 5, gpu_count=lambda: 1) == "inprocess"

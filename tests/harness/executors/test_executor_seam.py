@@ -54,7 +54,9 @@ def scheduler(monkeypatch):
     module = types.ModuleType("fake_scheduler_executor")
     module.Scheduler = Scheduler
     monkeypatch.setitem(sys.modules, "fake_scheduler_executor", module)
-    monkeypatch.setitem(executors.EXECUTORS, "scheduler", "fake_scheduler_executor:Scheduler")
+    executors.EXECUTORS.names()  # the built-ins loaded; the added one undone after the test
+    monkeypatch.setattr(executors.EXECUTORS, "_items", dict(executors.EXECUTORS._items))
+    executors.register_executor("scheduler", "fake_scheduler_executor:Scheduler")
     Scheduler.seen = {}
     return Scheduler
 
@@ -144,8 +146,12 @@ def test_an_installed_distributions_executor_is_found_by_its_entry_point(monkeyp
     from harness.executors import executor_class, executor_listing, register_executor
     from harness.executors.devices import ExecutorError
 
-    monkeypatch.setattr(executors, "_entry_points", {"faraway": "faraway_executor:Scheduler"})
-    monkeypatch.setattr(executors, "_registered", {})
+    executors.EXECUTORS.names()  # the built-ins loaded, then a copy the test may change
+    monkeypatch.setattr(executors.EXECUTORS, "_items", dict(executors.EXECUTORS._items))
+    # an installed distribution's entry point: its value registered, its module not imported
+    monkeypatch.setitem(executors.EXECUTORS._items, "faraway", "faraway_executor:Scheduler")
+    monkeypatch.setattr(executors, "_entry_point_targets",
+                        lambda: {"faraway": "faraway_executor:Scheduler"})  # fmt: skip
     assert ("faraway", "faraway_executor:Scheduler (entry point)") in executor_listing()
     assert "faraway_executor" not in sys.modules  # listed without importing it
     module = types.ModuleType("faraway_executor")

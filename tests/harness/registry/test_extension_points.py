@@ -51,7 +51,7 @@ DATASET = '''
 """A plugin dataset: 4-class noise images with a learnable mean shift, made in memory."""
 import torch
 
-from harness.data.base import DatasetSpec, ImageSet, register_dataset
+from harness.data._machinery.base import DatasetSpec, ImageSet, register_dataset
 
 
 def load(root):
@@ -105,6 +105,16 @@ evaluation: {cost: false}
 """
 
 
+def _fresh_executors(monkeypatch) -> None:
+    """The executor registry as built in: a plugin's executor registered in the test is
+    forgotten after it (and, called mid-test, from then on)."""
+    from harness import executors
+
+    executors.EXECUTORS.names()
+    built_in = {k: v for k, v in executors.EXECUTORS._items.items() if k in executors.BUILT_IN}
+    monkeypatch.setattr(executors.EXECUTORS, "_items", built_in)
+
+
 @pytest.fixture
 def plugin_package(tmp_path, monkeypatch):
     """``plugpkg.method``, ``.backbone``, ``.dataset``, ``.executor``: one file each; the
@@ -113,7 +123,7 @@ def plugin_package(tmp_path, monkeypatch):
         registry.names()  # scanned before copying, so the copy holds the built-in entries
         monkeypatch.setattr(registry, "_items", dict(registry._items))
     monkeypatch.setattr("harness.registry.core._imported_plugins", set())
-    monkeypatch.setattr("harness.executors._registered", {})
+    _fresh_executors(monkeypatch)
     pkg = tmp_path / "plugpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -174,7 +184,7 @@ def test_an_executor_is_one_file(plugin_package, tmp_path, capsys, monkeypatch):
     assert {r["status"] for r in records} == {"done"}
     assert {r["config"]["method"] for r in records} == {"plug_single"}
 
-    monkeypatch.setattr("harness.executors._registered", {})
+    _fresh_executors(monkeypatch)
     assert main([*argv, *plugin_package, "--force"]) == 2
     err = capsys.readouterr().err
     assert err == (
@@ -191,8 +201,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data.base import DatasetSpec, ImageSet, register_dataset
-from harness.data.sources import Archive, Archives
+from harness.data._machinery.base import DatasetSpec, ImageSet, register_dataset
+from harness.data._machinery.sources import Archive, Archives
 
 
 def load(root):
