@@ -24,7 +24,7 @@ import torch
 
 from harness.config.suite import load_suite
 from harness.contract import Cell
-from harness.data.base import default_data_root
+from harness.data._machinery.base import default_data_root
 from harness.engine.build import build_model, load_data, load_trained, seed_everything
 from harness.engine.environment import resolve_device
 from harness.engine.evaluate import evaluate_all

@@ -7,8 +7,8 @@ each) and times, in one process with one torch thread (one core):
 - PIL decode only (``Image.open(...).convert("RGB")``) and ``torchvision.io.decode_jpeg`` (CPU);
 - the training transform (decode + RandomResizedCrop 224 + flip → uint8 tensor);
 - the evaluation transform (decode + Resize 256 + CenterCrop 224);
-- the whole :class:`~harness.data.file_loader.FileLoader` (batches of 64, normalised float32)
-  with 0 workers and with ``--workers`` worker processes.
+- the whole :class:`~harness.data._machinery.file_loader.FileLoader` (batches of 64, normalised
+  float32) with 0 workers and with ``--workers`` worker processes.
 
 Usage::
 
@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from harness.data.base import LoaderOptions
-from harness.data.file_loader import FileSplit, ImageTransform
+from harness.data._machinery.base import LoaderOptions
+from harness.data._machinery.file_loader import FileSplit, ImageTransform
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
-from harness.data.loader import DeviceLoader
+from harness.data._machinery.loader import DeviceLoader
 from harness.engine.cost import FirstBatches, synthetic_images
 from harness.engine.graphed import WARMUP_STEPS, CudaGraphs, GraphedStep, prepare_optimizer
 from harness.engine.train import make_optimizer, make_scheduler, train_epoch

@@ -111,7 +111,7 @@ def model_for(name: str, backbone: str, in_shape: tuple[int, ...], classes: int)
 
 def part_syncs() -> None:
     from harness.contract.config import Recipe
-    from harness.data.loader import DeviceLoader
+    from harness.data._machinery.loader import DeviceLoader
     from harness.engine.cost import synthetic_images
     from harness.engine.train import make_optimizer, make_scheduler, train_epoch
     from harness.registry import METHODS
@@ -252,7 +252,7 @@ def part_ddp(tmp: Path) -> None:
         backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
     try:
-        from harness.data.loader import DeviceLoader
+        from harness.data._machinery.loader import DeviceLoader
         from harness.engine.cost import synthetic_images
 
         model, _ = model_for("sigma_ens", "digits_cnn", (1, 8, 8), 8)

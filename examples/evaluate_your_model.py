@@ -72,7 +72,7 @@ def from_cells(folder: Path, method: str = "single") -> nn.Module:
 
 def scratch(dataset: str) -> nn.Module:
     """A nearest-class-mean classifier from ``dataset``'s training split."""
-    from harness.data.base import default_data_root
+    from harness.data._machinery.base import default_data_root
     from harness.registry import DATASETS
 
     spec = DATASETS.get(dataset)

@@ -99,7 +99,7 @@ def write_for_suites(root: Path) -> None:
     """Everything ``harness validate suites/imagenet_*.yaml --data-root root`` checks: ImageNet
     (plain layout), one severity of every ImageNet-C corruption folder (8×8 images: only the
     folders are checked) and the five OpenOOD lists."""
-    from harness.data.corruption_sets import ALL_CORRUPTIONS
+    from harness.data._machinery.corruption_sets import ALL_CORRUPTIONS
 
     write_imagenet(root, train_per_class=1, val_per_class=1)
     write_imagenet_c(root, ALL_CORRUPTIONS, size=8)

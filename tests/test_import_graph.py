@@ -287,7 +287,7 @@ def test_no_import_cycles(graph):
 
 
 def folder_of(module: str) -> str:
-    """The folder a module lives in, two levels deep (``harness.data.loader`` →
+    """The folder a module lives in, two levels deep (``harness.data._machinery.loader`` →
     ``harness.data``, ``methods._triton.sigma_bn`` → ``methods._triton``); a module at a
     package's top level is a node of its own (``reports.columns``, ``methods.sigma_ens``)."""
     return ".".join(module.split(".")[:2])

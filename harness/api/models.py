@@ -116,7 +116,7 @@ def evaluate(
     """
     import torch
 
-    from harness.data.base import DataMissingError, default_data_root
+    from harness.data._machinery.base import DataMissingError, default_data_root
     from harness.engine.external import evaluate_external
 
     cell = _external_cell(name, backbone, dataset, suite, overrides, evaluation, recipe, seed)
@@ -210,7 +210,7 @@ def _replaced(
 def _check_data(cell: Cell, root: Path) -> None:
     """Every dataset the evaluation reads is on this machine (else one line each, naming the
     fetch), before anything is evaluated."""
-    from harness.data.base import DataMissingError
+    from harness.data._machinery.base import DataMissingError
     from harness.registry import DATASETS
 
     problems = []
@@ -312,7 +312,7 @@ def predictions(
     import numpy as np
     import torch
 
-    from harness.data.base import DataMissingError, ImageSet, default_data_root
+    from harness.data._machinery.base import DataMissingError, ImageSet, default_data_root
     from harness.engine.build import load_data
     from harness.engine.evaluate import adapt_images, member_probs
     from harness.registry import DATASETS

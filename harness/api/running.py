@@ -83,7 +83,7 @@ def validate(
     except (SuiteError, RegistryError, FileNotFoundError) as exc:
         raise HarnessError(_suite_problems(exc)) from None
     if check_data:
-        from harness.data.base import default_data_root
+        from harness.data._machinery.base import default_data_root
 
         root = default_data_root(Path(data_root) if data_root else None)
         if problems := data_problems(loaded, root):

@@ -19,8 +19,9 @@
   preserving their outputs (``methods/_sigma/norm_ensemble.py``), as for ``pretrained: PATH``.
 
 Both read ``dropout_rate`` (MC Dropout sets it). Their input is the token ids a text dataset
-yields (``harness/data/text.py``); the tokeniser must be the one the encoder was trained with,
-which the dataset's name says (``sst2`` word-level, ``sst2_bert`` ``bert-base-uncased``).
+yields (``harness/data/_machinery/text.py``); the tokeniser must be the one the encoder was
+trained with, which the dataset's name says (``sst2`` word-level, ``sst2_bert``
+``bert-base-uncased``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.backbones import BackboneSpec, _no_extra, register_backbone
-from harness.data.text import WORD_VOCAB_SIZE
+from harness.data._machinery.text import WORD_VOCAB_SIZE
 
 FAMILY = "transformer"
 # A pre-trained encoder's architecture is the library's: methods that rebuild the network from

@@ -345,9 +345,9 @@ def fetch_named(value: str) -> Path:
 
 def download_named(value: str) -> Path:
     """:func:`fetch_named` for ``harness data download``: every failure one
-    :class:`harness.data.download.DownloadError` line (the data downloads' error), so the
+    :class:`harness.data._machinery.download.DownloadError` line (the data downloads' error), so the
     command treats weights and datasets alike."""
-    from harness.data.download import DownloadError, one_line
+    from harness.data._machinery.download import DownloadError, one_line
 
     try:
         return fetch_named(value)
@@ -370,7 +370,7 @@ def backbone_state(value: str, cell, spec) -> dict[str, Tensor]:
     Args:
         value: ``timm:<name>``, ``torchvision:<name>`` or a path.
         cell: the :class:`harness.contract.Cell` (backbone, its options, seed).
-        spec: the cell's :class:`harness.data.base.DatasetSpec` (input shape, classes).
+        spec: the cell's :class:`harness.data._machinery.base.DatasetSpec` (input shape, classes).
     """
     from harness.registry import BACKBONES
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.contract import Cell, DamagedRecord, is_cell_dir, read_manifest, read_record
 from harness.contract.errors import DamagedFile
-from harness.data.base import default_data_root
+from harness.data._machinery.base import default_data_root
 from harness.engine.reevaluate import NotTheRecordsWeights, reevaluate_cell
 from harness.storage.records import atomic_write_text
 

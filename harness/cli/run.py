@@ -129,7 +129,7 @@ def run_suite(suite: str | os.PathLike, options: RunOptions) -> int:
         return print_plan(all_cells, cells, results, options.force, every=options.list_every)
     trackers = executor_options.trackers
     if here:  # the data layer imports torch: only on the way to running cells here
-        from harness.data.base import default_data_root
+        from harness.data._machinery.base import default_data_root
 
         root = default_data_root(options.data_root)
         problems = preflight(loaded, str(suite), trackers, root, results)

@@ -124,7 +124,7 @@ def results_space_problem(cells: list, results: Path) -> str | None:
 
 def check_data(suite, data_root: Path) -> list[str]:
     """Problems with data a suite needs: each names the path looked in and the fetch command."""
-    from harness.data.base import DataMissingError
+    from harness.data._machinery.base import DataMissingError
     from harness.registry import DATASETS
 
     problems = []
@@ -135,7 +135,7 @@ def check_data(suite, data_root: Path) -> list[str]:
         except DataMissingError as exc:
             problems.append(str(exc))
     if suite.evaluation.corruptions:
-        from harness.data.corruption_sets import check_corruptions
+        from harness.data._machinery.corruption_sets import check_corruptions
 
         for name in suite.grid.datasets:  # only the files this suite's list needs
             problems.extend(check_corruptions(name, suite.evaluation.corruptions, data_root))
@@ -149,7 +149,7 @@ def cmd_validate(args) -> int:
     suite = load_suite_arg(args.suite, args.overrides, check_files=not args.skip_data)
     data_root = None
     if not args.skip_data:  # the data layer imports torch: only when the data is checked
-        from harness.data.base import default_data_root
+        from harness.data._machinery.base import default_data_root
 
         data_root = default_data_root(args.data_root)
     results = Path(args.results or "results") / suite.name

@@ -281,7 +281,9 @@ def _parse_evaluation(raw: Any, datasets: list[str], errors: list[str]) -> Evalu
     if evaluation is not None:
         for i, o in enumerate(evaluation.ood):
             _lookup(DATASETS, o, f"evaluation.ood[{i}]", errors)
-        from harness.data.corruption_sets import check_corruptions  # names, generators here
+        from harness.data._machinery.corruption_sets import (
+            check_corruptions,
+        )  # names, generators here
 
         for d in datasets:
             errors.extend(

@@ -126,8 +126,8 @@ def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
 
     Args:
         entry: a :class:`harness.contract.config.BackboneEntry` with ``kwargs``.
-        dataset: the :class:`harness.data.base.DatasetSpec` of the grid's first dataset (the
-            input shape and class count to build for).
+        dataset: the :class:`harness.data._machinery.base.DatasetSpec` of the grid's first
+            dataset (the input shape and class count to build for).
         index: the entry's position in ``grid.backbones``, for the key path.
     """
     import torch

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data.base import DatasetSpec, ImageSet, register_dataset, stratified_split
+from harness.data._machinery.base import DatasetSpec, ImageSet, register_dataset, stratified_split
 
 ID_CLASSES = 8
 SPLIT_SEED = 0
@@ -169,9 +169,10 @@ def load_digits_hard_splits(root: Path | None = None) -> dict[str, ImageSet]:
         torch.cat([train.images[rest], full["val"].images]),
         torch.cat([train.labels[rest], full["val"].labels]),
     )
-    # No "val": a loader's val joins the training pool (harness.data.base.training_splits), and
-    # the pool must stay few-shot. The digits it does not train on are `spare`: a recipe's
-    # `validation: n` and an evaluation's `calibration: n` are drawn from them.
+    # No "val": a loader's val joins the training pool
+    # (harness.data._machinery.base.training_splits), and the pool must stay few-shot. The digits
+    # it does not train on are `spare`: a recipe's `validation: n` and an evaluation's
+    # `calibration: n` are drawn from them.
     return {"train": _reduced(few), "test": _reduced(full["test"]), "spare": _reduced(spare)}
 
 

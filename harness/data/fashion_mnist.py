@@ -1,6 +1,6 @@
 """Fashion-MNIST (Xiao, Rasul & Vollgraf 2017, arXiv:1708.07747): 60,000 training and 10,000 test
 images, 28×28 grayscale, 10 classes of Zalando article photographs; read from the four published
-IDX files, kept in memory as uint8 :class:`~harness.data.base.ImageSet` splits.
+IDX files, kept in memory as uint8 :class:`~harness.data._machinery.base.ImageSet` splits.
 
 Where the files are looked for, in order:
 
@@ -28,8 +28,8 @@ cell's seed); its test set stays the full 10,000 images.
 Corruptions: there is no published Fashion-MNIST-C, so ``corruptions: [all]`` is the CIFAR-C
 benchmark family (Hendrycks & Dietterich 2019; torch-uncertainty's ports) where it applies to one
 28×28 channel — 13 of its 15 corruptions, glass_blur and elastic_transform being left out below
-32×32 (:mod:`harness.data.corruption_sets` says why) — at its 5 severities, plus the extras
-speckle_noise and gaussian_blur when named. They are generated once, deterministically, into
+32×32 (:mod:`harness.data._machinery.corruption_sets` says why) — at its 5 severities, plus the
+extras speckle_noise and gaussian_blur when named. They are generated once, deterministically, into
 ``<root>/generated-c/fashion_mnist/`` and shared by ``fashion_mnist_10k`` (same test set).
 MNIST-C (Mu & Gilmer 2019) is another family with one severity per corruption; it is not used.
 """
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data.base import (
+from harness.data._machinery.base import (
     DATA_ROOT_ENV,
     DataFileError,
     DataMissingError,
@@ -56,7 +56,7 @@ from harness.data.base import (
     register_dataset,
     stratified_holdout,
 )
-from harness.data.sources import Torchvision
+from harness.data._machinery.sources import Torchvision
 
 #: Debian's install location of ``dataset-fashion-mnist`` (``dpkg -L dataset-fashion-mnist``).
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")

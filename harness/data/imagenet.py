@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data.base import DataMissingError, DatasetSpec, register_dataset
-from harness.data.corruption_sets import check_corruption
-from harness.data.file_loader import FileSplit, ImageTransform
+from harness.data._machinery.base import DataMissingError, DatasetSpec, register_dataset
+from harness.data._machinery.corruption_sets import check_corruption
+from harness.data._machinery.file_loader import FileSplit, ImageTransform
+from harness.data._machinery.sources import Archive, Archives, Instructions, PublishedCorruptions
 from harness.data.photo_sets import IMAGENET_MEAN, IMAGENET_STD
-from harness.data.sources import Archive, Archives, Instructions, PublishedCorruptions
 
 log = logging.getLogger(__name__)
 

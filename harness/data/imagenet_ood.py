@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data.base import DataMissingError, DatasetSpec, register_dataset
-from harness.data.file_loader import FileSplit
+from harness.data._machinery.base import DataMissingError, DatasetSpec, register_dataset
+from harness.data._machinery.file_loader import FileSplit
+from harness.data._machinery.sources import Instructions
 from harness.data.photo_sets import IMAGENET_MEAN, IMAGENET_STD
-from harness.data.sources import Instructions
 
 FOLDER = "openood"
 IMGLIST_DIR = "benchmark_imglist/imagenet"

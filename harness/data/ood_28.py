@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.data.base import DatasetSpec, ImageSet, damaged_data_file, register_dataset
-from harness.data.sources import Torchvision
+from harness.data._machinery.base import DatasetSpec, ImageSet, damaged_data_file, register_dataset
+from harness.data._machinery.sources import Torchvision
 
 SEED = 0
 BOX, SIDE = 20, 28  # MNIST's framing: the glyph fitted in a 20×20 box, centred in 28×28

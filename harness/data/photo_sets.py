@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data.base import DatasetSpec, ImageSet, register_dataset
-from harness.data.sources import Archive, Archives, Torchvision
+from harness.data._machinery.base import DatasetSpec, ImageSet, register_dataset
+from harness.data._machinery.sources import Archive, Archives, Torchvision
 
 OOD_IMAGE_SIZE = 64
 PLACES365_CAP = 10_000

@@ -21,7 +21,8 @@ EMNLP 2021, the same protocol):
   phrases) within the same label space; Hendrycks et al. use it as SST-2's shifted test set.
 
 Files are read in sorted path order (deterministic) and every text is tokenised to the same
-:data:`harness.data.text.SEQ_LEN` tokens as SST-2 (the model's position embeddings fix L).
+:data:`harness.data._machinery.text.SEQ_LEN` tokens as SST-2 (the model's position embeddings
+fix L).
 
 **Tokeniser.** A token id only means something to the tokeniser that made it, so a text dataset
 is registered once per tokeniser by :func:`register_text_datasets`, one general mechanism:
@@ -46,9 +47,9 @@ from pathlib import Path
 
 import torch
 
-from harness.data.base import DatasetSpec, register_dataset
-from harness.data.sources import Archive, Archives
-from harness.data.text import SEQ_LEN, WORD, TextSplit, Tokenizer, make_tokenizer
+from harness.data._machinery.base import DatasetSpec, register_dataset
+from harness.data._machinery.sources import Archive, Archives
+from harness.data._machinery.text import SEQ_LEN, WORD, TextSplit, Tokenizer, make_tokenizer
 
 SST2_DIR = "SST-2"
 NEWSGROUPS_DIR = "20news-bydate-test"
@@ -177,7 +178,7 @@ def register_text_datasets(suffix: str, tokenizer: str) -> list[str]:
 
     Args:
         suffix: appended to every name ("" for the word-level built-ins, e.g. "_bert").
-        tokenizer: ``"word"`` or ``"hf:<name or path>"`` (see :mod:`harness.data.text`).
+        tokenizer: ``"word"`` or ``"hf:<name or path>"`` (see :mod:`harness.data._machinery.text`).
 
     Returns:
         The registered names.

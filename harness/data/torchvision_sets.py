@@ -2,12 +2,12 @@
 
 In-distribution: CIFAR-10 and CIFAR-100 (train = all 50,000 official training images, test = the
 official test set; a validation split is held out of the training images only when a recipe asks
-for one, :func:`harness.data.base.training_splits`). OOD-only: SVHN and MNIST here; Textures (DTD),
-Places365 and TinyImageNet in :mod:`harness.data.photo_sets`.
+for one, :func:`harness.data._machinery.base.training_splits`). OOD-only: SVHN and MNIST here;
+Textures (DTD), Places365 and TinyImageNet in :mod:`harness.data.photo_sets`.
 
 Nothing here downloads: loaders run with ``download=False`` and every spec's ``is_available``
-only checks that the files exist. ``harness data download NAME`` (:mod:`harness.data.download`)
-fetches them on a machine with internet.
+only checks that the files exist. ``harness data download NAME``
+(:mod:`harness.data._machinery.download`) fetches them on a machine with internet.
 
 torchvision md5-checks every CIFAR/SVHN/Places365 file each time a dataset object is built
 (170 MB hashed per CIFAR load). The archives are md5-checked once, when they are downloaded;
@@ -32,14 +32,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.data.base import (
+from harness.data._machinery.base import (
     VALIDATION_SEED,
     DatasetSpec,
     ImageSet,
     damaged_data_file,
     register_dataset,
 )
-from harness.data.sources import Archive, Archives, PublishedCorruptions, Torchvision
+from harness.data._machinery.sources import Archive, Archives, PublishedCorruptions, Torchvision
 
 # Per-channel mean/std of the training images on the [0, 1] scale (the true pixel std, not the
 # 0.2023/0.1994/0.2010 values that circulate for CIFAR-10).

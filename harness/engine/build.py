@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from harness.contract import Cell
-from harness.data.base import DatasetSpec, Split, training_splits
+from harness.data._machinery.base import DatasetSpec, Split, training_splits
 from harness.engine.train import set_determinism
 from harness.registry import DATASETS, METHODS
 from harness.storage.checkpoint import load_weights

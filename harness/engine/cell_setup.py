@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from harness.contract import Cell
-from harness.data.base import BatchLoader, DatasetSpec, LoaderOptions, Split
-from harness.data.loader import make_loader
+from harness.data._machinery.base import BatchLoader, DatasetSpec, LoaderOptions, Split
+from harness.data._machinery.loader import make_loader
 from harness.engine.cost import flops_per_image, parameter_counts, throughput
 from harness.engine.environment import device_name
 from harness.registry import METHODS

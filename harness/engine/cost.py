@@ -22,8 +22,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.contract import Recipe
-from harness.data.base import ImageSet
-from harness.data.loader import DeviceLoader
+from harness.data._machinery.base import ImageSet
+from harness.data._machinery.loader import DeviceLoader
 from harness.engine.graphed import WARMUP_STEPS, graphed_step, step_mode
 from harness.engine.train import autocast, make_optimizer, make_scheduler, step_loss, train_epoch
 from methods._base import BuildContext, EnsembleModel, count_parameters
@@ -211,8 +211,8 @@ def real_loop_throughput(
     """Training images/s through the real loop, on device-resident synthetic data.
 
     The data are ``batch · max(steps, warmup)`` random uint8 images of ``in_shape`` kept on the
-    device and served by :class:`~harness.data.loader.DeviceLoader` with its random crop and
-    flip, exactly as a cell's training data (``streams`` batches per step for methods whose
+    device and served by :class:`~harness.data._machinery.loader.DeviceLoader` with its random
+    crop and flip, exactly as a cell's training data (``streams`` batches per step for methods whose
     members train on independent data, as the runner's loader draws them); the loop is
     :func:`~harness.engine.train.train_epoch` with :func:`~harness.engine.train.make_optimizer` and
     :func:`~harness.engine.train.make_scheduler` of ``recipe``. A warm-up pass of ``warmup`` steps

@@ -88,7 +88,7 @@ class Ranks:
 
     @property
     def shard(self) -> tuple[int, int]:
-        """``(rank, world)`` for :class:`harness.data.base.LoaderOptions`."""
+        """``(rank, world)`` for :class:`harness.data._machinery.base.LoaderOptions`."""
         return self.rank, self.world
 
     def event_fields(self) -> dict[str, int]:

@@ -2,7 +2,7 @@
 
 Predictions stream batch by batch into the metric accumulators of :mod:`harness.metrics`;
 member probabilities are (M, B, K) and the ensemble prediction is their mean (never the mean of
-logits). Corrupted copies come from :mod:`harness.data.corruptions`.
+logits). Corrupted copies come from :mod:`harness.data._machinery.corruptions`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.contract import Evaluation, Recipe
-from harness.data.base import DatasetSpec, ImageSet, LoaderOptions, Split
-from harness.data.loader import make_loader
+from harness.data._machinery.base import DatasetSpec, ImageSet, LoaderOptions, Split
+from harness.data._machinery.loader import make_loader
 from harness.engine.train import autocast
 from methods._base import EnsembleModel
 
@@ -229,8 +229,8 @@ def evaluate_corruptions(
         ``(raw block, {view: block, "conformal": {name: block}, "time_s": s})``, or None when
         no corruption is asked for.
     """
-    from harness.data.corruption_sets import resolve_corruptions
-    from harness.data.corruptions import corrupted_split
+    from harness.data._machinery.corruption_sets import resolve_corruptions
+    from harness.data._machinery.corruptions import corrupted_split
     from harness.metrics.corruption import summarize_corruptions, summarize_sets
 
     if not evaluation.corruptions:
@@ -456,7 +456,7 @@ class _Passes:
 
         total = int(evaluation.calibrate) + 1 + int("val" in splits)
         if evaluation.corruptions:
-            from harness.data.corruption_sets import resolve_corruptions
+            from harness.data._machinery.corruption_sets import resolve_corruptions
 
             names = resolve_corruptions(spec.name, evaluation.corruptions)
             total += len(names) * len(evaluation.severities)

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from harness.contract import Cell, new_record
-from harness.data.base import DatasetSpec, LoaderOptions, Split
-from harness.data.loader import make_loader
+from harness.data._machinery.base import DatasetSpec, LoaderOptions, Split
+from harness.data._machinery.loader import make_loader
 from harness.engine.build import load_data, now, record_evaluation, seed_everything
 from harness.engine.cost import flops_per_image
 from harness.engine.environment import device_name, environment

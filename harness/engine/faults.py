@@ -102,7 +102,7 @@ def cell_error(
 ) -> dict[str, Any]:
     """The ``error`` object of a failed cell's record: ``type``, ``message`` (one line for the
     faults above, the exception's text otherwise), ``traceback``, ``data_missing``, ``phase``."""
-    from harness.data.base import DataMissingError
+    from harness.data._machinery.base import DataMissingError
 
     kind, message = type(exc).__name__, str(exc)
     if full := full_disk_error(exc, cell_dir):

@@ -45,7 +45,7 @@ from harness.contract import (
     usable_record,
 )
 from harness.contract.errors import DamagedFile
-from harness.data.base import (
+from harness.data._machinery.base import (
     DatasetSpec,
     Split,
     default_data_root,

@@ -54,7 +54,8 @@ def bind_worker(device: str | None, concurrent: int = 1) -> None:
     comma-joined GPUs of a multi-process cell) the only devices the process sees, before torch
     initialises CUDA, then install the Ctrl-C handler. None: leave the environment (CPU).
     ``concurrent``: cells running at once on this node, so that file loaders share the cores
-    (``$HARNESS_CONCURRENT_CELLS``, read by ``harness.data.file_loader.default_workers``)."""
+    (``$HARNESS_CONCURRENT_CELLS``, read by
+    ``harness.data._machinery.file_loader.default_workers``)."""
     from harness.executors.interrupt import install_worker_handler
 
     install_worker_handler()

@@ -56,7 +56,7 @@ def summarize_corruptions(
     Raises:
         ValueError: No cell, or no benchmark corruption among the cells.
     """
-    from harness.data.corruption_sets import corruption_set, mean_over
+    from harness.data._machinery.corruption_sets import corruption_set, mean_over
 
     if not cells:
         raise ValueError("no corruption cell to summarize")
@@ -111,7 +111,7 @@ def summarize_sets(
         ``cells`` as given, ``per_severity`` ({severity: {statistic: mean}}) and ``mean``, both
         over the benchmark corruptions only (extras are in ``cells``).
     """
-    from harness.data.corruption_sets import corruption_set
+    from harness.data._machinery.corruption_sets import corruption_set
 
     bench = set(corruption_set(dataset).benchmark)
     in_mean = [c for c in cells if c["corruption"] in bench]

@@ -15,8 +15,9 @@ from harness.contract.config import hparam_defaults
 from harness.registry.core import Registry
 
 # The entries' types (methods._base.MethodSpec, harness.backbones.BackboneSpec,
-# harness.data.base.DatasetSpec) live in the layers that register them, above this one: naming
-# them here, even under TYPE_CHECKING, would be an import cycle (tests/test_import_graph.py).
+# harness.data._machinery.base.DatasetSpec) live in the layers that register them, above this
+# one: naming them here, even under TYPE_CHECKING, would be an import cycle
+# (tests/test_import_graph.py).
 METHODS: Registry[Any] = Registry(
     "method", packages=("methods",), env="HARNESS_METHOD_PACKAGES", group="harness.methods"
 )

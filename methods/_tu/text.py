@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.backbones.text import POOLINGS, TextTransformer
-from harness.data.text import WORD_VOCAB_SIZE
+from harness.data._machinery.text import WORD_VOCAB_SIZE
 from methods._base import BuildContext
 
 

@@ -186,8 +186,8 @@ def test_train_accuracy_is_computed_from_the_returned_targets(name, hp, m) -> No
 
 
 def _stream_loader(seed: int, streams: int):
-    from harness.data.base import ImageSet
-    from harness.data.loader import DeviceLoader
+    from harness.data._machinery.base import ImageSet
+    from harness.data._machinery.loader import DeviceLoader
 
     n = 40
     gen = torch.Generator().manual_seed(123)  # the same images in every loader
@@ -303,7 +303,7 @@ def test_runner_training_loader_feeds_the_declared_layout(name: str, hp: dict, m
     """The runner's loader yields what the method declared: (M, B, ...) batches for
     independent streams, (B, ...) otherwise; and the step trains on them."""
     from harness.contract import Cell, Evaluation
-    from harness.data.base import ImageSet
+    from harness.data._machinery.base import ImageSet
     from harness.engine.cell_setup import train_loader
     from harness.registry import DATASETS
 

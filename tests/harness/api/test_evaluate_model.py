@@ -97,7 +97,7 @@ def test_predictions_are_the_probabilities_the_record_comes_from(done):
 
 
 def test_a_callable_built_here_is_evaluated_without_a_suite(tmp_path):
-    from harness.data.base import default_data_root
+    from harness.data._machinery.base import default_data_root
     from harness.registry import DATASETS
 
     spec = DATASETS.get("digits_hard")

@@ -97,7 +97,7 @@ def test_real_loop_restores_the_weights():
 
 
 def test_first_batches_takes_a_prefix_and_refuses_too_many():
-    from harness.data.loader import DeviceLoader
+    from harness.data._machinery.loader import DeviceLoader
 
     data = synthetic_images(12, (1, 8, 8), 3)
     assert data.images.dtype == torch.uint8 and int(data.labels.max()) < 3

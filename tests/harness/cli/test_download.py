@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.data import download as dl
-from harness.data.corruption_sets import check_corruptions
+from harness.data._machinery import download as dl
+from harness.data._machinery.corruption_sets import check_corruptions
 from harness.registry import DATASETS
 from tests import fabricate
 

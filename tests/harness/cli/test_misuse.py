@@ -227,7 +227,7 @@ def test_damaged_pretrained_weights_are_named(suite, tmp_path, capsys, kind, pro
 
 
 def test_a_truncated_cifar_batch_is_named_and_exits_2(tmp_path, capsys):
-    from harness.data.base import DataFileError
+    from harness.data._machinery.base import DataFileError
     from harness.data.torchvision_sets import load_cifar
 
     fabricate.write_cifar10(tmp_path, train_per_class=2, test_per_class=1)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.config.suite import load_suite
-from harness.data.base import ImageSet, training_splits
+from harness.data._machinery.base import ImageSet, training_splits
 from harness.engine.build import load_data
 from harness.registry import DATASETS
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.data import corruption_sets as cs
-from harness.data import corruptions as cc
-from harness.data.base import DataMissingError, ImageSet
+from harness.data._machinery import corruption_sets as cs
+from harness.data._machinery import corruptions as cc
+from harness.data._machinery.base import DataMissingError, ImageSet
 from harness.data.digits import load_digits_splits
 from harness.metrics.corruption import summarize_corruptions
 from tests import fabricate

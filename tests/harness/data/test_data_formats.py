@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.data import download as dl
 from harness.data import torchvision_sets as tvs
-from harness.data.base import DataMissingError, ImageSet, stratified_holdout, training_splits
+from harness.data._machinery import download as dl
+from harness.data._machinery.base import (
+    DataMissingError,
+    ImageSet,
+    stratified_holdout,
+    training_splits,
+)
 from harness.registry import DATASETS
 from tests import fabricate
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.data.base import ImageSet, stratified_split
-from harness.data.corruptions import applicable_corruptions, corrupted_split
+from harness.data._machinery.base import ImageSet, stratified_split
+from harness.data._machinery.corruptions import applicable_corruptions, corrupted_split
+from harness.data._machinery.loader import DeviceLoader, crop_flip
 from harness.data.digits import (
     DIGITS_MEAN,
     DIGITS_STD,
@@ -14,7 +15,6 @@ from harness.data.digits import (
     load_heldout,
     load_photo_patches,
 )
-from harness.data.loader import DeviceLoader, crop_flip
 
 
 def test_fixed_stratified_split_of_classes_0_to_7():

@@ -17,7 +17,7 @@ import torch
 from harness.cli import main
 from harness.config.suite import expand_hparams
 from harness.data import fashion_mnist as fm
-from harness.data.base import DataFileError, DataMissingError
+from harness.data._machinery.base import DataFileError, DataMissingError
 from harness.registry import DATASETS, METHODS
 from methods._base import BuildContext
 from tests import fabricate
@@ -230,7 +230,7 @@ def test_every_method_builds_the_28x28_cnn(name):
 
 
 def test_all_corruptions_are_cifar_cs_transforms_that_fit_28x28_grey():
-    from harness.data.corruption_sets import CORRUPTIONS, resolve_corruptions
+    from harness.data._machinery.corruption_sets import CORRUPTIONS, resolve_corruptions
 
     expected = [c for c in CORRUPTIONS if c not in ("glass_blur", "elastic_transform")]
     for name in ("fashion_mnist", "fashion_mnist_10k"):
@@ -238,7 +238,7 @@ def test_all_corruptions_are_cifar_cs_transforms_that_fit_28x28_grey():
 
 
 def test_the_subset_shares_the_full_sets_generated_copies(tmp_path, monkeypatch, no_debian):
-    from harness.data.corruptions import corrupted_split
+    from harness.data._machinery.corruptions import corrupted_split
 
     written = fabricate.write_fashion_mnist(tmp_path / "FashionMNIST" / "raw", n_test=6)
     _accept(monkeypatch, written)

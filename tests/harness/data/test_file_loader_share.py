@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.data import file_loader
-from harness.data.file_loader import CONCURRENT_ENV, SMALL_SPLIT, default_workers
+from harness.data._machinery import file_loader
+from harness.data._machinery.file_loader import CONCURRENT_ENV, SMALL_SPLIT, default_workers
 from harness.engine import cell_setup
 from harness.executors.devices import bind_worker
 

@@ -13,9 +13,9 @@ import torch
 from PIL import Image
 
 from harness.cli import main
-from harness.data.base import DataMissingError, LoaderOptions
-from harness.data.file_loader import FileSplit, ImageTransform
-from harness.data.loader import make_loader
+from harness.data._machinery.base import DataMissingError, LoaderOptions
+from harness.data._machinery.file_loader import FileSplit, ImageTransform
+from harness.data._machinery.loader import make_loader
 from harness.registry import BACKBONES, DATASETS
 from tests import fabricate_imagenet as fab
 from tests.conftest import REPO
@@ -192,8 +192,8 @@ def test_subset_keeps_paths_and_labels(folder_tree):
 
 
 def test_imagenet_c_mirrors_val_and_is_read_without_a_resize(folder_tree):
-    from harness.data.corruption_sets import check_corruptions
-    from harness.data.corruptions import corrupted_split
+    from harness.data._machinery.corruption_sets import check_corruptions
+    from harness.data._machinery.corruptions import corrupted_split
 
     fab.write_imagenet_c(folder_tree, ("fog", "spatter"), severities=(2,))
     test = DATASETS.get("imagenet").load(folder_tree)["test"]
@@ -223,8 +223,8 @@ def test_download_imagenet_c_fetches_checks_and_extracts_the_five_archives(
     import hashlib
     import tarfile
 
-    from harness.data import download as dl
     from harness.data import imagenet
+    from harness.data._machinery import download as dl
 
     published = imagenet.imagenet_c_sources()  # torch-uncertainty's URLs and md5s
     assert [u.rsplit("/", 1)[1] for u, _ in published] == [
@@ -361,7 +361,7 @@ evaluation:
 
 
 def test_tiny_imagenet_suite_end_to_end_through_the_cli(tmp_path, write_suite):
-    from harness.data.corruption_sets import CORRUPTIONS
+    from harness.data._machinery.corruption_sets import CORRUPTIONS
 
     data = tmp_path / "data"
     fab.write_imagenet(data, layout="torchvision")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.data.base import ImageSet, LazySplit, LoaderOptions, training_splits
-from harness.data.loader import DeviceLoader, make_loader
+from harness.data._machinery.base import ImageSet, LazySplit, LoaderOptions, training_splits
+from harness.data._machinery.loader import DeviceLoader, make_loader
 
 CPU = torch.device("cpu")
 

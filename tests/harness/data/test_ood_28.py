@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.data import ood_28
-from harness.data.base import DataMissingError
+from harness.data._machinery.base import DataMissingError
 from harness.registry import DATASETS
 from reports.records.flatten import ood_kind
 from tests import fabricate

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.data.base import DatasetSpec, LazySplit, LoaderOptions
+from harness.data._machinery.base import DatasetSpec, LazySplit, LoaderOptions
+from harness.data._machinery.text import SEQ_LEN, TextSplit, WordTokenizer, make_tokenizer
 from harness.data.sst2 import read_glue_tsv, read_imdb, read_newsgroups, register_text_datasets
-from harness.data.text import SEQ_LEN, TextSplit, WordTokenizer, make_tokenizer
 from harness.registry import DATASETS, METHODS
 from methods._base import BuildContext
 from tests.fabricate_text import NEG, POS, write_ood, write_sst2
@@ -105,7 +105,7 @@ def test_word_tokenizer_is_built_from_train_only_and_pads_to_length() -> None:
 def test_tokenizer_names_are_checked(tiny_bert: Path) -> None:
     with pytest.raises(ValueError, match=r"tokenizer must be 'word' or 'hf:<name or path>'"):
         make_tokenizer("bpe", [])
-    from harness.data.base import DataMissingError
+    from harness.data._machinery.base import DataMissingError
 
     with pytest.raises(DataMissingError, match=r"tokenizer '/nonexistent/bert' is not on this"):
         make_tokenizer("hf:/nonexistent/bert", [])
@@ -133,7 +133,7 @@ def test_sst2_dataset_splits_are_lazy_token_ids(data_root: Path) -> None:
     with pytest.raises(Exception, match=r"dataset 'imdb' not found: looked in"):
         DATASETS.get("imdb").require(data_root / "elsewhere")
     # a recipe's validation hold-out: stratified rows of the training pool, as for images
-    from harness.data.base import training_splits
+    from harness.data._machinery.base import training_splits
 
     held = training_splits(splits, 4)
     assert len(held["train"]) == 28 and held["val"].labels.tolist().count(1) == 2
@@ -479,7 +479,7 @@ def mirror(tmp_path: Path):
 
 
 def test_published_text_archives_stay_in_the_code() -> None:
-    from harness.data import download as dl
+    from harness.data._machinery import download as dl
 
     assert dl.ARCHIVES["sst2"].url == "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip"
     assert dl.ARCHIVES["sst2"].md5 == "9f81648d4199384278b86e315dac217c"
@@ -491,7 +491,7 @@ def test_data_download_fetches_and_extracts_the_text_sets(
     tmp_path: Path, mirror, monkeypatch, capsys
 ) -> None:
     from harness.cli import main
-    from harness.data import download as dl
+    from harness.data._machinery import download as dl
 
     served, base = mirror
     staging = tmp_path / "staging"

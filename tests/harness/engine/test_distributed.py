@@ -307,7 +307,7 @@ def every_method_rank(rank: int, world: int, port: int, out: str) -> None:
     stay identical. Rank 0 writes {method: max |p_rank0 - p_rank1|}."""
     import torch.distributed as dist
 
-    from harness.data.base import default_data_root
+    from harness.data._machinery.base import default_data_root
     from harness.engine.build import build_model, load_data
     from harness.engine.cell_setup import train_loader
     from harness.engine.distributed import DistributedTraining

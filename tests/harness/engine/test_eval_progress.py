@@ -37,7 +37,7 @@ def test_counts_every_pass_and_shows_only_on_a_terminal(monkeypatch):
 def test_a_real_evaluation_steps_through_all_its_passes(monkeypatch):
     """evaluate_all on a model: the bar ends at its total (every pass counted once)."""
     from harness.contract import Recipe
-    from harness.data.base import default_data_root, training_splits
+    from harness.data._machinery.base import default_data_root, training_splits
     from harness.engine.external import ExternalEnsemble
     from harness.registry import DATASETS
 

@@ -221,7 +221,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, re
 def test_evaluation_failing_after_training_is_retried_without_training(tmp_path, monkeypatch):
     from harness.config.suite import load_suite
     from harness.contract.record import read_record
-    from harness.data.base import DataMissingError
+    from harness.data._machinery.base import DataMissingError
     from harness.engine import runner
     from harness.engine.runner import run_cell
 

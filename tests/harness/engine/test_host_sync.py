@@ -18,7 +18,7 @@ import torch
 
 from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
-from harness.data.loader import DeviceLoader
+from harness.data._machinery.loader import DeviceLoader
 from harness.engine.cost import synthetic_images
 from harness.engine.train import (
     SYNC_EVERY,

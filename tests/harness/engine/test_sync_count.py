@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
-from harness.data.loader import DeviceLoader
+from harness.data._machinery.loader import DeviceLoader
 from harness.engine.cost import synthetic_images
 from harness.engine.train import make_optimizer, make_scheduler, train_epoch
 from harness.registry import METHODS
@@ -174,7 +174,7 @@ def test_training_step_does_not_synchronise(name, steps, sync_every):
 def per_step_reference(loader: DeviceLoader) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The loader as it drew before the epoch plan: per step, from the same generator, the
     order slice, then row offsets, column offsets and flips of the step's rows."""
-    from harness.data.loader import PAD, crop_flip
+    from harness.data._machinery.loader import PAD, crop_flip
 
     n, b = len(loader.labels), loader.batch_size
     g = loader.generator(0)

@@ -121,7 +121,7 @@ def test_out_of_space_error_names_the_path_under_torch_save(tmp_path):
 def test_full_disk_in_the_corruption_cache_names_the_cache_file(tmp_path):
     """The corruption cache under the data root has its own atomic writer: a full disk there
     names the cache file (the data root may be on another file system than the results)."""
-    from harness.data import corruptions
+    from harness.data._machinery import corruptions
     from harness.storage.space import OutOfSpace
 
     target = tmp_path / "data" / "generated-c" / "digits" / "gaussian_noise.npy"

@@ -8,7 +8,7 @@ import ast
 import dataclasses
 
 from harness.backbones import BackboneSpec
-from harness.data.base import DatasetSpec
+from harness.data._machinery.base import DatasetSpec
 from harness.registry import BACKBONES, DATASETS, METHODS
 from tests.conftest import REPO
 

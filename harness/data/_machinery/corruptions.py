@@ -14,7 +14,7 @@ cache rebuilt on another machine is the same up to library versions. Some transf
 built here raises with the install command, and ``harness validate`` reports it beforehand.
 
 The corruption names, what ``all`` means for each dataset and the validation live in
-:mod:`harness.data.corruption_sets` (re-exported here).
+:mod:`harness.data._machinery.corruption_sets` (re-exported here).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.data.base import DATA_ROOT_ENV, DataMissingError, ImageSet
-from harness.data.corruption_sets import (
+from harness.data._machinery.base import DATA_ROOT_ENV, DataMissingError, ImageSet
+from harness.data._machinery.corruption_sets import (
     ALL_CORRUPTIONS,
     CORRUPTIONS,
     EXTRA_CORRUPTIONS,
@@ -164,7 +164,7 @@ def read_cifar_c(root: Path, name: str, corruption: str, severity: int) -> Image
 
 def corruptions_for(dataset_name: str) -> list[str]:
     """The corruptions ``all`` evaluates for a dataset: its benchmark set
-    (:func:`~harness.data.corruption_sets.corruption_set`), whatever is installed."""
+    (:func:`~harness.data._machinery.corruption_sets.corruption_set`), whatever is installed."""
     return list(corruption_set(dataset_name).benchmark)
 
 

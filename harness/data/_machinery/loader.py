@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.data.base import (
+from harness.data._machinery.base import (
     BatchLoader,
     ImageSet,
     LoaderOptions,
@@ -127,7 +127,7 @@ class DeviceLoader:
 
     def generator(self, stream: int = 0) -> torch.Generator:
         """The CPU generator of one stream for the current epoch (order, crops and flips);
-        :func:`harness.data.base.stream_seed` keeps streams apart."""
+        :func:`harness.data._machinery.base.stream_seed` keeps streams apart."""
         return torch.Generator().manual_seed(stream_seed(self.seed, self.epoch, stream))
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:

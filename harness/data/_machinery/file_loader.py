@@ -1,4 +1,5 @@
-"""Image files read on demand: a :class:`~harness.data.base.LazySplit` over (path, label) lists.
+"""Image files read on demand: a :class:`~harness.data._machinery.base.LazySplit` over (path,
+label) lists.
 
 Datasets too large for memory (ImageNet: 1.28 M JPEGs, ~140 GB) are lists of relative file paths
 plus int64 labels. :class:`FileSplit` holds them (paths as one NumPy bytes array, so forked loader
@@ -17,12 +18,12 @@ Transforms (torchvision's functional ops on PIL images, the reference ImageNet r
   the model's size, otherwise the evaluation transform.
 
 Determinism: the order of an epoch is ``randperm`` from a CPU generator seeded by (seed, epoch,
-stream) exactly as :class:`~harness.data.loader.DeviceLoader` seeds it, and the same generator
-draws one 63-bit seed per position of the epoch; the crop and flip of an image come from that
-seed alone. So the images, their order and their augmentation do not depend on the number of
-loader workers nor on the world size: with ``shard=(rank, world)`` every rank draws the same
-global order and decodes only its contiguous block ``[rank·B/world, (rank+1)·B/world)`` of each
-global batch (the same blocks as ``DeviceLoader``).
+stream) exactly as :class:`~harness.data._machinery.loader.DeviceLoader` seeds it, and the same
+generator draws one 63-bit seed per position of the epoch; the crop and flip of an image come
+from that seed alone. So the images, their order and their augmentation do not depend on the
+number of loader workers nor on the world size: with ``shard=(rank, world)`` every rank draws
+the same global order and decodes only its contiguous block ``[rank·B/world, (rank+1)·B/world)``
+of each global batch (the same blocks as ``DeviceLoader``).
 
 Throughput and cores (``benchmarks/bench_file_loader.py``, figures in docs/benchmarks.md): on an
 AMD EPYC core, decode + RandomResizedCrop + flip of ImageNet-sized JPEGs (500×375, quality 90)
@@ -49,7 +50,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.data.base import BatchLoader, LoaderOptions, OptionsLoader
+from harness.data._machinery.base import BatchLoader, LoaderOptions, OptionsLoader
 
 #: Training augmentations a file split accepts (both mean RandomResizedCrop + flip here).
 TRAIN_AUGMENTS = ("imagenet", "crop_flip")
@@ -181,7 +182,7 @@ def default_workers(n: int) -> int:
 
 def _collate(size: int, items: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
     """Stack decoded images; an empty block (a rank past the end of a short last global batch)
-    is an empty batch, as :class:`~harness.data.loader.DeviceLoader` yields it."""
+    is an empty batch, as :class:`~harness.data._machinery.loader.DeviceLoader` yields it."""
     if not items:
         return torch.empty((0, 3, size, size), dtype=torch.uint8), torch.empty(0, dtype=torch.int64)
     return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])

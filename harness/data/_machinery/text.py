@@ -1,11 +1,11 @@
 """Token-id splits for text classification: tokenisers, the in-memory split and its loader.
 
-A text split is a :class:`~harness.data.base.LazySplit` (it is not an image set) holding int64
-token ids (N, L), padded or truncated to ``L``, and int64 labels (N,). Its loader yields
-``(ids (B, L) on the device, labels (B,))`` in an order fixed by (seed, epoch, stream), exactly
-as :class:`harness.data.loader.DeviceLoader` orders images, so a text cell and an image cell of
-the same seed see their data the same way; ``shard=(rank, world)`` yields a rank's contiguous
-block of every global batch.
+A text split is a :class:`~harness.data._machinery.base.LazySplit` (it is not an image set)
+holding int64 token ids (N, L), padded or truncated to ``L``, and int64 labels (N,). Its loader
+yields ``(ids (B, L) on the device, labels (B,))`` in an order fixed by (seed, epoch, stream),
+exactly as :class:`harness.data._machinery.loader.DeviceLoader` orders images, so a text cell and
+an image cell of the same seed see their data the same way; ``shard=(rank, world)`` yields a
+rank's contiguous block of every global batch.
 
 Tokenisers (:func:`make_tokenizer`), named by a string so that a dataset's registration says
 which one it uses:
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.data.base import DataMissingError, LoaderOptions, OptionsLoader
+from harness.data._machinery.base import DataMissingError, LoaderOptions, OptionsLoader
 
 #: Tokens per sequence. SST-2 items are single sentences or phrases (reported at about 19 words
 #: on average; the real files are not on the machine this was written on, so the share that is
@@ -147,7 +147,7 @@ def make_tokenizer(kind: str, train_texts: Sequence[str]) -> Tokenizer:
 
 @dataclass(frozen=True)
 class TextSplit:
-    """Token ids and labels of one text split (a :class:`~harness.data.base.LazySplit`).
+    """Token ids and labels of one text split (a :class:`~harness.data._machinery.base.LazySplit`).
 
     Attributes:
         ids: int64 (N, L) token ids, padded with the tokeniser's pad id.
@@ -181,8 +181,8 @@ class TextLoader(OptionsLoader):
     """Batches ``(ids (B, L) int64 on the device, labels (B,))`` of a :class:`TextSplit`.
 
     Order: a permutation drawn from a CPU generator seeded by (seed, epoch, stream) with the
-    same formula as :class:`harness.data.loader.DeviceLoader` (so the order does not depend on
-    the device or the world size), then sharded: rank r of w gets the rows
+    same formula as :class:`harness.data._machinery.loader.DeviceLoader` (so the order does not
+    depend on the device or the world size), then sharded: rank r of w gets the rows
     ``[r·B/w, (r+1)·B/w)`` of every global batch (the last ranks one row fewer when w does not
     divide B). ``streams = S > 1`` yields (S, B, L) / (S, B), stream s from its own generator.
 

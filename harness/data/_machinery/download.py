@@ -2,19 +2,19 @@
 
 What to fetch is declared by each dataset (``DatasetSpec.download``) and each published
 corruption set (``DatasetSpec.published_corruptions``), in the dataset's own module
-(:mod:`harness.data.sources`); this module holds only the machinery, read from the dataset
-registry at call time:
+(:mod:`harness.data._machinery.sources`); this module holds only the machinery, read from the
+dataset registry at call time:
 
-- :class:`~harness.data.sources.Torchvision`: torchvision's own ``download=True`` (its URLs and
-  md5s; a file already present and intact is not fetched again).
-- :class:`~harness.data.sources.Archives`: the transfer goes to ``<file>.part`` and becomes
-  ``<file>`` only once its md5 matches, so an interrupted run never leaves a truncated file under
-  the real name; a complete archive already on disk (e.g. extraction was interrupted) is checked
-  and reused, not fetched again. A checksum mismatch moves the file apart to ``<file>.corrupt``
-  and names the expected and actual md5. Archives are extracted with tarfile's ``data`` filter
-  (torchvision's extractor applies none, and an archive must not write outside the data root),
-  then deleted.
-- :class:`~harness.data.sources.Instructions`: the preparation commands are printed.
+- :class:`~harness.data._machinery.sources.Torchvision`: torchvision's own ``download=True`` (its
+  URLs and md5s; a file already present and intact is not fetched again).
+- :class:`~harness.data._machinery.sources.Archives`: the transfer goes to ``<file>.part`` and
+  becomes ``<file>`` only once its md5 matches, so an interrupted run never leaves a truncated
+  file under the real name; a complete archive already on disk (e.g. extraction was
+  interrupted) is checked and reused, not fetched again. A checksum mismatch moves the file
+  apart to ``<file>.corrupt`` and names the expected and actual md5. Archives are extracted with
+  tarfile's ``data`` filter (torchvision's extractor applies none, and an archive must not write
+  outside the data root), then deleted.
+- :class:`~harness.data._machinery.sources.Instructions`: the preparation commands are printed.
 
 Every transfer goes through torchvision's download utilities (``torchvision.datasets.utils``): a
 progress bar on stderr (the 2.9 GB CIFAR-100-C included) and md5 checks.
@@ -36,8 +36,8 @@ import zipfile
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-from harness.data.base import DATA_ROOT_ENV
-from harness.data.sources import Archive, Archives, Instructions, Source, Torchvision
+from harness.data._machinery.base import DATA_ROOT_ENV
+from harness.data._machinery.sources import Archive, Archives, Instructions, Source, Torchvision
 
 MIRROR_ENV = "HARNESS_DOWNLOAD_MIRROR"
 
@@ -45,7 +45,7 @@ MIRROR_ENV = "HARNESS_DOWNLOAD_MIRROR"
 def declared() -> dict[str, Source]:
     """Every name ``harness data download`` fetches → its declaration: the datasets that declare
     a download and the published corruption sets, as registered now (plugins included)."""
-    from harness.data.corruption_sets import published_sets
+    from harness.data._machinery.corruption_sets import published_sets
     from harness.registry import DATASETS
 
     out: dict[str, Source] = {n: s.download for n, s in DATASETS.items() if s.download}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from harness.data.sources import PublishedCorruptions
+from harness.data._machinery.sources import PublishedCorruptions
 
 CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",

@@ -1,8 +1,8 @@
 """How a dataset or a published corruption set is fetched: declarations, read by
-``harness data download`` (:mod:`harness.data.download`, which holds the machinery: md5 checks,
-``.part`` transfers, safe extraction, progress, one-line errors).
+``harness data download`` (:mod:`harness.data._machinery.download`, which holds the machinery:
+md5 checks, ``.part`` transfers, safe extraction, progress, one-line errors).
 
-A dataset module declares its download on its :class:`~harness.data.base.DatasetSpec`
+A dataset module declares its download on its :class:`~harness.data._machinery.base.DatasetSpec`
 (``download=``) and, when its corrupted test sets are published files, those too
 (``published_corruptions=``), so adding a dataset with its download is one file. Plain data,
 standard library only: declaring costs nothing at import and nothing here touches the network.
@@ -93,8 +93,8 @@ class PublishedCorruptions:
         read: ``read(root, test, corruption, severity) -> split`` for a layout other than the
             CIFAR-C one; None: ``<folder>/<corruption>.npy`` (uint8 (5·N, H, W, C), severity s
             at rows (s−1)·N … s·N − 1) and ``<folder>/labels.npy``, read by
-            :func:`harness.data.corruptions.read_cifar_c`. With ``read``, each corruption is a
-            folder ``<folder>/<corruption>/``.
+            :func:`harness.data._machinery.corruptions.read_cifar_c`. With ``read``, each
+            corruption is a folder ``<folder>/<corruption>/``.
     """
 
     name: str

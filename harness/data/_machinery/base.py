@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, Union, runtime_checkable
 import torch
 from torch import Tensor
 
-from harness.data.sources import PublishedCorruptions, Source
+from harness.data._machinery.sources import PublishedCorruptions, Source
 from harness.registry import DATASETS
 
 DATA_ROOT_ENV = "HARNESS_DATA_ROOT"
@@ -247,8 +247,9 @@ class DatasetSpec:
         fetch: shell command that downloads it (empty for built-in data).
         augment: default training augmentation ("none" or "crop_flip").
         description: one line for ``harness ls``.
-        download: how ``harness data download <name>`` fetches it (:mod:`harness.data.sources`);
-            None: nothing to download (built-in or generated data).
+        download: how ``harness data download <name>`` fetches it
+            (:mod:`harness.data._machinery.sources`); None: nothing to download (built-in or
+            generated data).
         published_corruptions: its published corruption set (CIFAR-10-C), read by the
             corruption evaluation and fetched by ``harness data download <set name>``; None:
             corrupted copies are generated with torch-uncertainty's transforms.
