@@ -3,9 +3,10 @@
 Listing them means importing every module that registers one (torch, torch-uncertainty, timm:
 seconds). The text is kept in the user cache (:mod:`harness.storage.user_cache`, ``ls/``) under
 a key made of everything that could change it — each scanned module's path, modification time
-and size, the entry points, the ``--plugin``/``$HARNESS_PLUGINS`` modules, the versions of the
-harness, Python and torch-uncertainty — found without importing any of them; an unchanged
-installation is listed from that file. Editing or adding a method, backbone or dataset file
+and size (and the corruption-set table's: private machinery, which no scan sees), the entry
+points, the ``--plugin``/``$HARNESS_PLUGINS`` modules, the versions of the harness, Python and
+torch-uncertainty — found without importing any of them; an unchanged installation is listed
+from that file. Editing or adding a method, backbone or dataset file
 changes the key. The executors are listed after it, from their name table (no import).
 """
 
@@ -16,6 +17,8 @@ import sys
 
 #: The cache kind (folder under the user cache root) of the listing.
 CACHE_KIND = "ls"
+#: The module of the listing's corruption sets (their name table and benchmark sets).
+CORRUPTION_SETS = "harness.data._machinery.corruption_sets"
 
 
 def listing_key() -> str:
@@ -35,6 +38,8 @@ def listing_key() -> str:
         "versions": [harness.__version__, sys.version, tu],
         "registries": [r.sources() for r in (METHODS, BACKBONES, DATASETS)],
         "plugins": [module_file_state(m) for m in plugin_modules()],
+        # The corruption-set block's table: private machinery, so no registry's scan sees it.
+        "corruption sets": module_file_state(CORRUPTION_SETS),
     }
     return digest(parts)
 
@@ -42,7 +47,7 @@ def listing_key() -> str:
 def listing() -> str:
     """The text of ``harness ls``, from the registries (importing every plugin module)."""
     from harness.contract.build import field_doc
-    from harness.data.corruption_sets import corruption_listing
+    from harness.data._machinery.corruption_sets import corruption_listing
     from harness.registry import BACKBONES, DATASETS, METHODS
 
     out = io.StringIO()

@@ -104,6 +104,20 @@ def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatc
     assert listing_key() != key
 
 
+def test_the_listing_key_follows_the_private_corruption_set_table(monkeypatch):
+    """The corruption-set block comes from ``harness/data/_machinery/``, which no registry scans:
+    the key names that module itself, so editing it is a new key too."""
+    import harness.registry.core as core
+    from harness.cli.ls import CORRUPTION_SETS
+
+    real = core.module_file_state
+    assert real(CORRUPTION_SETS)[1:] != (-1, -1)  # the name still points at a file
+    key = listing_key()
+    edited = lambda m: (m, 1, 2) if m == CORRUPTION_SETS else real(m)  # noqa: E731
+    monkeypatch.setattr(core, "module_file_state", edited)
+    assert listing_key() != key
+
+
 def test_a_registry_s_sources_change_when_a_module_of_its_package_does(tmp_path, monkeypatch):
     pkg = tmp_path / "src_pkg"
     pkg.mkdir()
