@@ -296,16 +296,3 @@ register_dataset(
         is_available=lambda root: _all_files(Path(root) / "MNIST" / "raw", _MNIST_FILES),
     )
 )
-
-
-# The photo-file OOD sets register themselves on import (registries lists this module only).
-from harness.data import photo_sets  # noqa: E402, F401
-from harness.data.photo_sets import (  # noqa: E402, F401  (re-exported for existing callers)
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    OOD_IMAGE_SIZE,
-    PLACES365_CAP,
-    load_places365,
-    load_textures,
-    load_tinyimagenet,
-)

@@ -360,53 +360,40 @@ def evaluate_all(
     a bar over the passes (held-out fit, test, validation, each corruption × severity, each OOD
     set), shown only when standard error is a terminal."""
     with _Passes(splits, evaluation, spec, progress) as bar:
-        return _evaluate_all(model, splits, spec, evaluation, recipe, device, data_root,
-                             outcomes, bar)  # fmt: skip
-
-
-def _evaluate_all(
-    model: EnsembleModel,
-    splits: dict[str, Split],
-    spec: DatasetSpec,
-    evaluation: Evaluation,
-    recipe: Recipe,
-    device: torch.device,
-    data_root: Path,
-    outcomes: OutcomeAccumulator | None,
-    bar: _Passes,
-) -> dict[str, Any]:
-    """:func:`evaluate_all`'s work, advancing ``bar`` pass by pass."""
-    if evaluation.calibrate:  # the library's import is not the calibration's cost (OOD needs it)
-        import torch_uncertainty.post_processing  # noqa: F401
-    t0 = time.perf_counter()
-    # The held-out pass draws from the global generators (MC Dropout, Masksembles' sampling in
-    # eval): forked, so the test set's draws, and so every raw number, are those of a run
-    # without calibration.
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        # the library's import is not the calibration's cost (OOD needs it)
         if evaluation.calibrate:
-            _step(bar, "calibration fit")
-        post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
-    fit_s = time.perf_counter() - t0
-    _step(bar, "test")
-    clean, views = _evaluate(model, splits["test"], spec, recipe, device, post, outcomes=outcomes)
-    metrics: dict[str, Any] = {"clean": clean}
-    if "val" in splits:  # only when the recipe holds out a validation split
-        _step(bar, "validation")
-        metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)
-    corr = evaluate_corruptions(
-        model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
-    )
-    if corr is not None:
-        metrics["corruption"] = corr[0]
-    ood = evaluate_ood(
-        model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
-    )
-    _step(bar, "")
-    if ood is not None:
-        metrics["ood"] = ood[0]
-    if post is not None:
-        metrics["calibration"] = calibration_block(post, views, corr, ood, fit_s)
-    return metrics
+            import torch_uncertainty.post_processing  # noqa: F401
+        t0 = time.perf_counter()
+        # The held-out pass draws from the global generators (MC Dropout, Masksembles' sampling
+        # in eval): forked, so the test set's draws, and so every raw number, are those of a
+        # run without calibration.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            if evaluation.calibrate:
+                _step(bar, "calibration fit")
+            post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
+        fit_s = time.perf_counter() - t0
+        _step(bar, "test")
+        clean, views = _evaluate(
+            model, splits["test"], spec, recipe, device, post, outcomes=outcomes
+        )
+        metrics: dict[str, Any] = {"clean": clean}
+        if "val" in splits:  # only when the recipe holds out a validation split
+            _step(bar, "validation")
+            metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)
+        corr = evaluate_corruptions(
+            model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
+        )
+        if corr is not None:
+            metrics["corruption"] = corr[0]
+        ood = evaluate_ood(
+            model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
+        )
+        _step(bar, "")
+        if ood is not None:
+            metrics["ood"] = ood[0]
+        if post is not None:
+            metrics["calibration"] = calibration_block(post, views, corr, ood, fit_s)
+        return metrics
 
 
 def calibration_block(

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.data import photo_sets
 from harness.data import torchvision_sets as tvs
 from harness.data._machinery import download as dl
 from harness.data._machinery.base import (
@@ -174,7 +175,7 @@ def test_tinyimagenet_val_layout_reads_back_including_a_greyscale_jpeg(tmp_path)
 def test_textures_reads_every_split_and_resizes_to_a_square(tmp_path):
     written, order = fabricate.write_dtd(tmp_path, per_split=2)
     out = DATASETS.get("textures").load(tmp_path)["test"]
-    size = tvs.OOD_IMAGE_SIZE
+    size = photo_sets.OOD_IMAGE_SIZE
     assert out.images.shape == (6, 3, size, size)
     classes = sorted({name.split("/")[0] for name in order})
     assert out.labels.tolist() == [classes.index(name.split("/")[0]) for name in order]
@@ -188,7 +189,7 @@ def test_places365_val_reads_back_and_caps_deterministically(tmp_path):
     out = DATASETS.get("places365").load(tmp_path)["test"]
     np.testing.assert_array_equal(_np(out.images), images)
     np.testing.assert_array_equal(_np(out.labels), labels)
-    capped = tvs.load_places365(tmp_path, cap=3)["test"]
+    capped = photo_sets.load_places365(tmp_path, cap=3)["test"]
     assert torch.equal(capped.images, out.images[:3])
     assert "first 10,000" in DATASETS.get("places365").description
 
