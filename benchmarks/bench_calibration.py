@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.contract import Cell
 from harness.data._machinery.base import default_data_root
 from harness.engine.build import build_model, load_data, load_trained, seed_everything

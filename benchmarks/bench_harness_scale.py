@@ -87,7 +87,7 @@ def _noisy(metrics: dict, rng: random.Random, effect: float) -> dict:
 
 def write_folder(results: Path, n: int) -> tuple[Path, list[str]]:
     """The suite file and a results folder with every cell but ``N_MISSING`` done."""
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.contract import new_record
     from harness.executors.base import write_manifest
 

@@ -192,7 +192,7 @@ def harness(*args: str, **kwargs) -> subprocess.Popen:
 
 
 def part_resume(tmp: Path) -> None:
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.contract.record import read_record
     from harness.storage.checkpoint import read_events
 
@@ -239,7 +239,7 @@ def part_resume(tmp: Path) -> None:
 def part_ddp(tmp: Path) -> None:
     import torch.distributed as dist
 
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.engine.distributed import DistributedTraining, end_epoch
     from harness.engine.train import make_optimizer, make_scheduler, train_epoch
     from harness.executors.ranks import free_port
@@ -273,7 +273,7 @@ def part_ddp(tmp: Path) -> None:
 
 
 def part_suite(tmp: Path) -> None:
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.contract.record import read_record
 
     path = tmp / "suite.yaml"

@@ -69,7 +69,7 @@ def reevaluate(
     manifest = read_manifest(results_dir)
     evaluation = None
     if suite_path or manifest.get("source"):
-        from harness.config.suite import load_suite
+        from harness.config.parse import load_suite
 
         path = suite_path or manifest["source"]
         if suite_path and not Path(suite_path).is_file():  # asked for by name: never ignored

@@ -27,7 +27,7 @@ def load_suite_arg(
     Raises:
         SuiteError: every problem, each naming its file and key or the override.
     """
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     if Path(path).is_dir():
         raise SuiteError(

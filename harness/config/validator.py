@@ -1,6 +1,6 @@
 """The checks of a parsed suite beyond its structure, and the attribution of every problem.
 
-:func:`harness.config.suite.load_suite` is the one entry point: it parses the mapping (unknown
+:func:`harness.config.parse.load_suite` is the one entry point: it parses the mapping (unknown
 keys, types, bounds, unknown names of methods, backbones, datasets, OOD sets and corruptions),
 then asks :func:`suite_problems` for what only the whole suite shows (recipe sanity, a grid that
 expands to no cell, ``pretrained:`` weights and, on request, their files), and names the origin

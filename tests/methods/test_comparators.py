@@ -65,7 +65,7 @@ def test_film_perturb_keeps_the_converted_affine_at_zero_spread():
 
 def test_film_unknown_init_is_refused(tmp_path):
     from harness.config.includes import SuiteError
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     path = tmp_path / "s.yaml"
     path.write_text(

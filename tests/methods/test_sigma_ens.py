@@ -9,7 +9,8 @@ import textwrap
 import pytest
 import torch
 
-from harness.config.suite import expand_hparams, load_suite
+from harness.config.parse import load_suite
+from harness.config.suite import expand_hparams
 from harness.contract.record import read_record
 from harness.engine.build import build_model, load_backbone_state, load_data
 from harness.engine.runner import run_cell

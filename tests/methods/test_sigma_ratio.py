@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.engine.train import ensemble_loss, make_optimizer
 from harness.registry import METHODS
 from methods._base import BuildContext

@@ -13,7 +13,7 @@ import pytest
 from harness.cli import main
 from harness.config.includes import SuiteError
 from harness.config.overrides import CellFilter, parse_assignment, split_conditions
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.contract import SPEED_ONLY_RECIPE, Cell, Evaluation, Recipe, read_manifest
 from harness.executors.base import RunOutcome
 from tests.conftest import REPO

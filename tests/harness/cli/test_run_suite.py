@@ -15,7 +15,7 @@ import pytest
 import harness.api as h
 import harness.cli.run as cli_run
 from harness.cli import main
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.contract import read_record
 from harness.executors.base import ExecutorOptions
 from harness.storage.tracker_options import TrackerOptions

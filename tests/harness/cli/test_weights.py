@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 
 from harness.backbones import weights as W
 from harness.cli import main
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.engine.build import build_model
 from harness.engine.runner import pretrained_state
 from harness.registry import DATASETS

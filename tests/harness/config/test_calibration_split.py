@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.data._machinery.base import ImageSet, training_splits
 from harness.engine.build import load_data
 from harness.registry import DATASETS

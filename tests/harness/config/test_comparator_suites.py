@@ -88,7 +88,7 @@ def _live_dropouts(cell) -> dict[str, tuple[type, float]]:
 
 
 def test_ub_reproduction_rows_without_dropout_in_ub_have_none():
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     cells = load_suite("suites/reproduce/ub_wrn28_10.yaml").cells()
     by = {(c.dataset, c.method): c for c in cells}
@@ -104,7 +104,7 @@ def test_ub_reproduction_rows_without_dropout_in_ub_have_none():
 def test_cifar100_wrn_mc_dropout_trains_with_singles_dropout():
     """MC Dropout there is `single`'s network and dropout kept on at test: the same dropout
     modules at the same rates (not 0.1 in place of the backbone's 0.3)."""
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     cells = load_suite("suites/cifar100_wrn.yaml").cells()
     single = next(c for c in cells if c.method == "single")

@@ -79,7 +79,7 @@ def test_validate_names_an_unreachable_budget_before_any_cell_runs(tmp_path) -> 
     """``alpha: auto`` is solved at validation for every backbone × dataset × M of the entry;
     an override that makes the budget unreachable is the one named."""
     from harness.config.includes import SuiteError
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     suite = tmp_path / "m8.yaml"
     suite.write_text(
@@ -115,7 +115,7 @@ def test_check_rejects_inconsistent_sizing(hp: dict, message: str) -> None:
 
 @pytest.mark.parametrize("suite", ["suites/m_scaling.yaml", "suites/claims/m_scaling.yaml"])
 def test_m_scaling_suites_compare_packed_at_default_alpha_and_at_equal_parameters(suite: str):
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.registry import DATASETS
 
     cells = [c for c in load_suite(suite).cells() if c.seed == 0]
@@ -137,7 +137,7 @@ def test_m_scaling_suites_compare_packed_at_default_alpha_and_at_equal_parameter
 
 def test_validate_rejects_auto_alpha_without_a_reference(tmp_path) -> None:
     from harness.config.includes import SuiteError
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     suite = tmp_path / "bad.yaml"
     suite.write_text(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 
 SUITE = Path(__file__).resolve().parents[3] / "suites" / "reproduce" / "ub_wrn28_10.yaml"
 CSV = SUITE.with_name("ub_wrn28_10.published.csv")

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from harness.config.includes import SuiteError
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 
 BASE = """
 name: t

@@ -389,7 +389,7 @@ def test_check_names_missing_published_files_only_for_the_requested_corruptions(
 
 def test_harness_validate_rejects_unknown_and_unavailable_corruptions(tmp_path, monkeypatch):
     from harness.config.includes import SuiteError
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     with pytest.raises(SuiteError, match=r"evaluation\.corruptions: unknown corruption 'rain'"):
         load_suite(_suite_file(tmp_path, "digits", "[all, rain]"))

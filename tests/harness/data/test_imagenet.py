@@ -306,7 +306,7 @@ def test_vit_b16_is_timms_vit_base_patch16_224():
 
 def test_shipped_imagenet_suites_validate(capsys):
     from harness.config.includes import SuiteError
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     path = REPO / "suites" / "imagenet_resnet50.yaml"
     assert main(["validate", str(path), "--skip-data"]) == 0

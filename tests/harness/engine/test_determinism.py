@@ -7,7 +7,7 @@ import textwrap
 
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.engine.build import build_model
 from harness.registry import DATASETS
 

@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.engine.runner import run_cell
 from harness.storage.checkpoint import load_weights
 

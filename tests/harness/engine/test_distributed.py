@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.contract import Cell, Evaluation, Recipe
 from harness.registry.core import PLUGINS_ENV
 from harness.storage.checkpoint import read_events

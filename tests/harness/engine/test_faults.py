@@ -94,7 +94,7 @@ def test_two_concurrent_runs_train_each_cell_once(tmp_path, reference):
     cell 1 leased by B and trains cells 2 and 3, B (released) finds them done. Every cell is
     trained once, by the run that leased it, and each run names the other as the owner of the
     cell it skipped."""
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     suite = write_grid(tmp_path, "faults", epochs=6)
     cells = [c.cell_id for c in load_suite(suite).cells()]
@@ -219,7 +219,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_redoes_nothing(tmp_path, re
 
 
 def test_evaluation_failing_after_training_is_retried_without_training(tmp_path, monkeypatch):
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.contract.record import read_record
     from harness.data._machinery.base import DataMissingError
     from harness.engine import runner
@@ -251,7 +251,7 @@ def test_evaluation_failing_after_training_is_retried_without_training(tmp_path,
 
 
 def test_failure_during_training_resumes_unless_divergence(tmp_path, monkeypatch):
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.engine import runner
     from harness.engine.runner import run_cell
     from harness.engine.train import DivergenceError
@@ -395,7 +395,7 @@ def test_preflight_rejects_bad_recipes_and_empty_grids(tmp_path):
 
 def test_empty_grid_is_an_error(tmp_path):
     from harness.config.includes import SuiteError
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     path = write_grid(tmp_path, "empty")
     text = path.read_text().replace("seeds: [0, 1]", "seeds: []")

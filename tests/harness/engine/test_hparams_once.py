@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import methods.sigma_ens as sigma_ens
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.engine.runner import run_cell
 from methods._base import clear_hparams
 

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.contract import CONVENTIONS
 from harness.contract.record import RecordError, read_record, validate_record
 from harness.engine.runner import run_cell

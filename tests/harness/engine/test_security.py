@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.contract.record import read_record, validate_record
 from harness.engine import runner
 from harness.engine.runner import run_cell

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.engine.build import build_model, load_backbone_state, load_data
 from harness.engine.runner import run_cell
 from harness.executors.base import write_manifest
@@ -70,7 +70,7 @@ def test_every_conversion_method_refuses_two_starting_points_at_validate(name, w
     conversion method has it — FiLM-Ensemble included, where ``pretrained`` used to win
     silently — and ``harness validate`` refuses the cell before anything trains."""
     from harness.config.includes import SuiteError
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     spec = METHODS.get(name)
     assert spec.problems(spec.hparams(pretrained="w.pt", pretrain_epochs=2), 1) == [

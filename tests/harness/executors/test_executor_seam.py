@@ -14,7 +14,7 @@ import pytest
 import harness.executors as executors
 from harness.cli import main
 from harness.cli.checks import run_flag_problems
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.executors import options_read, runs_here
 from harness.executors.base import ExecutorOptions, RunOutcome
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.executors import resolve_name
 from harness.executors.base import ExecutorOptions
 from harness.executors.devices import ExecutorError, choose_gpus, parse_gpus, worker_slots

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.contract import Cell
 from harness.contract.record import read_record
 from harness.executors.base import ExecutorOptions

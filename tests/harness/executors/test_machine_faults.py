@@ -61,7 +61,7 @@ def write_grid(folder: Path, name: str, seeds: str = "[0, 1, 2]", epochs: int = 
 
 
 def cells_of(suite: Path):
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     return load_suite(suite).cells()
 

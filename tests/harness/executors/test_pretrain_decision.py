@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 
-from harness.config.suite import load_suite
+from harness.config.parse import load_suite
 from harness.engine import pretrain, runner
 from harness.executors import ranks
 from harness.executors.base import write_manifest

@@ -335,7 +335,7 @@ def test_cancelled_suite_resubmitted_completes_only_what_was_missing(
     # slow cell (task 2) is still pending in the array. The slow cells are held after each epoch
     # checkpoint (HARNESS_FAULT_HOLD, a flag per cell) until the cancel, so neither can finish
     # first however fast the machine.
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     suite = write_suite(
         tmp_path,

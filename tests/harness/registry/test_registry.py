@@ -210,7 +210,7 @@ def test_new_method_module_shows_in_ls_all_and_contract_tests(plugin_package):
 
 
 def test_all_expands_in_process(plugin_package):
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
 
     METHODS.add_package("toy_methods_pkg")
     try:

@@ -121,7 +121,7 @@ evaluation: {cost: false}
 
 
 def test_run_cell_skips_a_cell_leased_elsewhere_and_status_shows_it(write_suite, tmp_path, capsys):
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.engine.runner import run_cell
     from harness.executors.base import write_manifest
     from harness.executors.status import print_status

@@ -227,7 +227,7 @@ def test_csv_grows_and_status_shows_the_epoch_while_a_cell_trains(tmp_path, exec
 def test_status_of_a_slurm_task_cell_shows_job_gpu_epoch_and_eta(tmp_path, monkeypatch, capsys):
     """A cell trained by a Slurm array task on another node: its lease names the job, its
     progress files the executor, the GPU and the epoch."""
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.executors.base import write_manifest
     from harness.executors.status import cell_states, print_status
 

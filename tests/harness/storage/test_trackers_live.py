@@ -113,7 +113,7 @@ def test_a_cell_killed_and_resumed_in_process_keeps_one_file_store_run(
     tracker_package("mlflow")
     from mlflow.tracking import MlflowClient
 
-    from harness.config.suite import load_suite
+    from harness.config.parse import load_suite
     from harness.engine import runner
 
     monkeypatch.delenv(MLFLOW_URI_ENV, raising=False)
