@@ -76,7 +76,6 @@ from harness.engine.train import (
     make_scheduler,
     train_epoch,
 )
-from harness.metrics.outcomes import OutcomeAccumulator, save_outcomes
 from harness.registry import METHODS
 from harness.storage.checkpoint import (
     load_checkpoint,
@@ -385,13 +384,7 @@ def _run_leased(
         phase = "evaluate"
         seed_everything(cell.seed)  # evaluation draws (MC Dropout) do not depend on the path here
         t_eval = time.perf_counter()
-        outcomes = OutcomeAccumulator()
-        rec["metrics"] = evaluate_all(
-            model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes,
-            progress=progress,  # the evaluation's bar, on a terminal only
-        )  # fmt: skip
-        # Before the record: a done record's per-image outcomes are on disk beside it.
-        save_outcomes(cell_dir, outcomes.arrays())
+        rec["metrics"] = evaluated(job, model, data_root)
         eval_s = time.perf_counter() - t_eval
         rec["cost"].update(measure_cost(model, ctx, cell, spec, splits, device))
         rec["cost"]["train_time_s"] = train_s
@@ -410,6 +403,23 @@ def _run_leased(
         log_event(cell_dir, "done")
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
     return rec
+
+
+def evaluated(job: CellJob, model: EnsembleModel, data_root: Path) -> dict[str, Any]:
+    """The record's ``metrics`` of the trained ``model``, with its per-image outcomes written
+    beside the record first (a done record's ``outcomes.npz`` is on disk before it)."""
+    # harness.metrics loads torchmetrics (and scipy): when a cell first evaluates, not when the
+    # runner is imported (tests/harness/cli/test_startup.py).
+    from harness.metrics.outcomes import OutcomeAccumulator, save_outcomes
+
+    cell = job.cell
+    outcomes = OutcomeAccumulator()
+    metrics = evaluate_all(
+        model, job.splits, job.spec, cell.evaluation, cell.recipe, job.device, data_root,
+        outcomes, progress=job.progress,  # the evaluation's bar, on a terminal only
+    )  # fmt: skip
+    save_outcomes(job.cell_dir, outcomes.arrays())
+    return metrics
 
 
 def _train_as_follower(cell: Cell, cell_dir: Path, data_root: Path) -> str:

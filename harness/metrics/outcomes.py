@@ -32,7 +32,6 @@ import torch
 from torch import Tensor
 
 from harness.contract.outcomes import FIELDS, OUTCOMES_FILE
-from harness.metrics.classification import NLL_EPS, _sample_stats, as_ensemble
 
 
 class OutcomeAccumulator:
@@ -51,6 +50,10 @@ class OutcomeAccumulator:
             labels: ``(B,)`` integer labels.
             view: ``""`` (raw) or a calibrated view's name (``"ts"``).
         """
+        # Imported here: classification imports torchmetrics (seconds, and scipy), which a
+        # cell's process loads when it first evaluates, not when the runner is imported.
+        from harness.metrics.classification import NLL_EPS, _sample_stats, as_ensemble
+
         with torch.no_grad():
             p = as_ensemble(probs, labels, validate=False)
             stats = {k: v[0] for k, v in _sample_stats(p, labels, NLL_EPS).items()}  # (B,) each
