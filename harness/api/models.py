@@ -144,7 +144,6 @@ def _external_cell(
     """The configuration an outside model is evaluated under (M = 1 until the model shows its
     own), checked as a suite is: every problem at once."""
     from harness.contract import Cell, Evaluation, Recipe
-    from harness.contract.build import build_dataclass
     from harness.registry import DATASETS
     from harness.registry.core import RegistryError
 
@@ -160,8 +159,8 @@ def _external_cell(
             problems.append(f"{suite}: the suite has datasets {datasets}; pass dataset=")
     elif dataset is None:
         problems.append("evaluate: pass dataset= (a registered dataset) or suite=")
-    rec = _replaced(base_recipe, recipe, "recipe", problems, build_dataclass, Recipe)
-    ev = _replaced(base_eval, evaluation, "evaluation", problems, build_dataclass, Evaluation)
+    rec = _replaced(base_recipe, recipe, "recipe", problems)
+    ev = _replaced(base_eval, evaluation, "evaluation", problems)
     for what, names in (("dataset", [dataset] if dataset else []), ("OOD set", ev.ood)):
         for n in names:
             try:
@@ -189,18 +188,15 @@ def _load_suite(suite: PathLike, overrides: Sequence[str]) -> Any:
 
 
 def _replaced(
-    base: Recipe | Evaluation,
-    fields: Mapping[str, Any] | None,
-    where: str,
-    problems: list[str],
-    build: Any,
-    kind: type,
+    base: Recipe | Evaluation, fields: Mapping[str, Any] | None, where: str, problems: list[str]
 ) -> Any:
     """``base`` with ``fields`` over it, each checked by the suite's own builder."""
+    from harness.contract.build import build_dataclass
+
     if not fields:
         return base
     errors: list[str] = []
-    checked = build(kind, dict(fields), where, errors)
+    checked = build_dataclass(type(base), dict(fields), where, errors)
     problems.extend(errors)
     if errors:
         return base
@@ -313,7 +309,7 @@ def predictions(
     import torch
 
     from harness.data._machinery.base import DataMissingError, ImageSet, default_data_root
-    from harness.engine.build import load_data
+    from harness.engine.build import load_data, seed_everything
     from harness.engine.evaluate import adapt_images, member_probs
     from harness.registry import DATASETS
     from harness.registry.core import RegistryError
@@ -334,8 +330,6 @@ def predictions(
             [f"{cell}: split {split!r}: {exc} (the cell's splits: {names})"]
         ) from None
     model = load_model(cell, device)
-    from harness.engine.build import seed_everything
-
     seed_everything(built.seed)  # a stochastic method's draws as in its evaluation
     parts = list(member_probs(model, splits[split], spec, built.recipe, torch.device(device)))
     probs = torch.cat([p for p, _ in parts], dim=1).numpy().astype(np.float32)
