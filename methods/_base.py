@@ -13,7 +13,6 @@ pre-trained conversion and the backbone families the method can be built on.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -322,19 +321,16 @@ class MethodSpec:
     def make_hparams(self, values: Mapping[str, Any]) -> Any:
         """The hyper-parameter dataclass from a cell's (JSON-shaped) values; lists → tuples.
 
-        The one place it is built: the suite's checks, the loader's batch feeding, the model and
-        the record all ask here, and get the same frozen object for the same values in a
-        process (built once; :func:`clear_hparams` forgets them)."""
-        import json
+        Called once per setting when a suite expands (``harness.config.suite.entry_settings``);
+        the cells carry the object (``Cell.typed_hparams``) to the validator, the loader's
+        batch feeding, the model and the loss, so nothing builds it again."""
+        from harness.contract import hparams_values
 
-        try:
-            key = json.dumps(dict(values), sort_keys=True)
-        except TypeError:  # not JSON-shaped (a hand-made value): built, not remembered
-            return _build_hparams(self.hparams, values)
-        return _remembered_hparams(self.hparams, key)
+        return self.hparams(**hparams_values(values))
 
     def feeding_for(self, values: Mapping[str, Any]) -> BatchFeeding:
-        """The declared batch feeding for a cell's hyper-parameter values."""
+        """The declared batch feeding for hyper-parameter values given as JSON (a cell's
+        process reads ``batch_feeding(cell.typed_hparams)`` instead)."""
         return self.batch_feeding(self.make_hparams(values))
 
 
@@ -364,25 +360,6 @@ def conversion_problems(hp: Any) -> list[str]:
     if getattr(hp, "pretrained", None) and getattr(hp, "pretrain_epochs", 0):
         return ["set either pretrained or pretrain_epochs, not both"]
     return []
-
-
-def _build_hparams(cls: type, values: Mapping[str, Any]) -> Any:
-    from harness.contract import hparams_values
-
-    return cls(**hparams_values(values))
-
-
-@functools.lru_cache(maxsize=4096)  # distinct settings of a grid; each a few hundred bytes
-def _remembered_hparams(cls: type, key: str) -> Any:
-    import json
-
-    return _build_hparams(cls, json.loads(key))
-
-
-def clear_hparams() -> None:
-    """Forget the hyper-parameter objects :meth:`MethodSpec.make_hparams` built (tests that
-    count constructions, or a method module reloaded with another dataclass)."""
-    _remembered_hparams.cache_clear()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 from harness.config.expand import expand_all
 from harness.config.includes import Origins, SuiteError, load_suite_yaml
 from harness.config.overrides import apply_overrides
-from harness.config.suite import Grid, Suite, expand_hparams, members_for, method_backbones
+from harness.config.suite import Grid, Suite, entry_settings, members_for, method_backbones
 from harness.config.validator import (
     attribute,
     backbone_option_problems,
@@ -68,8 +68,14 @@ def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
         if not isinstance(hp, dict):
             errors.append(f"{where}.hparams: expected a mapping, got {hp!r}")
             hp = {}
+        settings: tuple = ()
         if spec is not None:
+            before = len(errors)
             hp = _check_hparams(spec, hp, f"{where}.hparams", errors)
+            if len(errors) == before:  # the one expansion of the sweep, typed once
+                settings = _settings(
+                    spec, MethodEntry(str(item["name"]), hparams=hp), where, errors
+                )
         delta: dict[str, Any] = {}
         if item.get("recipe") is not None:
             # A method's documented recipe delta (e.g. a short fine-tuning schedule): validated
@@ -82,8 +88,18 @@ def _parse_methods(raw: Any, errors: list[str]) -> list[MethodEntry]:
             bbs = coerce(_as_list(item["backbones"]), tuple[str, ...], f"{where}.backbones", errors)
             for j, name in enumerate(bbs or ()):
                 _lookup(BACKBONES, name, f"{where}.backbones[{j}]", errors)
-        entries.append(MethodEntry(str(item["name"]), ms, hp, delta, bbs))
+        entries.append(MethodEntry(str(item["name"]), ms, hp, delta, bbs, settings))
     return entries
+
+
+def _settings(spec: Any, entry: MethodEntry, where: str, errors: list[str]) -> tuple:
+    """:func:`harness.config.suite.entry_settings`, a dataclass's own refusal of a value (its
+    ``__post_init__``) reported as a problem of the entry instead of raised."""
+    try:
+        return entry_settings(spec, entry)
+    except (TypeError, ValueError) as exc:
+        errors.append(f"{where}.hparams: {exc}")
+        return ()
 
 
 def _check_hparams(spec, hp: dict[str, Any], where: str, errors: list[str]) -> dict[str, Any]:
@@ -137,9 +153,9 @@ def _check_entries(
                 errors.append(
                     f"{where}.M: method {me.name!r} allows M in [{spec.min_members}, {hi}], got {m}"
                 )
-            elif spec.check or spec.pretrained_conversion:
-                for hp in expand_hparams(spec, me.hparams):
-                    errors.extend(f"{where}: {p}" for p in spec.problems(spec.make_hparams(hp), m))
+            else:
+                for setting in me.settings:
+                    errors.extend(f"{where}: {p}" for p in spec.problems(setting.typed, m))
         for bb in method_backbones(me, backbones):
             if spec.backbones is not None and bb.name not in spec.backbones:
                 errors.append(
@@ -161,8 +177,7 @@ def _check_builds(
         if spec.check_build:
             members = members_for(spec, me, grid_m)
             bbs = method_backbones(me, backbones)
-            settings = expand_hparams(spec, me.hparams)
-            problems += method_build_problems(spec, settings, i, bbs, datasets, members)
+            problems += method_build_problems(spec, me.settings, i, bbs, datasets, members)
     return problems
 
 

@@ -18,6 +18,7 @@ from harness.contract.config import (
     BackboneEntry,
     Cell,
     Evaluation,
+    HparamSetting,
     MethodEntry,
     Recipe,
     expand_values,
@@ -60,8 +61,9 @@ class Suite:
         seen: dict[str, Cell] = {}
         for c in out:  # the same config listed twice is one cell
             seen.setdefault(c.cell_id, c)
-        object.__setattr__(self, "_cells", tuple(seen.values()))  # frozen: set past __setattr__
-        return list(seen.values())
+        cells = with_pretrain(list(seen.values()))
+        object.__setattr__(self, "_cells", tuple(cells))  # frozen: set past __setattr__
+        return cells
 
     def entry_recipe(self, entry: MethodEntry) -> Recipe:
         """The recipe a method entry's cells train with: the suite's, with the entry's recipe
@@ -77,7 +79,7 @@ class Suite:
         spec = METHODS.get(me.name)
         defaults = hparam_defaults(spec.hparams)
         recipe = self.entry_recipe(me)  # one per entry, not per cell
-        for hp in expand_values(defaults, me.hparams):
+        for setting in me.settings or entry_settings(spec, me):  # parsed suites carry them
             for m in members_for(spec, me, self.grid.M):
                 for seed in self.grid.seeds:
                     out.append(
@@ -88,11 +90,12 @@ class Suite:
                             dict(bb.kwargs),
                             me.name,
                             m,
-                            hp,
+                            setting.values,
                             seed,
                             recipe,
                             self.evaluation,
                             defaults,
+                            typed_hparams=setting.typed,
                         )
                     )
         return out
@@ -109,9 +112,54 @@ def method_backbones(
     return [by_name.get(n, BackboneEntry(n)) for n in entry.backbones]
 
 
-def expand_hparams(spec, values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Product of swept hyper-parameter values, completed with the method's defaults."""
+def expand_hparams(spec: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Product of swept hyper-parameter values, completed with the method's defaults (JSON
+    form; :func:`entry_settings` adds the typed object to each)."""
     return expand_values(hparam_defaults(spec.hparams), values)
+
+
+def entry_settings(spec: Any, entry: MethodEntry) -> tuple[HparamSetting, ...]:
+    """The one expansion of a method entry's sweep: the product of its swept values completed
+    with the method's defaults, each with the typed hyper-parameters
+    (:meth:`methods._base.MethodSpec.make_hparams`) built once. The parser stores the result on
+    the entry (``MethodEntry.settings``), where the validator and the cells read it."""
+    return tuple(
+        HparamSetting(values, spec.make_hparams(values))
+        for values in expand_hparams(spec, entry.hparams)
+    )
+
+
+def with_pretrain(cells: list[Cell]) -> list[Cell]:
+    """The pre-training decision, made once for the whole suite and recorded on each cell
+    (``Cell.pretrain``): a cell of a method that converts a trained single backbone
+    (``MethodSpec.pretrained_conversion``) with ``pretrain_epochs: N`` and no ``pretrained``
+    weights converts the suite's own `single` cell of the same dataset, backbone (and options)
+    and seed trained for N epochs with the suite's recipe; when several match (two `single`
+    entries of N epochs), the one of lowest cell id, so every converting cell of a seed names
+    the same one. A converting cell with no such `single` cell keeps ``pretrain=None``; the
+    validator refuses the suite (:func:`harness.config.validator.suite_problems`)."""
+    singles = sorted((c for c in cells if c.method == "single"), key=lambda c: c.cell_id)
+    out = []
+    for cell in cells:
+        epochs = pretrain_epochs(cell)
+        if epochs:
+            match = (
+                s
+                for s in singles
+                if (s.dataset, s.backbone, s.backbone_kwargs, s.seed, s.recipe.epochs)
+                == (cell.dataset, cell.backbone, cell.backbone_kwargs, cell.seed, epochs)
+            )
+            cell = dataclasses.replace(cell, pretrain=next(match, None))
+        out.append(cell)
+    return out
+
+
+def pretrain_epochs(cell: Cell) -> int:
+    """``pretrain_epochs`` of a cell that converts the suite's `single` model (0: it converts
+    nothing, or converts the given ``pretrained`` weights)."""
+    if not METHODS.get(cell.method).pretrained_conversion or cell.typed_hparams.pretrained:
+        return 0
+    return int(cell.typed_hparams.pretrain_epochs or 0)
 
 
 def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int, ...]:

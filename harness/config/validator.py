@@ -14,7 +14,7 @@ Also :func:`require_results`, the results folder the reading commands need.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,7 @@ def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
 
 def method_build_problems(
     spec: Any,
-    settings: list[dict[str, Any]],
+    settings: Sequence[Any],
     index: int,
     backbones: list[Any],
     datasets: list[str],
@@ -166,7 +166,8 @@ def method_build_problems(
 
     Args:
         spec: the method's :class:`methods._base.MethodSpec` (with ``check_build`` set).
-        settings: the entry's hyper-parameter settings, sweeps expanded, defaults filled in.
+        settings: the entry's hyper-parameter settings (``MethodEntry.settings``: sweeps
+            expanded, defaults filled in, each typed).
         index: the entry's position in ``grid.methods``, for the key path.
         backbones: the :class:`BackboneEntry` list the entry runs on.
         datasets: the grid's dataset names (input shape and class count of each).
@@ -177,13 +178,13 @@ def method_build_problems(
 
     key = f"grid.methods[{index}].hparams"
     # Any of the entry's hyper-parameters may be the cause: an override of one is named.
-    related = tuple(f"{key}.{k}" for k in sorted({k for hp in settings for k in hp}))
+    related = tuple(f"{key}.{k}" for k in sorted({k for s in settings for k in s.values}))
     problems: list[Problem] = []
     for bb, name, m in itertools.product(backbones, datasets, members):
         ds = DATASETS.get(name)
         ctx = BuildContext(bb.name, tuple(ds.in_shape), ds.num_classes or 2, m, dict(bb.kwargs))
-        for hp in settings:
-            for text in spec.check_build(ctx, spec.make_hparams(hp)):
+        for setting in settings:
+            for text in spec.check_build(ctx, setting.typed):
                 problems.append(Problem(key, f"{bb.name} on {name}, M={m}: {text}", related))
     return list(dict.fromkeys(problems))
 
@@ -222,8 +223,38 @@ def suite_problems(suite: Any, check_files: bool = False) -> list[Problem | str]
         problems += _pretrained_fit_problems(suite, i, me) if check_files else []
     if not suite.cells():
         problems.append(_empty_grid(suite.grid))
+    problems += _pretrain_problems(suite)
     problems += calibration_problems(suite)
     return problems
+
+
+def _pretrain_problems(suite: Any) -> list[Problem]:
+    """Converting cells (``pretrain_epochs: N``) whose suite has no `single` cell of their
+    dataset, backbone and seed trained for N epochs to convert
+    (:func:`harness.config.suite.with_pretrain` found none): one problem per entry, saying
+    what to add."""
+    from harness.config.suite import pretrain_epochs
+
+    problems: list[Problem] = []
+    for cell in suite.cells():
+        epochs = pretrain_epochs(cell)
+        if not epochs or cell.pretrain is not None:
+            continue
+        index = next(
+            i
+            for i, me in enumerate(suite.grid.methods)
+            if me.name == cell.method and any(s.values == cell.hparams for s in me.settings)
+        )
+        problems.append(
+            Problem(
+                f"grid.methods[{index}].hparams.pretrain_epochs",
+                f"{epochs} converts the suite's `single` model of {epochs} epochs and the suite "
+                f"has none: add `single` to the suite's methods with {epochs} epochs (same "
+                f"dataset {cell.dataset}, backbone {cell.backbone}, seed {cell.seed}), or give "
+                "`pretrained: PATH`",
+            )
+        )
+    return list(dict.fromkeys(problems))
 
 
 def calibration_problems(suite: Any) -> list[Problem]:

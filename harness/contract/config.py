@@ -15,7 +15,7 @@ import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from harness.contract.build import build_dataclass
 
@@ -24,6 +24,7 @@ __all__ = [
     "BackboneEntry",
     "Cell",
     "Evaluation",
+    "HparamSetting",
     "MethodEntry",
     "Recipe",
     "cell_label",
@@ -172,9 +173,22 @@ class Evaluation:
             raise ValueError(f"conformal_alpha: {list(alpha)} repeats a value")
 
 
+class HparamSetting(NamedTuple):
+    """One point of a method entry's sweep: its values in JSON form (what a cell stores and
+    hashes) and the method's frozen dataclass built from them (what the code reads)."""
+
+    values: dict[str, Any]
+    typed: Any
+
+
 @dataclass(frozen=True)
 class MethodEntry:
-    """One method of the grid with the values to sweep (each hparam value list → product)."""
+    """One method of the grid with the values to sweep (each hparam value list → product).
+
+    ``settings``: the sweep expanded (the product completed with the method's defaults), each
+    with its typed hyper-parameters; the suite's parser fills it once, and the validator and
+    the cells read it from here (:func:`harness.config.suite.entry_settings`).
+    """
 
     name: str
     M: tuple[int, ...] | None = None
@@ -183,6 +197,7 @@ class MethodEntry:
     # Backbone names this method runs on instead of the grid's (e.g. σN-Ens on WRN-28-8 beside
     # the WRN-28-10 comparators, for a comparison at a parameter budget); None = the grid's.
     backbones: tuple[str, ...] | None = None
+    settings: tuple[HparamSetting, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -274,6 +289,17 @@ class Cell:
 
     ``defaults`` (the method's hyper-parameter defaults when the cell was made) only shortens the
     human label; it is not part of the configuration or the id.
+
+    Two fields carry what the suite's expansion decided, so that no later stage decides it again
+    (neither is part of the configuration or the id):
+
+    - ``typed_hparams``: the method's frozen hyper-parameter dataclass for ``hparams``, built
+      once when the suite expands (a cell rebuilt from JSON in another process gets it once
+      from :func:`harness.registry.resolved`); the validator, the loader's batch feeding, the
+      model and the loss all read this object.
+    - ``pretrain``: the suite's `single` cell whose trained model this cell converts
+      (``pretrain_epochs: N``), which must be trained first; None when the cell converts
+      nothing or starts from given weights. It travels in :meth:`to_json`.
     """
 
     suite: str
@@ -287,6 +313,8 @@ class Cell:
     recipe: Recipe
     evaluation: Evaluation
     defaults: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    typed_hparams: Any = field(default=None, compare=False, repr=False)
+    pretrain: Cell | None = field(default=None, compare=False, repr=False)
 
     def config(self) -> dict[str, Any]:
         """The training-relevant configuration, every recipe field spelled out (``processes``
@@ -325,12 +353,15 @@ class Cell:
 
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild the cell in another process (Slurm tasks, workers)."""
-        return {
+        out = {
             "suite": self.suite,
             **self.config(),
             "evaluation": jsonable(dataclasses.asdict(self.evaluation)),
             "hparam_defaults": dict(sorted(self.defaults.items())),
         }
+        if self.pretrain is not None:  # the decision travels; cells converting nothing omit it
+            out["pretrain"] = self.pretrain.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], validated: bool = False) -> Cell:
@@ -368,6 +399,7 @@ class Cell:
             recipe,
             evaluation,
             dict(data.get("hparam_defaults") or {}),
+            pretrain=cls.from_json(data["pretrain"], validated) if data.get("pretrain") else None,
         )
 
 

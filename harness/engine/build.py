@@ -8,7 +8,6 @@ schedules (σN-Ens's τ and λ) set to where training ended.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import random
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 from harness.contract import Cell
 from harness.data._machinery.base import DatasetSpec, Split, training_splits
 from harness.engine.train import set_determinism
-from harness.registry import DATASETS, METHODS
+from harness.registry import DATASETS, METHODS, resolved
 from harness.storage.checkpoint import load_weights
 from methods._base import BuildContext, EnsembleModel
 
@@ -27,18 +26,6 @@ from methods._base import BuildContext, EnsembleModel
 def now() -> str:
     """The current UTC time, ISO 8601 to the second (record timestamps)."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def with_defaults(cell: Cell) -> Cell:
-    """``cell`` as it came (its method's defaults travel with it from the suite), or, for a
-    cell made without them (a ``cell.json`` written before they were stored, a hand-made cell),
-    with the registered method's: they fix the label and the shown hyper-parameters the record
-    carries."""
-    if cell.defaults:
-        return cell
-    from harness.registry import method_defaults
-
-    return dataclasses.replace(cell, defaults=method_defaults(cell.method))
 
 
 def record_evaluation(cell: Cell) -> dict:
@@ -71,6 +58,7 @@ def build_model(
     Kernels are made deterministic or not as the recipe says, before any is chosen."""
     set_determinism(cell.recipe.deterministic)
     seed_everything(cell.seed)
+    cell = resolved(cell)  # a suite's cell carries its typed hyper-parameters already
     mspec = METHODS.get(cell.method)
     ctx = BuildContext(
         cell.backbone,
@@ -81,7 +69,7 @@ def build_model(
         pretrained,
         seed=cell.seed,
     )
-    model = mspec.build(ctx, mspec.make_hparams(cell.hparams))
+    model = mspec.build(ctx, cell.typed_hparams)
     if device is not None:
         model.to(device)
         if cell.recipe.channels_last and device.type == "cuda":

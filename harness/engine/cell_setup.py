@@ -18,7 +18,7 @@ from harness.data._machinery.base import BatchLoader, DatasetSpec, LoaderOptions
 from harness.data._machinery.loader import make_loader
 from harness.engine.cost import flops_per_image, parameter_counts, throughput
 from harness.engine.environment import device_name
-from harness.registry import METHODS
+from harness.registry import METHODS, resolved
 from methods._base import BuildContext, EnsembleModel
 
 
@@ -47,7 +47,9 @@ def train_loader(
             drop_last=len(train) >= 2 * recipe.batch_size,
             channels_last=recipe.channels_last and device.type == "cuda",
             # M batches per step for methods whose members train on independent data.
-            streams=METHODS.get(cell.method).feeding_for(cell.hparams).streams(cell.M),
+            streams=METHODS.get(cell.method)
+            .batch_feeding(resolved(cell).typed_hparams)
+            .streams(cell.M),
             shard=shard,
         ),
     )

@@ -197,8 +197,9 @@ def record_killed_cell(cell: Cell, results_dir: Path, message: str) -> dict[str,
         The record (also in ``<results_dir>/<cell_id>/record.json`` when there is room for it).
     """
     from harness.contract import new_record
-    from harness.engine.build import now, with_defaults
+    from harness.engine.build import now
     from harness.engine.environment import environment, resolve_device
+    from harness.registry import resolved
     from harness.storage.checkpoint import log_event, read_events
     from harness.storage.records import write_record
 
@@ -211,7 +212,7 @@ def record_killed_cell(cell: Cell, results_dir: Path, message: str) -> dict[str,
         if "train" in events
         else "setup"
     )
-    cell = with_defaults(cell)
+    cell = resolved(cell)
     rec = new_record(cell, environment(resolve_device(cell.recipe.device)), now())
     rec["status"], rec["finished_at"] = "failed", now()
     rec["error"] = {"type": "WorkerKilled", "message": message, "traceback": "",

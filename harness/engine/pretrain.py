@@ -3,11 +3,12 @@
 It is the suite's own `single` cell of the same dataset, backbone (and backbone options) and seed,
 trained for N epochs with the suite's base recipe: the converting cell's recipe holds the method's
 fine-tuning delta (e.g. a short schedule at a low learning rate), which must not leak into the
-pre-training. The cell is found in the results folder's manifest (``suite.json``), which
-``harness run`` writes before any cell starts on any executor, so every converting cell of a seed
-resolves the same cell id. :func:`single_to_train` is the one decision (which cell, if any, must be
-trained first); the runner trains that cell under its lease before it converts (an executor may
-train it earlier, before it starts the ranks of a multi-process cell).
+pre-training. The decision is made once, when the suite expands, and travels on the cell
+(``Cell.pretrain``, :func:`harness.config.suite.with_pretrain`); :func:`single_to_train` reads it.
+Only a cell rebuilt from a ``cell.json`` written before the decision was recorded has to look the
+cell up in the results folder's manifest (``suite.json``, :func:`pretraining_cell`). The runner
+trains that cell under its lease before it converts (an executor may train it earlier, before it
+starts the ranks of a multi-process cell).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ WAIT_POLL_S = 5.0
 
 
 def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
-    """The suite's `single` cell whose trained model ``cell`` converts.
+    """The suite's `single` cell whose trained model ``cell`` converts, looked up in the
+    results folder's manifest: for a cell whose ``cell.json`` predates ``Cell.pretrain``.
 
     Args:
         cell: The converting cell (its hparams hold ``pretrain_epochs``).
@@ -65,23 +67,29 @@ def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
 
 
 def single_to_train(cell: Cell, results_dir: Path) -> Cell | None:
-    """The one pre-training decision: the suite's `single` cell that ``cell`` converts and that
-    must be trained first, or None when ``cell`` converts nothing or starts from given weights.
+    """The suite's `single` cell that ``cell`` converts and that must be trained first, or None
+    when ``cell`` converts nothing or starts from given weights: the decision the suite's
+    expansion recorded on the cell (``Cell.pretrain``).
 
     Only methods whose spec declares ``pretrained_conversion`` convert; the hyper-parameter
     names alone never trigger a conversion. ``pretrained: PATH`` (or ``timm:NAME`` /
     ``torchvision:NAME``) needs no training; ``pretrain_epochs: N`` names the suite's `single`
-    cell of the same dataset, backbone and seed trained for N epochs (:func:`pretraining_cell`).
+    cell of the same dataset, backbone and seed trained for N epochs.
 
     Raises:
-        ValueError: ``pretrain_epochs`` and the suite has no such `single` cell.
+        ValueError: a cell without the recorded decision (an old ``cell.json``) whose results
+            folder has no such `single` cell.
     """
-    from harness.registry import METHODS
+    from harness.registry import METHODS, resolved
 
-    if not METHODS.get(cell.method).pretrained_conversion or cell.hparams.get("pretrained"):
+    if cell.pretrain is not None:
+        return cell.pretrain
+    if not METHODS.get(cell.method).pretrained_conversion:
         return None
-    epochs = int(cell.hparams.get("pretrain_epochs") or 0)
-    return pretraining_cell(cell, results_dir, epochs) if epochs else None
+    hp = resolved(cell).typed_hparams
+    if hp.pretrained or not hp.pretrain_epochs:
+        return None
+    return pretraining_cell(cell, results_dir, int(hp.pretrain_epochs))
 
 
 def wait_for_record(
@@ -115,16 +123,16 @@ def pretrained_state(cell: Cell, results_dir: Path, spec: Any) -> dict[str, Any]
     is that suite's `single` model of the seed, and the conversion comparison is paired.
     """
     from harness.engine.build import load_backbone_state
-    from harness.registry import METHODS
+    from harness.registry import METHODS, resolved
 
     if not METHODS.get(cell.method).pretrained_conversion:
         return None
-    if cell.hparams.get("pretrained"):
+    if given := resolved(cell).typed_hparams.pretrained:
         from harness.backbones.weights import backbone_state
 
         # Named weights and files alike are fitted to the backbone: a tensor of another shape
         # keeps the seeded initialisation; another architecture fails in one line.
-        return backbone_state(cell.hparams["pretrained"], cell, spec)
+        return backbone_state(given, cell, spec)
     single = single_to_train(cell, results_dir)
     if single is None:
         return None

@@ -58,7 +58,6 @@ from harness.engine.build import (
     now,
     record_evaluation,
     seed_everything,
-    with_defaults,
 )
 from harness.engine.cell_setup import measure_cost, run_conditions, train_loader
 from harness.engine.environment import device_name, environment, resolve_device
@@ -76,7 +75,7 @@ from harness.engine.train import (
     make_scheduler,
     train_epoch,
 )
-from harness.registry import METHODS
+from harness.registry import METHODS, resolved
 from harness.storage.checkpoint import (
     load_checkpoint,
     log_event,
@@ -289,6 +288,7 @@ def run_cell(
         owner}`` (nothing written: the cell is that process's).
     """
     data_root = default_data_root(data_root)
+    cell = resolved(cell)  # typed hyper-parameters: carried from the suite, or built once here
     cell_dir = Path(results_dir) / cell.cell_id
     existing = usable_record(cell_dir)  # a damaged one is set aside below, under the lease
     if existing and existing["status"] == "done" and not force:
@@ -349,9 +349,8 @@ def _run_leased(
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here
     device = resolve_device(cell.recipe.device)
     started, t0, cpu0 = now(), time.perf_counter(), time.process_time()
-    # The label and shown hparams are fixed from the defaults the cell carries and written into
-    # the record (the reporter never re-derives them).
-    cell = with_defaults(cell)
+    # The label and shown hparams are fixed from the defaults the cell carries (run_cell
+    # resolved it) and written into the record (the reporter never re-derives them).
     rec = new_record(cell, environment(device), started)
     rec["evaluation"] = record_evaluation(cell)
     rec["cost"] = run_conditions(cell, device, shared_device)
@@ -376,7 +375,7 @@ def _run_leased(
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
         rec["diagnostics"]["batch_feeding"] = (  # images each member saw per training step
             METHODS.get(cell.method)
-            .feeding_for(cell.hparams)
+            .batch_feeding(cell.typed_hparams)
             .to_json(cell.recipe.batch_size, cell.M)
         )
         # How the reporter shows them: it reads the record, never the method.

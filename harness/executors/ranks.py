@@ -262,8 +262,8 @@ def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict
     """A ``failed`` record (phase ``setup``) for a cell whose ranks cannot be started, written
     under the cell's lease like any record, so the grid goes on and the reason is reported."""
     from harness.contract import new_record
-    from harness.engine.build import with_defaults
     from harness.engine.environment import environment
+    from harness.registry import resolved
     from harness.storage.checkpoint import log_event
     from harness.storage.records import write_record
 
@@ -273,7 +273,7 @@ def record_launch_failure(cell: Cell, results_dir: Path, exc: Exception) -> dict
     except LeaseHeld as held:
         return {"cell_id": cell.cell_id, "status": "leased", "lease": held.owner}
     try:
-        cell = with_defaults(cell)
+        cell = resolved(cell)
         rec = new_record(cell, environment(torch.device("cpu")), _now())
         rec["status"] = "failed"
         rec["error"] = {

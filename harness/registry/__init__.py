@@ -9,9 +9,10 @@ single modules: ``--plugin MODULE`` (``$HARNESS_PLUGINS``). See :mod:`harness.re
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from harness.contract.config import hparam_defaults
+from harness.contract.config import Cell, hparam_defaults
 from harness.registry.core import Registry
 
 # The entries' types (methods._base.MethodSpec, harness.backbones.BackboneSpec,
@@ -39,3 +40,26 @@ def method_defaults(method: str) -> dict[str, Any]:
         UnknownNameError: ``method`` is not registered.
     """
     return hparam_defaults(METHODS.get(method).hparams)
+
+
+def resolved(cell: Cell) -> Cell:
+    """``cell`` with what its method's registration gives it: the hyper-parameter defaults
+    (which fix its label) and its typed hyper-parameters. A cell of a suite's expansion has
+    both and is returned as it is; a cell rebuilt from JSON (a worker, a rank, a Slurm task,
+    a ``cell.json`` read back) gets them here, once per process.
+
+    Raises:
+        UnknownNameError: ``cell.method`` is not registered.
+    """
+    if cell.defaults and cell.typed_hparams is not None:
+        return cell
+    spec = METHODS.get(cell.method)
+    return dataclasses.replace(
+        cell,
+        defaults=cell.defaults or hparam_defaults(spec.hparams),
+        typed_hparams=(
+            cell.typed_hparams
+            if cell.typed_hparams is not None
+            else spec.make_hparams(cell.hparams)
+        ),
+    )

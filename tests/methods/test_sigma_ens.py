@@ -9,8 +9,10 @@ import textwrap
 import pytest
 import torch
 
+from harness.config.includes import SuiteError
 from harness.config.parse import load_suite
 from harness.config.suite import expand_hparams
+from harness.contract import Cell
 from harness.contract.record import read_record
 from harness.engine.build import build_model, load_backbone_state, load_data
 from harness.engine.runner import run_cell
@@ -112,15 +114,25 @@ def test_pretrained_model_is_the_suites_single_model_trained_once(cells, tmp_pat
     assert sum(json.loads(e)["event"] == "train" for e in events) == 1  # trained once
 
 
-def test_pretrain_without_a_single_cell_in_the_suite_says_what_to_add(tmp_path, write_suite):
-    from harness.executors.base import write_manifest
+def test_pretrain_without_a_single_cell_in_the_suite_is_refused_before_any_cell(
+    tmp_path, write_suite
+):
+    """The decision is made when the suite expands: a conversion with nothing to convert is a
+    problem of the suite, named at its key, not a failed cell."""
+    with pytest.raises(SuiteError) as err:
+        load_suite(write_suite(textwrap.dedent(SUITE).replace("    - single\n", "")))
+    assert "hparams.pretrain_epochs: 2 converts the suite's `single` model" in str(err.value)
+    assert "add `single` to the suite's methods with 2 epochs" in str(err.value)
 
-    suite = load_suite(write_suite(textwrap.dedent(SUITE).replace("    - single\n", "")))
-    write_manifest(suite, tmp_path)
-    convert = next(c for c in suite.cells() if c.hparams.get("pretrain_epochs"))
-    rec = run_cell(convert, tmp_path, progress=False)
-    assert rec["status"] == "failed"
-    assert "add `single` to the suite's methods with 2 epochs" in rec["error"]["message"]
+
+def test_the_pretrain_decision_travels_on_the_cell(cells):
+    """Each converting cell names the suite's `single` cell it converts, in memory and in its
+    JSON (what a worker, a rank or a Slurm task rebuilds it from)."""
+    single, convert = cells[0], cells[1]
+    assert convert.pretrain == single and single.pretrain is None
+    again = Cell.from_json(json.loads(json.dumps(convert.to_json())), validated=True)
+    assert again.pretrain == single and again.pretrain.cell_id == single.cell_id
+    assert again.cell_id == convert.cell_id  # not part of the identity
 
 
 def test_diagnostics_and_schedule_are_recorded_per_epoch(cells, tmp_path):

@@ -1,15 +1,15 @@
-"""A hyper-parameter's walk from the command line to the loss, and the method's hyper-parameter
-dataclass built once on the way (issue 40): ``KEY=VALUE`` → suite mapping → validation → cell →
-model → loss, all in this process."""
+"""A hyper-parameter's walk from the command line to the loss, with the sweep expanded once and
+the method's hyper-parameter dataclass built once on the way, carried by the cell (no memo):
+``KEY=VALUE`` → suite mapping → validation → cell → model → loss, all in this process."""
 
 from __future__ import annotations
 
 import textwrap
 
+import harness.config.suite as suite_module
 import methods.sigma_ens as sigma_ens
 from harness.config.parse import load_suite
 from harness.engine.runner import run_cell
-from methods._base import clear_hparams
 
 SUITE = """
 name: once
@@ -27,7 +27,6 @@ evaluation: {cost: false}
 def test_tau_override_reaches_the_loss_through_one_hparams_object(
     write_suite, tmp_path, monkeypatch
 ):
-    clear_hparams()  # earlier tests of this process may have built this very setting
     built: list[sigma_ens.SigmaEnsHparams] = []
     init = sigma_ens.SigmaEnsHparams.__init__
 
@@ -44,6 +43,14 @@ def test_tau_override_reaches_the_loss_through_one_hparams_object(
         return loss(net, tau, lam, layers)
 
     monkeypatch.setattr(sigma_ens, "diversity_loss", seen)
+    expansions: list[dict] = []
+    expand = suite_module.expand_values
+
+    def counted_expand(defaults, values):
+        expansions.append(dict(values))
+        return expand(defaults, values)
+
+    monkeypatch.setattr(suite_module, "expand_values", counted_expand)
 
     suite = load_suite(
         write_suite(textwrap.dedent(SUITE)), ["grid.methods.sigma_ens.hparams.tau=0.3"]
@@ -56,3 +63,5 @@ def test_tau_override_reaches_the_loss_through_one_hparams_object(
     assert rec["config"]["hparams"]["tau"] == 0.3 and rec["hparams_shown"] == {"tau": 0.3}
     assert taus and set(taus) == {0.3}  # every L_div of training and its diagnostics
     assert len(built) == 1 and built[0].tau == 0.3
+    assert cell.typed_hparams is built[0]  # the cell carried the one object
+    assert expansions == [{"tau": 0.3}]  # the sweep expanded once: validation and cells share it
