@@ -35,6 +35,7 @@ _EXPORTS = {
     "aggregate": "reports.stats.summary",
     "direction": "reports.columns",
     "DIRECTIONS": "reports.columns",
+    "directions": "reports.columns",
     "render_figures": "reports.figures.draw",
     "write_figure_files": "reports.figures.draw",
     "ReportOptions": "reports.render.page",

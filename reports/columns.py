@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from harness.contract.metric_spec import MetricSpec
+
 Direction = Literal["higher", "lower"]
 
 GROUP_KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
@@ -29,17 +31,21 @@ TEXT_COLUMNS = (
 # them (neither folder imports the other back).
 CONDITION_TEXT = (
     "cost_device", "cost_precision", "corruption_mean_over", "mce_over", "diagnostics_shown",
+    "metrics_declared",
 )  # fmt: skip
 
-# The one table of metric directions, by base metric name. A column maps to its base name with
-# base_metric(): "ood/svhn/msp/auroc" → "auroc", "sev3_ece" → "ece". Diversity diagnostics
-# (disagreement, mi, kl, k_eff, grad_ratio) have no better direction and are never highlighted.
+# The directions of the columns that are not metric columns, by base metric name. A column maps
+# to its base name with base_metric(): "ood/svhn/msp/auroc" → "auroc", "sev3_ece" → "ece", and
+# "ts/nll" → "nll", whose direction is its metric column's: the registered metric columns
+# (harness.registry.METRICS: acc, NLL, ECE, … and plugins') declare their own, which
+# direction() reads. Diversity (disagreement, mi, kl, k_eff, grad_ratio) has no better
+# direction and is never highlighted. The rest stay declared here: they are aggregates of the
+# metric columns (corruption means, validation), OOD scores and costs, not per-prediction
+# metrics a plugin adds.
 DIRECTIONS: dict[str, Direction] = {
-    **dict.fromkeys(
-        ("acc", "member_acc", "val_acc", "cAcc", "auroc", "aupr_in", "aupr_out"), "higher"
-    ),
+    **dict.fromkeys(("member_acc", "val_acc", "cAcc", "auroc", "aupr_in", "aupr_out"), "higher"),
     **dict.fromkeys(("train_ips", "eval_ips"), "higher"),
-    **dict.fromkeys(("nll", "brier", "ece", "aece", "aurc", "cNLL", "cECE"), "lower"),
+    **dict.fromkeys(("cNLL", "cECE"), "lower"),
     **dict.fromkeys(("fpr95", "fpr95_id"), "lower"),  # OOD-positive (OpenOOD) / ID-positive
     **dict.fromkeys(("val_nll", "val_ece"), "lower"),
     **dict.fromkeys(("params", "params_trainable", "params_overhead", "flops"), "lower"),
@@ -61,9 +67,24 @@ def base_metric(column: str) -> str:
     return column
 
 
+def registered_metrics() -> list[MetricSpec]:
+    """The registered metric columns (built-ins first, then plugins'), in registration order."""
+    from harness.registry import METRICS
+
+    return [spec for _, spec in METRICS.registered()]
+
+
+def directions() -> dict[str, Direction]:
+    """Every known direction by base metric name: :data:`DIRECTIONS` and the registered metric
+    columns'."""
+    out = {m.key: m.direction for m in registered_metrics() if m.direction}
+    return {**out, **DIRECTIONS}
+
+
 def direction(column: str) -> Direction | None:
     """``"higher"`` or ``"lower"`` if that is better for ``column``; None if neither."""
-    return DIRECTIONS.get(base_metric(column))
+    base = base_metric(column)
+    return DIRECTIONS.get(base) or directions().get(base)
 
 
 @dataclass(frozen=True)
@@ -79,20 +100,39 @@ class Column:
     group: str
     kind: str  # "pct" (fraction shown ×100), "f3", "f2", "count" (11.2M), "int"
     hidden: bool = False
+    #: The direction a record declares for the column (a plugin's metric, shown from records
+    #: whose plugin is not loaded here); None: the known one, :func:`direction`.
+    declared_direction: Direction | None = None
 
     @property
     def better(self) -> Direction | None:
-        return direction(self.key)
+        return self.declared_direction or direction(self.key)
 
 
-QUALITY = (
-    Column("acc", "Acc (%)", "Quality", "pct"),
-    Column("nll", "NLL", "Quality", "f3"),
-    Column("ece", "ECE (%)", "Quality", "pct"),
-    Column("brier", "Brier", "Quality", "f3"),
-    Column("aece", "aECE (%)", "Quality", "pct", hidden=True),
-    Column("aurc", "AURC (%)", "Quality", "pct"),
-)
+def metric_column(spec: MetricSpec) -> Column:
+    """The leaderboard column of a metric column's declaration."""
+    return Column(spec.key, spec.label, spec.group, spec.kind, spec.hidden, spec.direction)
+
+
+def metric_columns(group: str | None = None, frame: pd.DataFrame | None = None) -> list[Column]:
+    """The metric columns (:func:`registered_metrics`, then those only the records of ``frame``
+    declare: a plugin's, not loaded here), all or those of ``group`` (``"Quality"``,
+    ``"Diversity"``, a plugin's own group; ``""``: every group but those two)."""
+    specs = {m.key: m for m in registered_metrics()}
+    for d in declared_metrics(frame) if frame is not None else ():
+        specs.setdefault(str(d["key"]), MetricSpec.from_declaration(d))
+    if group == "":
+        keep = [m for m in specs.values() if m.group not in ("Quality", "Diversity")]
+    else:
+        keep = [m for m in specs.values() if group is None or m.group == group]
+    return [metric_column(m) for m in keep]
+
+
+def quality_columns() -> list[Column]:
+    """The registered quality columns: accuracy, NLL, ECE, Brier, aECE, AURC."""
+    return metric_columns("Quality")
+
+
 COST = (
     Column("params", "Params", "Cost", "count"),
     Column("flops", "FLOPs/img", "Cost", "count"),
@@ -109,10 +149,8 @@ CORRUPTION = (
     Column("cECE", "cECE (%)", "Corruption", "pct"),
     Column("mCE", "mCE (%)", "Corruption", "pct"),
 )
-DIVERSITY = (
-    Column("disagreement", "Disagr. (%)", "Diversity", "pct"),
-    Column("mi", "MI", "Diversity", "f3", hidden=True),
-)  # a method's own diagnostics come from its declarations: diagnostic_columns
+# Diversity columns (disagreement, MI) are registered metric columns, group "Diversity"; a
+# method's own diagnostics come from its declarations: diagnostic_columns.
 #: Declared diagnostics shown by default whatever their declaration says: σN-Ens's k_eff (the
 #: sharing of its members, 1 = each feature owned by one member, M = shared by all) decides
 #: whether its row is an ensemble at all, so the reader sees it without the column picker.
@@ -193,13 +231,25 @@ def corruption_names(frame: pd.DataFrame) -> list[str]:
     return list(seen)
 
 
+def declared_metrics(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every metric column declaration in a cell or summary frame's ``metrics_declared``
+    column (a plugin's metrics, written into the records by the engine), each key once."""
+    return _declarations(frame, "metrics_declared", "key")
+
+
 def declared_diagnostics(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Every diagnostic declaration in a cell or summary frame's ``diagnostics_shown`` column
     (JSON lists, several per summary row when its records differ, joined by "; "), each column
     once, in first-seen order."""
+    return _declarations(frame, "diagnostics_shown", "column")
+
+
+def _declarations(frame: pd.DataFrame, column: str, name: str) -> list[dict[str, Any]]:
+    """The JSON declaration lists of a text ``column`` (several per summary row when its
+    records differ, joined by "; "), each once by ``name`` (else ``key``), first-seen order."""
     seen: dict[str, dict[str, Any]] = {}
     decoder = json.JSONDecoder()
-    for text in frame.get("diagnostics_shown", pd.Series(dtype=object)).dropna().unique():
+    for text in frame.get(column, pd.Series(dtype=object)).dropna().unique():
         pos, text = 0, str(text)
         while pos < len(text):
             try:
@@ -208,7 +258,7 @@ def declared_diagnostics(frame: pd.DataFrame) -> list[dict[str, Any]]:
                 break
             for d in items if isinstance(items, list) else ():
                 if isinstance(d, dict) and d.get("key"):
-                    seen.setdefault(str(d.get("column") or d["key"]), d)
+                    seen.setdefault(str(d.get(name) or d["key"]), d)
             pos += 2 if text.startswith("; ", pos) else len(text)
     return list(seen.values())
 
@@ -317,9 +367,11 @@ def leaderboard_columns(summary: pd.DataFrame, *, hidden: bool = True) -> list[C
 
     ``hidden=False`` leaves out the columns hidden by default (Markdown, LaTeX, terminal).
     """
-    cols = [*QUALITY, *CALIBRATED, *COST, *CORRUPTION, *conformal_columns(summary)]
+    cols = [*metric_columns("Quality", summary), *CALIBRATED, *COST, *CORRUPTION]
+    cols += conformal_columns(summary)
     cols += ood_columns(summary)
-    cols += DIVERSITY
+    cols += metric_columns("Diversity", summary)
+    cols += metric_columns("", summary)  # plugins' own groups
     cols += diagnostic_columns(summary)
     return [
         c

@@ -1,6 +1,7 @@
-"""One way to register (issue 48, item 7): a plugin file adds a tracker and a figure with the
-registry type and the ``--plugin`` route a method plugin uses; `harness run` sends the cells to
-the plugin's tracker and `harness report` draws the plugin's figure."""
+"""One way to register (issue 48, item 7): a plugin file adds a tracker, a figure and a metric
+column with the registry type and the ``--plugin`` route a method plugin uses; `harness run`
+sends the cells to the plugin's tracker and computes its metric, and `harness report` draws the
+plugin's figure and shows the metric's column (from the records, plugin loaded or not)."""
 
 from __future__ import annotations
 
@@ -32,11 +33,15 @@ def restore_plugins(monkeypatch):
     monkeypatch.setenv(PLUGINS_ENV, os.environ.get(PLUGINS_ENV, ""))
 
 
-def test_a_plugin_file_adds_a_tracker_and_a_figure(tmp_path, capsys, restore_plugins):
+def test_a_plugin_file_adds_a_tracker_a_figure_and_a_metric(tmp_path, capsys, restore_plugins):
+    import numpy as np
+
+    from harness.api import predictions
+    from harness.registry import METRICS
     from harness.storage.loggers import TRACKERS
     from reports.figures.base import FIGURES
 
-    assert isinstance(TRACKERS, Registry) and isinstance(FIGURES, Registry)
+    assert all(isinstance(r, Registry) for r in (TRACKERS, FIGURES, METRICS))
     suite = tmp_path / "plugged.yaml"
     suite.write_text(textwrap.dedent(SUITE))
     results = tmp_path / "results"
@@ -52,12 +57,56 @@ def test_a_plugin_file_adds_a_tracker_and_a_figure(tmp_path, capsys, restore_plu
         assert [x["step"] for x in lines[:-1]] == [1, 2]  # one line per epoch
         assert lines[0]["train.loss"] == pytest.approx(rec["history"][0]["train_loss"])
         assert lines[-1] == {"final_acc": rec["metrics"]["clean"]["acc"]}
+        # The metric, computed by the engine, equals top-2 accuracy recomputed here from the
+        # cell's own test-set probabilities.
+        p = predictions(rec_path.parent, "test")
+        top2 = np.argsort(-p.probs.mean(0), axis=-1)[:, :2]
+        expected = float((top2 == p.labels[:, None]).any(-1).mean())
+        assert rec["metrics"]["clean"]["top2"] == pytest.approx(expected, abs=1e-6)
+        assert expected > rec["metrics"]["clean"]["acc"]  # top-2 ≥ top-1, strictly here
+        assert rec["metrics"]["declared"] == [{"key": "top2", "label": "Top-2 acc (%)",
+            "group": "Plugin", "kind": "pct", "direction": "higher", "hidden": False}]  # fmt: skip
     assert "jsonlines" in TRACKERS.names()
     assert [n for n, _ in FIGURES.registered()][-1] == "fig-acc-by-seed"  # after the built-ins
+    assert [n for n, _ in METRICS.registered()][-1] == "top2"  # after the built-ins
 
     assert main(["report", str(folder), "--plugin", PLUGIN]) == 0
     page = (folder / "leaderboard.html").read_text()
     assert 'id="fig-acc-by-seed"' in page and "Accuracy by seed (plugin)" in page
+    assert 'data-col="top2"' in page and 'data-better="higher"' in page
+    assert "Top-2 acc (%)" in page
+
+
+def test_a_declared_metric_is_shown_and_bolded_from_the_records_alone():
+    """A record's declaration gives the column its label, group, format and direction: the
+    reporter needs no plugin for it, and the direction decides the bold best."""
+    from reports.columns import leaderboard_columns
+    from reports.records.results import from_records
+    from reports.stats.bolding import bold_rows
+    from tests.record_factory import make_record
+
+    decl = {"key": "gain", "label": "Gain", "group": "Extra", "kind": "f3",
+            "direction": "lower", "hidden": False}  # fmt: skip
+    records = [
+        make_record(method=method, seed=seed, M=4, overrides={
+            "metrics": {"clean": {"gain": base + 0.01 * seed * seed}, "declared": [decl]}})
+        for method, base in (("single", 0.9), ("deep_ensemble", 0.2))
+        for seed in range(6)
+    ]  # fmt: skip
+    results = from_records(records)
+    summary = results.summary
+    (column,) = [c for c in leaderboard_columns(summary) if c.key == "gain"]
+    assert (column.label, column.group, column.kind, column.better) == ("Gain", "Extra", "f3",
+                                                                        "lower")  # fmt: skip
+    bold = bold_rows(summary, results.cells, [column])
+    assert summary.loc[sorted(bold["gain"]), "method"].tolist() == ["deep_ensemble"]
+    flipped = dict(decl, direction="higher")  # the same values, the other direction
+    for rec in records:
+        rec["metrics"]["declared"] = [flipped]
+    results = from_records(records)
+    (column,) = [c for c in leaderboard_columns(results.summary) if c.key == "gain"]
+    bold = bold_rows(results.summary, results.cells, [column])
+    assert results.summary.loc[sorted(bold["gain"]), "method"].tolist() == ["single"]
 
 
 def test_an_unknown_tracker_names_the_registered_ones(tmp_path, capsys):

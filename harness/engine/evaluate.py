@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +18,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.contract import Evaluation, Recipe
+from harness.contract.metric_spec import MetricSpec
 from harness.data._machinery.base import DatasetSpec, ImageSet, LoaderOptions, Split
 from harness.data._machinery.loader import make_loader
 from harness.engine.train import autocast
+from harness.registry import computed_metrics
 from methods._base import EnsembleModel
 
 if TYPE_CHECKING:
@@ -150,22 +152,33 @@ def _evaluate(
     post: PosthocCalibration | None = None,
     shift: bool = False,
     outcomes: OutcomeAccumulator | None = None,
+    extra: Sequence[MetricSpec] = (),
 ) -> tuple[dict[str, Any], _Views]:
     """One pass over a split: the raw metrics (with the reliability bins) and the views
     (``shift``: of a corruption cell, see :class:`_Views`); with ``outcomes``, each image's
-    outcome, raw and calibrated, is collected too."""
+    outcome, raw and calibrated, is collected too; ``extra``: registered metrics with a
+    ``compute`` (plugins'), each computed on the whole split's (M, N, K) probabilities and
+    written beside the built-in keys."""
     # torchmetrics costs seconds to import (it loads torchvision, transformers and scipy.signal):
     # imported when a cell first evaluates, not before its first training step.
     from harness.metrics.collection import EnsembleMetrics
 
     acc = EnsembleMetrics()
     views = _Views(post, shift, outcomes)
+    kept: list[tuple[Tensor, Tensor]] = []  # only for `extra`: a plugin metric sees every image
     for probs, y in member_probs(model, data, spec, recipe, device):
         acc.update(probs, y)
         views.update(probs, y)
         if outcomes is not None:
             outcomes.update(probs, y)
+        if extra:
+            kept.append((probs, y))
     raw = acc.compute()
+    if extra:
+        probs = torch.cat([p for p, _ in kept], dim=1)  # (M, N, K)
+        labels = torch.cat([y for _, y in kept])  # (N,)
+        for metric in extra:
+            raw[metric.key] = float(metric.compute(probs, labels))
     raw["reliability"] = acc.reliability()
     raw["reliability_members"] = acc.member_reliability()
     return raw, views
@@ -373,10 +386,13 @@ def evaluate_all(
             post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
         fit_s = time.perf_counter() - t0
         _step(bar, "test")
+        extra = computed_metrics()  # plugins' metric columns, on the clean test set
         clean, views = _evaluate(
-            model, splits["test"], spec, recipe, device, post, outcomes=outcomes
+            model, splits["test"], spec, recipe, device, post, outcomes=outcomes, extra=extra
         )
         metrics: dict[str, Any] = {"clean": clean}
+        if extra:  # how the reporter shows them, from the record alone
+            metrics["declared"] = [m.declaration() for m in extra]
         if "val" in splits:  # only when the recipe holds out a validation split
             _step(bar, "validation")
             metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)

@@ -5,6 +5,10 @@ or the environment variables ``HARNESS_METHOD_PACKAGES``, ``HARNESS_BACKBONE_PAC
 ``HARNESS_DATASET_PACKAGES`` (comma-separated importable package names). Installed plugins:
 entry points in the groups ``harness.methods``, ``harness.backbones``, ``harness.datasets``;
 single modules: ``--plugin MODULE`` (``$HARNESS_PLUGINS``). See :mod:`harness.registry.core`.
+
+Also here: the metric columns (``METRICS``, ``register_metric``), whose built-ins one module
+registers (:mod:`harness.registry.metric_columns`), and :func:`resolved`, a cell with what its
+method's registration gives it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import dataclasses
 from typing import Any
 
 from harness.contract.config import Cell, hparam_defaults
+from harness.contract.metric_spec import MetricSpec
 from harness.registry.core import Registry
 
 # The entries' types (methods._base.MethodSpec, harness.backbones.BackboneSpec,
@@ -31,6 +36,28 @@ BACKBONES: Registry[Any] = Registry(
 DATASETS: Registry[Any] = Registry(
     "dataset", packages=("harness.data",), env="HARNESS_DATASET_PACKAGES", group="harness.datasets"
 )
+
+#: Metric columns: the built-in ones (``harness.registry.metric_columns``) and plugins', which
+#: register the same way (``register_metric``, ``--plugin``, entry points ``harness.metrics``).
+#: Here, in the one layer both the engine (which computes a plugin's metric) and the reporter
+#: (which shows every one) may import.
+METRICS: Registry[MetricSpec] = Registry(
+    "metric", group="harness.metrics", modules=("harness.registry.metric_columns",)
+)
+
+
+def register_metric(spec: MetricSpec) -> MetricSpec:
+    """Add a metric column (what a plugin module calls at import). Raises
+    ``DuplicateNameError`` for a key already registered."""
+    METRICS.load_modules()  # the built-ins first among the columns, whichever is imported first
+    METRICS.register(spec.key, spec)
+    return spec
+
+
+def computed_metrics() -> list[MetricSpec]:
+    """The registered metrics the engine computes itself on the clean test set (those with a
+    ``compute``: plugins'), in registration order."""
+    return [spec for _, spec in METRICS.registered() if spec.compute is not None]
 
 
 def method_defaults(method: str) -> dict[str, Any]:

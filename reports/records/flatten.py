@@ -149,6 +149,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     clean = metrics.get("clean") or {}
     for k in _CLEAN_KEYS:
         row[k] = _num(clean.get(k))
+    row.update(declared_metric_values(metrics))  # plugins' metric columns
     member_acc = [_num(a) for a in (clean.get("members") or {}).get("acc") or []]
     row["member_acc"] = float(np.mean(member_acc)) if member_acc else math.nan
     for k, v in (metrics.get("val") or {}).items():
@@ -178,6 +179,25 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     row["started_at"] = str(rec.get("started_at", ""))
     row["finished_at"] = str(rec.get("finished_at", ""))
     return row
+
+
+METRICS_DECLARED = "metrics_declared"  # the text column of plugin metric declarations
+
+
+def declared_metric_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The metric columns a record declares (``metrics.declared``: a plugin's metric, computed
+    by the engine on the clean test set), each under its key, and the declarations as JSON in
+    :data:`METRICS_DECLARED` ("" when none). A declared key a built-in column already uses is
+    left out: a plugin never overwrites a measurement."""
+    declared = [
+        d
+        for d in metrics.get("declared") or []
+        if isinstance(d, Mapping) and d.get("key") and d["key"] not in _RESERVED
+    ]
+    clean = metrics.get("clean") or {}
+    out: dict[str, Any] = {str(d["key"]): _num(clean.get(d["key"])) for d in declared}
+    out[METRICS_DECLARED] = json.dumps(declared, sort_keys=True) if declared else ""
+    return out
 
 
 DIAGNOSTICS = "diagnostics_shown"  # the text column of the declarations (reports.columns)

@@ -20,15 +20,14 @@ from reports.columns import (
     COLLAPSE_NOTE,
     CORRUPTION,
     COST,
-    DIRECTIONS,
-    DIVERSITY,
-    QUALITY,
     THROUGHPUT,
     cell_text,
     collapsed,
+    directions,
     iter_rows,
     leaderboard_columns,
     m_text,
+    metric_columns,
 )
 from reports.records.flatten import CONVENTION as OOD_GROUP_CONVENTION
 from reports.records.results import Results
@@ -293,7 +292,8 @@ def context(
     header = header_columns(summary, show_variant)
     groups = header_groups(header, _devices(summary) if len(summary) else "")
     shown = {c.key for c in columns}
-    dropped = [c.label for c in (*QUALITY, *COST, *CORRUPTION, *DIVERSITY) if c.key not in shown]
+    known = (*metric_columns("Quality"), *COST, *CORRUPTION, *metric_columns("Diversity"))
+    dropped = [c.label for c in known if c.key not in shown]
     status = [p.status for p in results.problems]
     return {
         "title": title,
@@ -331,7 +331,7 @@ def context(
         "corruption_table": corruption_table(results, options),
         "selection": selection_context(summary),
         "directions": {
-            d: sorted(k for k, v in DIRECTIONS.items() if v == d) for d in ("higher", "lower")
+            d: sorted(k for k, v in directions().items() if v == d) for d in ("higher", "lower")
         },
         **(extra or {}),
     }

@@ -17,12 +17,12 @@ from markupsafe import Markup, escape
 from harness.contract.errors import UsageError
 from reports.columns import (
     CORRUPTION,
-    QUALITY,
     Column,
     format_number,
     iter_rows,
     leaderboard_columns,
     m_text,
+    quality_columns,
 )
 from reports.records.results import Results
 from reports.stats.bolding import bold_rows, config_key
@@ -134,7 +134,7 @@ def _delta_label(column: Column) -> str:
 
 
 def _paired_columns(paired: PairedStats, summary: pd.DataFrame) -> list[Column]:
-    known = {c.key: c for c in (*QUALITY, *CORRUPTION, *leaderboard_columns(summary))}
+    known = {c.key: c for c in (*quality_columns(), *CORRUPTION, *leaderboard_columns(summary))}
     metrics = list(dict.fromkeys(paired.frame["metric"]))
     return [known.get(m, Column(m, m, "", "f3")) for m in metrics]
 

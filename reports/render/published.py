@@ -22,7 +22,15 @@ from typing import Any
 
 import pandas as pd
 
-from reports.columns import CORRUPTION, COST, QUALITY, Column, format_number, iter_rows, m_text
+from reports.columns import (
+    CORRUPTION,
+    COST,
+    Column,
+    format_number,
+    iter_rows,
+    m_text,
+    quality_columns,
+)
 from reports.records.results import Results
 from reports.render.page import ReportOptions, cell_text, interval_words
 from reports.render.paired import format_delta
@@ -155,7 +163,7 @@ def find_published(results_dir: Path | str) -> Path | None:
 
 
 def _kind(metric: str) -> Column:
-    known = {c.key: c for c in (*QUALITY, *COST, *CORRUPTION)}
+    known = {c.key: c for c in (*quality_columns(), *COST, *CORRUPTION)}
     return known.get(metric, Column(metric, metric, "", "f3"))
 
 

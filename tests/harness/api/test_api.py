@@ -148,7 +148,7 @@ def test_reading_results_imports_no_torch():
 def test_every_name_the_reports_package_advertises_exists():
     for name in reports.__all__:
         assert getattr(reports, name) is not None, name
-    assert reports.direction("acc") is not None and "acc" in reports.DIRECTIONS
+    assert reports.direction("acc") == "higher" and reports.directions()["acc"] == "higher"
     # A star import in a fresh interpreter binds every advertised name (and loads no torch).
     code = (
         "import sys\nfrom reports import *\nimport reports\n"

@@ -206,9 +206,13 @@ def test_format_helpers():
 
 
 def test_directions_table():
-    assert {DIRECTIONS[k] for k in ("acc", "cAcc", "auroc", "eval_ips", "train_ips")} == {"higher"}
-    lower = ("nll", "ece", "brier", "fpr95", "params", "flops", "eval_mem_mib", "cECE")
-    assert {DIRECTIONS[k] for k in lower} == {"lower"}
+    """The metric columns' directions come from their registration, the rest from the table."""
+    assert "acc" not in DIRECTIONS  # a registered metric column declares its own
+    higher = ("acc", "cAcc", "auroc", "eval_ips", "train_ips", "ts/acc", "val_acc")
+    assert {direction(k) for k in higher} == {"higher"}
+    lower = ("nll", "ece", "brier", "fpr95", "params", "flops", "eval_mem_mib", "cECE", "ts/nll")
+    assert {direction(k) for k in lower} == {"lower"}
+    assert direction("disagreement") is None and direction("k_eff") is None
     assert direction("ood/svhn/msp/auroc") == "higher"
     assert direction("ood/svhn/entropy/fpr95") == "lower"
     assert direction("sev3_acc") == "higher"
