@@ -151,6 +151,8 @@ class NotRun(LookupError):
 
 def section_rows(path: str, section: Section) -> pd.DataFrame:
     """The section's comparisons with raw and Holm-adjusted p-values."""
+    if not Path(path).is_dir():  # a registered section whose grid has not started (C9)
+        raise NotRun(f"{path}: no records yet (the folder does not exist)")
     rows = []
     for config, reference in section.pairs:
         table = h.paired(

@@ -119,6 +119,17 @@ def test_the_families_file_holds_the_study_sections_the_tables_print():
     fresh = [s for s in cs.SECTIONS if not s.retrospective]
     assert {s.id for s in fresh} >= {f"E{n}.S{k}" for n in (12, 24, 40) for k in (2, 3, 4)}
     assert {"T3", "T4", "T6"} <= {s.id for s in fresh}
+    (c9,) = [s for s in fresh if s.id == "C9"]  # issue 49 item 6: selected on validation first
+    assert c9.selection == "docs/results/claims_fmnist_conversion_select"
+
+
+def test_a_section_whose_folder_does_not_exist_yet_is_pending(tmp_path):
+    """C9's final folder is written only after its selection has run: until then its table is
+    pending (said, not an error that ends the listing)."""
+    cs = _sections()
+    (c9,) = cs.sections_for("docs/results/claims_fmnist_conversion")
+    with pytest.raises(cs.NotRun, match="does not exist"):
+        cs.section_rows(str(tmp_path / "claims_fmnist_conversion"), c9)
 
 
 def test_early_records_are_those_finished_before_the_registration_but_verbatim_copies():
