@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 
 import pytest
@@ -30,7 +31,25 @@ evaluation: {cost: false}
 
 @pytest.fixture
 def restore_plugins(monkeypatch):
+    """Undo what loading the plugin does in this process: ``$HARNESS_PLUGINS``, and its tracker,
+    figure and metric in the registries. Left registered, its figure drew for every later
+    report of the session and its metric was computed in every later cell (a test expecting
+    no figure, or a record's exact keys, failed when it ran after this file)."""
+    from harness.registry import METRICS
+    from harness.registry import core as registry_core
+    from harness.storage.loggers import TRACKERS
+    from reports.figures.base import FIGURES
+
     monkeypatch.setenv(PLUGINS_ENV, os.environ.get(PLUGINS_ENV, ""))
+    registries = (TRACKERS, FIGURES, METRICS)
+    before = [set(r.names()) for r in registries]  # the built-ins loaded, then remembered
+    yield
+    for registry, names in zip(registries, before, strict=True):
+        for name in set(registry._items) - names:
+            del registry._items[name]
+    # Imported again (and so registered again) by the next test that names it.
+    registry_core._imported_plugins.discard(PLUGIN)
+    sys.modules.pop(PLUGIN, None)
 
 
 def test_a_plugin_file_adds_a_tracker_a_figure_and_a_metric(tmp_path, capsys, restore_plugins):
@@ -107,6 +126,78 @@ def test_a_declared_metric_is_shown_and_bolded_from_the_records_alone():
     (column,) = [c for c in leaderboard_columns(results.summary) if c.key == "gain"]
     bold = bold_rows(results.summary, results.cells, [column])
     assert results.summary.loc[sorted(bold["gain"]), "method"].tolist() == ["single"]
+
+
+def _gain_records(direction: str | None) -> list[dict]:
+    """Six seeds each of two methods whose records hold and declare a metric ``gain`` (lower
+    for deep_ensemble), declared with ``direction``."""
+    from tests.record_factory import make_record
+
+    decl = {"key": "gain", "label": "Gain", "group": "Extra", "kind": "f3",
+            "direction": direction, "hidden": False}  # fmt: skip
+    return [
+        make_record(method=method, seed=seed, M=4, overrides={
+            "metrics": {"clean": {"gain": base + 0.01 * seed * seed}, "declared": [decl]}})
+        for method, base in (("single", 0.9), ("deep_ensemble", 0.2))
+        for seed in range(6)
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def unregister_gain():
+    """Takes ``gain`` out of the metric registry after the test (registered in this process)."""
+    from harness.registry import METRICS
+
+    yield
+    METRICS._items.pop("gain", None)
+
+
+@pytest.mark.parametrize(("registered", "best"), [("lower", "deep_ensemble"),
+                                                  ("higher", "single")])  # fmt: skip
+def test_a_registered_metric_direction_drives_bolding(registered, best, unregister_gain):
+    """A metric registered here (``register_metric``) bolds its best by its registered
+    direction: the same values bold the other method when the direction is the other one (the
+    records, written before the plugin declared one, say none)."""
+    from harness.contract.metric_spec import MetricSpec
+    from harness.registry import register_metric
+    from reports.columns import direction, leaderboard_columns
+    from reports.records.results import from_records
+    from reports.stats.bolding import bold_rows
+
+    register_metric(MetricSpec("gain", "Gain", "Extra", "f3", registered))
+    assert direction("gain") == registered
+    results = from_records(_gain_records(None))
+    (column,) = [c for c in leaderboard_columns(results.summary) if c.key == "gain"]
+    assert column.better == registered
+    bold = bold_rows(results.summary, results.cells, [column])
+    assert results.summary.loc[sorted(bold["gain"]), "method"].tolist() == [best]
+
+
+def test_a_computed_metric_cannot_take_a_key_the_engine_writes():
+    """The engine writes metrics.clean's own keys (kl has no column but is measured): a plugin
+    metric computed under one would overwrite the measurement, so declaring it fails."""
+    from harness.contract.metric_spec import MetricSpec
+
+    with pytest.raises(ValueError, match=r"metrics\.clean\.kl"):
+        MetricSpec("kl", "KL", compute=lambda probs, targets: 0.0)
+    assert MetricSpec("kl", "KL").compute is None  # a column of the measured value is fine
+
+
+def test_records_with_and_without_plugin_metrics_report_together():
+    """Only a record that declares metrics has the declarations column (an old record's rows
+    and CSVs are unchanged); mixed with records that do not, the summary joins only theirs."""
+    from reports.records.flatten import METRICS_DECLARED, flatten_record
+    from reports.records.results import from_records
+    from tests.record_factory import make_record
+
+    plain = [make_record(method="single", seed=s, M=4) for s in range(6, 12)]  # other cells
+    assert METRICS_DECLARED not in flatten_record(plain[0])
+    assert METRICS_DECLARED not in from_records(plain).cells
+    summary = from_records([*plain, *_gain_records("lower")]).summary
+    texts = summary.set_index("method")[METRICS_DECLARED]
+    assert summary.set_index("method").loc["single", "n"] == 12  # the old and new records
+    assert texts["single"].startswith("[{") and "nan" not in texts["single"]
+    assert json.loads(texts["deep_ensemble"])[0]["key"] == "gain"
 
 
 def test_an_unknown_tracker_names_the_registered_ones(tmp_path, capsys):

@@ -14,7 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.contract.record import ENSEMBLE_METRIC_KEYS
+
 KINDS = ("pct", "f3", "f2", "count", "int")
+#: The keys of ``metrics.clean`` the engine writes itself: a computed (plugin) metric under one of
+#: them would overwrite a measurement, so it is refused when declared. (The built-in columns,
+#: which have no ``compute``, are these keys.)
+ENGINE_CLEAN_KEYS = (*ENSEMBLE_METRIC_KEYS, "members", "reliability", "reliability_members")
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class MetricSpec:
             raise ValueError(
                 f"metric {self.key!r}: direction must be 'higher', 'lower' or None, "
                 f"got {self.direction!r}"
+            )
+        if self.compute is not None and self.key in ENGINE_CLEAN_KEYS:
+            raise ValueError(
+                f"metric {self.key!r}: the engine writes metrics.clean.{self.key} itself; a "
+                f"computed metric needs another key (taken: {', '.join(ENGINE_CLEAN_KEYS)})"
             )
 
     def declaration(self) -> dict[str, Any]:

@@ -187,8 +187,10 @@ METRICS_DECLARED = "metrics_declared"  # the text column of plugin metric declar
 def declared_metric_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """The metric columns a record declares (``metrics.declared``: a plugin's metric, computed
     by the engine on the clean test set), each under its key, and the declarations as JSON in
-    :data:`METRICS_DECLARED` ("" when none). A declared key a built-in column already uses is
-    left out: a plugin never overwrites a measurement."""
+    :data:`METRICS_DECLARED` (absent when none: the rows, and the CSVs written from them, of a
+    record without plugin metrics are what they were before metric columns could be declared).
+    A declared key a built-in column already uses is left out: a plugin never overwrites a
+    measurement."""
     declared = [
         d
         for d in metrics.get("declared") or []
@@ -196,7 +198,8 @@ def declared_metric_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
     ]
     clean = metrics.get("clean") or {}
     out: dict[str, Any] = {str(d["key"]): _num(clean.get(d["key"])) for d in declared}
-    out[METRICS_DECLARED] = json.dumps(declared, sort_keys=True) if declared else ""
+    if declared:
+        out[METRICS_DECLARED] = json.dumps(declared, sort_keys=True)
     return out
 
 

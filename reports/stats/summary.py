@@ -110,8 +110,11 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
     front["seeds"] = [", ".join(str(x) for x in sorted(v)) for v in _per_group(codes, done["seed"])]
     for c in CONDITION_TEXT:
         if c in done:
+            # `x == x` leaves out a missing value (NaN) as well as "": a text column only some
+            # records fill (metrics_declared: those run with a plugin metric) is NaN elsewhere.
             front[c] = [
-                "; ".join(sorted({str(x) for x in v if x})) for v in _per_group(codes, done[c])
+                "; ".join(sorted({str(x) for x in v if x and x == x}))
+                for v in _per_group(codes, done[c])
             ]
     hp = [c for c in cells.columns if c.startswith("hp_")]
     stats = pd.concat([front, stats, *([by_key[hp].first()] if hp else [])], axis=1)
