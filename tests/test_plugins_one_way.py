@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -55,6 +56,7 @@ def restore_plugins(monkeypatch):
 def test_a_plugin_file_adds_a_tracker_a_figure_and_a_metric(tmp_path, capsys, restore_plugins):
     import numpy as np
 
+    import harness.api as h
     from harness.api import predictions
     from harness.registry import METRICS
     from harness.storage.loggers import TRACKERS
@@ -94,6 +96,26 @@ def test_a_plugin_file_adds_a_tracker_a_figure_and_a_metric(tmp_path, capsys, re
     assert 'id="fig-acc-by-seed"' in page and "Accuracy by seed (plugin)" in page
     assert 'data-col="top2"' in page and 'data-better="higher"' in page
     assert "Top-2 acc (%)" in page
+    # The Markdown leaderboard's column: its label, and the mean over the seeds in percent.
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*/record.json"))]
+    mean = 100 * sum(r["metrics"]["clean"]["top2"] for r in records) / len(records)
+    lines = [x for x in (folder / "leaderboard.md").read_text().splitlines() if x.startswith("| ")]
+    header, row = ([c.strip() for c in x.split("|")] for x in lines[:2])  # one configuration
+    at = header.index("Top-2 acc (%) ↑")  # its label, and ↑: higher is better
+    assert row[at].startswith(f"{mean:.2f} ± ")
+    # load_results has it too, under its key (docs/results.md)
+    table = h.load_results(folder).set_index("cell_id")
+    assert {r["cell_id"]: r["metrics"]["clean"]["top2"] for r in records} == table["top2"].to_dict()
+
+    # Reported where the plugin is not loaded (its metric out of the registry, no --plugin):
+    # the column, its label and its direction come from the records.
+    del METRICS._items["top2"]
+    assert main(["report", str(folder)]) == 0
+    page = (folder / "leaderboard.html").read_text()
+    assert 'data-col="top2"' in page and "Top-2 acc (%)" in page
+    (th,) = re.findall(r'<th [^>]*data-col="top2"[^>]*>', page)  # its leaderboard header
+    assert 'data-better="higher"' in th
+    assert "top2" in page.split("higher is better:", 1)[1].split(";", 1)[0]
 
 
 def test_a_declared_metric_is_shown_and_bolded_from_the_records_alone():
@@ -198,6 +220,20 @@ def test_records_with_and_without_plugin_metrics_report_together():
     assert summary.set_index("method").loc["single", "n"] == 12  # the old and new records
     assert texts["single"].startswith("[{") and "nan" not in texts["single"]
     assert json.loads(texts["deep_ensemble"])[0]["key"] == "gain"
+
+
+def test_a_declared_key_never_replaces_what_groups_the_rows():
+    """A record declaring a metric under a key of the row's identity (``method``) or a built-in
+    measurement (``acc``) keeps its own: the declaration is left out, not the method's name."""
+    from reports.records.flatten import METRICS_DECLARED, flatten_record
+    from tests.record_factory import make_record
+
+    decls = [{"key": k, "label": k} for k in ("method", "acc", "gain")]
+    rec = make_record(method="single", acc=0.8, overrides={"metrics": {
+        "clean": {"method": 1.0, "gain": 0.5}, "declared": decls}})  # fmt: skip
+    row = flatten_record(rec)
+    assert (row["method"], row["acc"], row["gain"]) == ("single", 0.8, 0.5)
+    assert [d["key"] for d in json.loads(row[METRICS_DECLARED])] == ["gain"]
 
 
 def test_an_unknown_tracker_names_the_registered_ones(tmp_path, capsys):

@@ -149,7 +149,7 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     clean = metrics.get("clean") or {}
     for k in _CLEAN_KEYS:
         row[k] = _num(clean.get(k))
-    row.update(declared_metric_values(metrics))  # plugins' metric columns
+    row.update(declared_metric_values(metrics, row))  # plugins' metric columns
     member_acc = [_num(a) for a in (clean.get("members") or {}).get("acc") or []]
     row["member_acc"] = float(np.mean(member_acc)) if member_acc else math.nan
     for k, v in (metrics.get("val") or {}).items():
@@ -184,17 +184,19 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
 METRICS_DECLARED = "metrics_declared"  # the text column of plugin metric declarations
 
 
-def declared_metric_values(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def declared_metric_values(metrics: Mapping[str, Any], taken: Iterable[str] = ()) -> dict[str, Any]:
     """The metric columns a record declares (``metrics.declared``: a plugin's metric, computed
     by the engine on the clean test set), each under its key, and the declarations as JSON in
     :data:`METRICS_DECLARED` (absent when none: the rows, and the CSVs written from them, of a
     record without plugin metrics are what they were before metric columns could be declared).
-    A declared key a built-in column already uses is left out: a plugin never overwrites a
-    measurement."""
+    A declared key a built-in column already uses, or one of ``taken`` (the row's identity
+    columns: ``method``, ``seed``, ``hp_<name>``…), is left out: a plugin never overwrites a
+    measurement nor what groups the rows."""
+    skip = {*_RESERVED, *taken}
     declared = [
         d
         for d in metrics.get("declared") or []
-        if isinstance(d, Mapping) and d.get("key") and d["key"] not in _RESERVED
+        if isinstance(d, Mapping) and d.get("key") and d["key"] not in skip
     ]
     clean = metrics.get("clean") or {}
     out: dict[str, Any] = {str(d["key"]): _num(clean.get(d["key"])) for d in declared}

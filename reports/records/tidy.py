@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness.contract import format_hparams
-from reports.columns import collapsed
+from reports.columns import collapsed, declared_metrics
 from reports.records.flatten import SINGLE_TS, _num, _set_stats, conformal_predictor
 from reports.records.index import read_rows
 from reports.records.results import results_from_rows
@@ -171,17 +171,27 @@ def tidy_cells(
     failed = _column(cells, "status") == "failed"
     kind, message = _column(cells, "error_type"), _column(cells, "error_message")
     out["error"] = [f"{k}: {m}" if f else "" for f, k, m in zip(failed, kind, message)]
-    out = out[[*CONFIG, *[c for c in out.columns if c.startswith("hp_")], *RENAMED]]
+    # Plugins' metric columns (docs/results.md, `<metric>`): only those the records declare, so
+    # a folder without them has exactly the columns above.
+    plugin = [d["key"] for d in declared_metrics(cells) if d["key"] not in out]
+    for key in plugin:
+        out[key] = _column(cells, key)
+    out = out[[*CONFIG, *[c for c in out.columns if c.startswith("hp_")], *RENAMED, *plugin]]
     if calibrated and len(out):
-        out = _with_ts_rows(out, cells)
+        out = _with_ts_rows(out, cells, plugin)
     return out.reset_index(drop=True)
 
 
-def _with_ts_rows(out: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """``out`` with a temperature-scaled row after each done cell that has a temperature."""
+def _with_ts_rows(
+    out: pd.DataFrame, cells: pd.DataFrame, plugin: Iterable[str] = ()
+) -> pd.DataFrame:
+    """``out`` with a temperature-scaled row after each done cell that has a temperature
+    (``plugin``: metric columns measured on the raw prediction only, empty in those rows)."""
     pick = (out["status"] == "done") & pd.to_numeric(out["temperature"], errors="coerce").notna()
     ts = out[pick].copy()
     ts["calibration"] = "ts"
+    for key in plugin:
+        ts[key] = math.nan
     for name, source in TS_ROW.items():
         ts[name] = _column(cells, source)[pick]
     ts["ood_auroc"] = _ood_means(cells, "ood_ts", "auroc")[pick]

@@ -277,6 +277,13 @@ def _filters(summary: pd.DataFrame) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _directions(summary: pd.DataFrame) -> dict[str, str]:
+    """Every known direction (:func:`reports.columns.directions`) and those of the metric
+    columns only the records declare (a plugin's, not loaded here)."""
+    declared = {c.key: c.better for c in metric_columns(None, summary) if c.better}
+    return {**declared, **directions()}
+
+
 def context(
     results: Results,
     figures: list,
@@ -331,7 +338,8 @@ def context(
         "corruption_table": corruption_table(results, options),
         "selection": selection_context(summary),
         "directions": {
-            d: sorted(k for k, v in directions().items() if v == d) for d in ("higher", "lower")
+            d: sorted(k for k, v in _directions(summary).items() if v == d)
+            for d in ("higher", "lower")
         },
         **(extra or {}),
     }

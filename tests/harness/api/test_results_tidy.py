@@ -18,6 +18,9 @@ from tests.reports.figures.test_report_calibration import calibrated
 DOC = REPO / "docs" / "results.md"
 SECTION = "## `load_results`: one row per cell"
 MAX_COLUMNS = 60
+#: Rows of the page that stand for a family of columns: one per hyper-parameter a cell set, one
+#: per plugin metric the records declare.
+PLACEHOLDERS = ("hp_<name>", "<metric>")
 
 
 def documented_columns(text: str) -> list[str]:
@@ -54,7 +57,8 @@ def test_every_column_of_the_smoke_results_is_documented_and_there_are_at_most_6
         assert undocumented(columns, documented) == []
         assert len(columns) <= MAX_COLUMNS, len(columns)
         # and the page lists nothing load_results does not return
-        assert [d for d in documented if d != "hp_<name>" and d not in columns] == []
+        # (hp_<name> and <metric> stand for columns these records have none of)
+        assert [d for d in documented if d not in PLACEHOLDERS and d not in columns] == []
     assert len(h.load_results(smoke_like)) == 41  # one row per cell: no single+TS row
     assert [c for c in columns if c.startswith("hp_")] == ["hp_gamma", "hp_lam"]
 
@@ -156,6 +160,27 @@ def test_calibrated_rows_are_marked_by_a_column_not_a_method(fabricated):
     # the leaderboard's single+TS configuration is single's ts rows
     board = h.leaderboard(folder).set_index("method")
     assert board.loc["single+TS", "nll_mean"] == pytest.approx(means["single", "ts"])
+
+
+def test_a_declared_plugin_metric_is_a_column_of_its_own(tmp_path, fabricated):
+    """A metric a plugin declared in its records (``metrics.declared``) is a column named by its
+    key, with each record's value, after every other column; empty in a temperature-scaled row
+    (measured on the raw prediction only); a folder whose records declare none has no column."""
+    decl = {"key": "top2", "label": "Top-2 acc (%)", "group": "Plugin", "kind": "pct",
+            "direction": "higher", "hidden": False}  # fmt: skip
+    recs = [
+        calibrated(make_record(method="single", M=1, seed=seed, acc=0.8, overrides={
+            "metrics": {"clean": {"top2": 0.9 + 0.01 * seed}, "declared": [decl]}}),
+            t=1.4, nll=0.5, ece=0.01)
+        for seed in (0, 1)
+    ]  # fmt: skip
+    write_records(tmp_path / "plugged", recs)
+    df = h.load_results(tmp_path / "plugged", calibrated=True)
+    assert list(df.columns)[-1] == "top2"
+    raw = df[df["calibration"] == "raw"].set_index("seed")
+    assert raw["top2"].to_dict() == {0: 0.9, 1: pytest.approx(0.91)}
+    assert df.loc[df["calibration"] == "ts", "top2"].isna().all()
+    assert "top2" not in h.load_results(fabricated[0])
 
 
 def test_the_long_tables_hold_each_records_numbers(fabricated):
