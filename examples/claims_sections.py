@@ -3,6 +3,10 @@
     python examples/claims_sections.py docs/results/claims_fmnist_study
     python examples/claims_sections.py docs/results/claims_fmnist_study_corruption
     python examples/claims_sections.py docs/results/claims_fmnist_study_corruption --severities
+    python examples/claims_sections.py docs/results/claims_fmnist_endpoints --describe \
+        --variant recipe.epochs=40
+    python examples/claims_sections.py docs/results/claims_fmnist_conversion_select --select \
+        --k-eff-max 3.5
 
 `harness report --holm` adjusts over its whole paired table (every configuration × metric against
 one reference). A study asks its questions in families instead — "σN-Ens against the deep
@@ -291,14 +295,16 @@ DESCRIBE = (
 )
 
 
-def describe(path: str) -> str:
-    """Mean ± std over seeds of :data:`DESCRIBE` per configuration (done cells), as Markdown;
+def describe(path: str, variant: str = "") -> str:
+    """Mean ± std over seeds of :data:`DESCRIBE` per configuration (done cells of the paired
+    table's ``variant``, e.g. ``recipe.epochs=24``; "" the suite's own recipe), as Markdown;
     ``cpu_s`` is the records' ``timings.cpu_s``."""
     records = h.load_records(path)
     cpu = {r["cell_id"]: (r.get("timings") or {}).get("cpu_s") for r in records}
     cells = h.load_results(path)  # one raw row per cell: the TS numbers are its _ts columns
-    plain = cells["variant"].fillna("") == ""
-    cells = cells[(cells["status"] == "done") & plain].assign(cpu_s=lambda f: f["cell_id"].map(cpu))
+    chosen = cells["variant"].fillna("") == variant
+    cells = cells[(cells["status"] == "done") & chosen]
+    cells = cells.assign(cpu_s=cells["cell_id"].map(cpu))
     cols = [c for c in DESCRIBE if c[0] in cells.columns]
     lines = ["| configuration | n | " + " | ".join(c[1] for c in cols) + " |",
              "|---|---:|" + "---:|" * len(cols)]  # fmt: skip
@@ -309,6 +315,52 @@ def describe(path: str) -> str:
             values.append("–" if v.empty else f"{v.mean():.{digits}f} ± {v.std():.{digits}f}")
         name = f"{method} ({hparams})" if isinstance(hparams, str) and hparams else method
         lines.append(f"| {name} | {len(group)} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def selection(path: str, k_eff_max: float | None = None) -> str:
+    """A selection folder's choice, as Markdown: per configuration (method, hyper-parameters,
+    recipe variant) the seeds, the mean validation NLL (``metrics.val.nll``) and, for σN-Ens, the
+    final epoch's k_eff per seed (``diagnostics.per_epoch[-1].k_eff``). Per method, the
+    configuration with the lowest mean validation NLL among those run at every seed of the folder
+    (and, with ``k_eff_max``, whose k_eff is ≤ it at every seed: members that separate) is marked
+    **selected** — the rule of families.yaml's selections. No test number is read."""
+    cells = h.load_results(path)
+    cells = cells[cells["status"] == "done"]
+    by_id = {r["cell_id"]: r for r in h.load_records(path)}
+    seeds = sorted(cells["seed"].unique())
+    rows = []
+    for (method, hparams, variant), group in cells.groupby(
+        ["method", "hparams", "variant"], dropna=False, sort=False
+    ):
+        records = [by_id[c] for c in group.sort_values("seed")["cell_id"]]
+        nll = [r["metrics"]["val"]["nll"] for r in records]
+        keff = [((r.get("diagnostics") or {}).get("per_epoch") or [{}])[-1].get("k_eff")
+                for r in records]  # fmt: skip
+        keff = [k for k in keff if k is not None]
+        eligible = sorted(group["seed"]) == seeds and (
+            k_eff_max is None or (len(keff) == len(records) and max(keff) <= k_eff_max)
+        )
+        rows.append({"method": method, "hparams": hparams if isinstance(hparams, str) else "",
+                     "variant": variant if isinstance(variant, str) else "",
+                     "n": len(records), "nll": sum(nll) / len(nll), "keff": keff,
+                     "eligible": eligible})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    chosen = {
+        method: group.loc[group["nll"].idxmin()].name
+        for method, group in frame[frame["eligible"]].groupby("method")
+    }
+    lines = ["| method | hyper-parameters | recipe | n | val NLL | final k_eff per seed | |",
+             "|---|---|---|---:|---:|---|---|"]  # fmt: skip
+    for index, row in frame.sort_values(["method", "nll"]).iterrows():
+        keff = ", ".join(f"{k:.2f}" for k in row["keff"]) or "–"
+        mark = (
+            "**selected**"
+            if chosen.get(row["method"]) == index
+            else ("" if row["eligible"] else "not eligible")
+        )
+        lines.append(f"| {row['method']} | {row['hparams']} | {row['variant']} | {row['n']} "
+                     f"| {row['nll']:.4f} | {keff} | {mark} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -362,12 +414,21 @@ def main() -> None:
     parser.add_argument("--corruption", action="store_true",
                         help="accepted, unused: the folder picks the sections")  # fmt: skip
     parser.add_argument("--describe", action="store_true", help="only the per-configuration table")
+    parser.add_argument("--variant", default="",
+                        help="--describe: a recipe variant's cells (recipe.epochs=24)")  # fmt: skip
+    parser.add_argument("--select", action="store_true",
+                        help="only a selection folder's table (lowest validation NLL)")  # fmt: skip
+    parser.add_argument("--k-eff-max", type=float,
+                        help="--select: eligible if each seed's final k_eff is ≤ this")  # fmt: skip
     parser.add_argument("--severities", action="store_true",
                         help="only the ECE-by-severity table (a corruption folder)")  # fmt: skip
     parser.add_argument("--csv", help="also write every comparison (raw and adjusted p) here")
     args = parser.parse_args()
+    if args.select:
+        print(selection(args.results, args.k_eff_max))
+        return
     if args.describe or args.severities:
-        print(describe(args.results) if args.describe else severities(args.results))
+        print(describe(args.results, args.variant) if args.describe else severities(args.results))
         return
     sections = sections_for(args.results)
     if not sections:

@@ -245,3 +245,36 @@ def test_retrospective_sections_are_those_whose_records_came_first():
             if section.id == "S2":  # σN-Ens at τ = 0.2 and τ = 2, six seeds each
                 assert len(records) == 12
             assert cs.early_records(records, first), f"{section.id}: no record precedes the file"
+
+
+SELECT = REPO / "docs" / "results" / "claims_fmnist_conversion_select"
+# its 2-epoch, lr 0.01 conversions at seeds 0 and 1: τ 0.05/λ 0.003, τ 0.05/λ 0.03, τ 0.2/λ 0.003
+TWO_EPOCH = ("fed8efa3eccbef2a", "f11e60110a08bfb8", "fe8fa55e17e4a9b8", "e895f7f4ca8cff20",
+             "f28429964f17e65f", "aad91951f0269f2f")  # fmt: skip
+
+
+@pytest.mark.skipif(not SELECT.is_dir(), reason="the conversion selection's records are absent")
+def test_the_selection_table_applies_the_registered_rule(tmp_path):
+    """C9's rule on six committed records (three settings × two seeds): without the k_eff
+    bound the lowest mean validation NLL wins (τ 0.2, λ 0.003: 0.3578, members one model at
+    k_eff 3.99); with k_eff ≤ 3.5 only τ 0.05, λ 0.03 separates (1.55, 1.56), so it is selected
+    although its validation NLL (0.7300) is the worst. A setting short of a seed is never
+    eligible."""
+    cs = _sections()
+    folder = tmp_path / "claims_fmnist_conversion_select"
+    for cell in TWO_EPOCH:
+        shutil.copytree(SELECT / cell, folder / cell, ignore=shutil.ignore_patterns("*.npz"))
+
+    def selected(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "**selected**" in line]
+
+    (line,) = selected(cs.selection(str(folder)))
+    assert "lam=0.003, pretrain_epochs=12, tau=0.2 |" in line
+    assert "| 2 | 0.3578 | 3.99, 3.99 |" in line
+    (line,) = selected(cs.selection(str(folder), k_eff_max=3.5))
+    assert "lam=0.03, pretrain_epochs=12, tau=0.05 |" in line
+    assert "| 0.7300 | 1.55, 1.56 |" in line
+    shutil.rmtree(folder / "e895f7f4ca8cff20")  # τ 0.05, λ 0.03 at seed 1 only
+    assert selected(cs.selection(str(folder), k_eff_max=3.5)) == []
+    (line,) = selected(cs.selection(str(folder)))
+    assert "tau=0.2 |" in line
