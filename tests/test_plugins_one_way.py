@@ -109,13 +109,28 @@ def test_a_plugin_file_adds_a_tracker_a_figure_and_a_metric(tmp_path, capsys, re
 
     # Reported where the plugin is not loaded (its metric out of the registry, no --plugin):
     # the column, its label and its direction come from the records.
-    del METRICS._items["top2"]
+    top2 = METRICS._items.pop("top2")
     assert main(["report", str(folder)]) == 0
     page = (folder / "leaderboard.html").read_text()
     assert 'data-col="top2"' in page and "Top-2 acc (%)" in page
     (th,) = re.findall(r'<th [^>]*data-col="top2"[^>]*>', page)  # its leaderboard header
     assert 'data-better="higher"' in th
     assert "top2" in page.split("higher is better:", 1)[1].split(";", 1)[0]
+
+    # Re-evaluated without it, the records would lose the metric: refused before any cell,
+    # naming it and the way out; records unchanged. With the plugin, or --add-only, it runs.
+    before = {p: p.read_text() for p in folder.glob("*/record.json")}
+    assert main(["evaluate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "no loaded plugin computes: top2 (2 cells" in err and "--add-only" in err
+    assert before == {p: p.read_text() for p in folder.glob("*/record.json")}
+    assert main(["evaluate", str(folder), "--add-only"]) == 0
+    METRICS._items["top2"] = top2  # as loading the plugin (already imported here) registers it
+    assert main(["evaluate", str(folder), "--plugin", PLUGIN]) == 0
+    for rec_path in folder.glob("*/record.json"):
+        old, new = json.loads(before[rec_path]), json.loads(rec_path.read_text())
+        assert new["metrics"]["clean"]["top2"] == old["metrics"]["clean"]["top2"]
+        assert new["metrics"]["declared"] == old["metrics"]["declared"]
 
 
 def test_a_declared_metric_is_shown_and_bolded_from_the_records_alone():

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from harness.contract import Cell, DamagedRecord, is_cell_dir, read_manifest, read_record
-from harness.contract.errors import DamagedFile
+from harness.contract.errors import DamagedFile, UsageError
 from harness.data._machinery.base import default_data_root
 from harness.engine.reevaluate import NotTheRecordsWeights, reevaluate_cell
 from harness.storage.records import atomic_write_text
@@ -51,6 +51,26 @@ def _done_cell(cell_dir: Path) -> tuple[dict, Cell] | None:
         ) from None
 
 
+def unloaded_metrics(cell_dirs: list[Path]) -> dict[str, list[str]]:
+    """The computed metrics the records declare (``metrics.declared``) that no loaded plugin
+    registers now, each with the cells that hold it: a full re-evaluation would replace their
+    metrics without them."""
+    from harness.registry import computed_metrics
+
+    loaded = {spec.key for spec in computed_metrics()}
+    missing: dict[str, list[str]] = {}
+    for cell_dir in cell_dirs:
+        try:
+            rec = read_record(cell_dir)
+        except DamagedRecord:
+            continue  # said, and skipped, when its turn comes
+        for decl in ((rec or {}).get("metrics") or {}).get("declared") or []:
+            key = decl.get("key") if isinstance(decl, dict) else None
+            if key and key not in loaded:
+                missing.setdefault(key, []).append(cell_dir.name)
+    return missing
+
+
 def reevaluate(
     results_dir: Path,
     suite_path: str | None = None,
@@ -81,8 +101,21 @@ def reevaluate(
     root = default_data_root(data_root)
     done = 0
     missed: list[str] = []  # cells asked for that could not be evaluated
-    cell_dirs = sorted(p.parent for p in Path(results_dir).glob("*/record.json"))
-    bar = tqdm([d for d in cell_dirs if is_cell_dir(d)], desc="re-evaluating", unit="cell")
+    cell_dirs = [
+        d for d in sorted(p.parent for p in Path(results_dir).glob("*/record.json"))
+        if is_cell_dir(d)
+    ]  # fmt: skip
+    if not add_only and (missing := unloaded_metrics(cell_dirs)):
+        # Checked before the first cell: re-evaluated without its plugin, a record would lose
+        # the metric's values and declaration (--add-only keeps every value a record has).
+        named = "; ".join(f"{key} ({len(cells)} cells, e.g. {cells[0]})"
+                          for key, cells in sorted(missing.items()))  # fmt: skip
+        raise UsageError(
+            f"{results_dir}: the records hold metrics that no loaded plugin computes: {named}; "
+            "re-evaluating would drop them. Load the plugin that registers them (--plugin "
+            "MODULE or $HARNESS_PLUGINS), or pass --add-only, which keeps every value"
+        )
+    bar = tqdm(cell_dirs, desc="re-evaluating", unit="cell")
     for cell_dir in bar:
         try:
             if (found := _done_cell(cell_dir)) is None:
