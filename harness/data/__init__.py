@@ -6,3 +6,18 @@ one dataset in ``harness.registry.DATASETS`` on import (tests/harness/data/test_
 (SST-2 and its text OOD sets). The machinery they share — specs and registration, loaders,
 corruptions, downloads — lives in the private package ``_machinery``, which the registry's scan
 skips."""
+
+from typing import Any
+
+#: What a dataset plugin writes against (docs/architecture.md, "A dataset — one file"), public
+#: here so no plugin imports the private machinery. Resolved on first use (PEP 562): importing
+#: ``harness.data`` for one of its modules must not import torch (the CLI's fast paths).
+__all__ = ["DatasetSpec", "ImageSet", "default_data_root", "register_dataset"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from harness.data._machinery import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'harness.data' has no attribute {name!r}")

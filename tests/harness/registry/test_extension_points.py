@@ -51,7 +51,7 @@ DATASET = '''
 """A plugin dataset: 4-class noise images with a learnable mean shift, made in memory."""
 import torch
 
-from harness.data._machinery.base import DatasetSpec, ImageSet, register_dataset
+from harness.data import DatasetSpec, ImageSet, register_dataset
 
 
 def load(root):
@@ -201,7 +201,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data._machinery.base import DatasetSpec, ImageSet, register_dataset
+from harness.data import DatasetSpec, ImageSet, register_dataset
 from harness.data._machinery.sources import Archive, Archives
 
 
