@@ -324,7 +324,8 @@ def selection(path: str, k_eff_max: float | None = None) -> str:
     final epoch's k_eff per seed (``diagnostics.per_epoch[-1].k_eff``). Per method, the
     configuration with the lowest mean validation NLL among those run at every seed of the folder
     (and, with ``k_eff_max``, whose k_eff is ≤ it at every seed: members that separate) is marked
-    **selected** — the rule of families.yaml's selections. No test number is read."""
+    **selected** — the rule of families.yaml's selections; with ``k_eff_max``, a single model's
+    row (no k_eff) with the selected recipe is marked **control**. No test number is read."""
     cells = h.load_results(path)
     cells = cells[cells["status"] == "done"]
     by_id = {r["cell_id"]: r for r in h.load_records(path)}
@@ -338,8 +339,10 @@ def selection(path: str, k_eff_max: float | None = None) -> str:
         keff = [((r.get("diagnostics") or {}).get("per_epoch") or [{}])[-1].get("k_eff")
                 for r in records]  # fmt: skip
         keff = [k for k in keff if k is not None]
+        # the k_eff bound is on the ensembles' members; a single model's row (C9's controls)
+        # is not chosen under it but by the recipe of the chosen ensemble (marked below)
         eligible = sorted(group["seed"]) == seeds and (
-            k_eff_max is None or (len(keff) == len(records) and max(keff) <= k_eff_max)
+            k_eff_max is None or (len(keff) == len(records) > 0 and max(keff) <= k_eff_max)
         )
         rows.append({"method": method, "hparams": hparams if isinstance(hparams, str) else "",
                      "variant": variant if isinstance(variant, str) else "",
@@ -352,13 +355,15 @@ def selection(path: str, k_eff_max: float | None = None) -> str:
     }
     lines = ["| method | hyper-parameters | recipe | n | val NLL | final k_eff per seed | |",
              "|---|---|---|---:|---:|---|---|"]  # fmt: skip
+    recipes = {frame.loc[i, "variant"] for i in chosen.values()} if k_eff_max else set()
     for index, row in frame.sort_values(["method", "nll"]).iterrows():
         keff = ", ".join(f"{k:.2f}" for k in row["keff"]) or "–"
-        mark = (
-            "**selected**"
-            if chosen.get(row["method"]) == index
-            else ("" if row["eligible"] else "not eligible")
-        )
+        if chosen.get(row["method"]) == index:
+            mark = "**selected**"
+        elif not row["keff"] and k_eff_max is not None:
+            mark = "**control** (the selected recipe)" if row["variant"] in recipes else ""
+        else:
+            mark = "" if row["eligible"] else "not eligible"
         lines.append(f"| {row['method']} | {row['hparams']} | {row['variant']} | {row['n']} "
                      f"| {row['nll']:.4f} | {keff} | {mark} |")  # fmt: skip
     return "\n".join(lines) + "\n"
