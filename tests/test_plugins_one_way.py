@@ -132,6 +132,23 @@ def test_a_plugin_file_adds_a_tracker_a_figure_and_a_metric(tmp_path, capsys, re
         assert new["metrics"]["clean"]["top2"] == old["metrics"]["clean"]["top2"]
         assert new["metrics"]["declared"] == old["metrics"]["declared"]
 
+    # A record that declares another metric gains the plugin's by --add-only: value and
+    # declaration (a list add_missing would keep whole, hiding the new column).
+    gain = {"key": "gain", "label": "Gain", "group": "Extra", "kind": "f3",
+            "direction": "lower", "hidden": False}  # fmt: skip
+    for rec_path in folder.glob("*/record.json"):
+        rec = json.loads(rec_path.read_text())
+        rec["metrics"]["clean"]["gain"] = 0.5
+        del rec["metrics"]["clean"]["top2"]
+        rec["metrics"]["declared"] = [gain]
+        rec_path.write_text(json.dumps(rec))
+    assert main(["evaluate", str(folder), "--add-only", "--plugin", PLUGIN]) == 0
+    for rec_path in folder.glob("*/record.json"):
+        old, new = json.loads(before[rec_path]), json.loads(rec_path.read_text())
+        assert new["metrics"]["declared"] == [gain, *old["metrics"]["declared"]]
+        assert new["metrics"]["clean"]["top2"] == old["metrics"]["clean"]["top2"]
+        assert new["metrics"]["clean"]["gain"] == 0.5
+
 
 def test_a_declared_metric_is_shown_and_bolded_from_the_records_alone():
     """A record's declaration gives the column its label, group, format and direction: the

@@ -156,6 +156,12 @@ def reevaluate_cell(
                 save_outcomes(cell_dir, outcomes.arrays())
             old_metrics = record.get("metrics") or {}
             record["metrics"] = add_missing(old_metrics, metrics)
+            if metrics.get("declared"):  # a list add_missing keeps whole: merge it by key
+                known = {d.get("key") for d in old_metrics.get("declared") or []}
+                record["metrics"]["declared"] = [
+                    *(old_metrics.get("declared") or []),
+                    *(d for d in metrics["declared"] if d["key"] not in known),
+                ]
             record["evaluation"] = added_evaluation(
                 record.get("evaluation"), evaluation, old_metrics
             )
