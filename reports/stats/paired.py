@@ -205,7 +205,8 @@ def paired_differences(
     else ``p_value``); ``reachable`` (``test`` can reach p ≤ ``alpha`` at ``n_pairs``, see
     :func:`min_pvalue`); ``significant`` (reachable and ``p_adjusted`` ≤ ``alpha``, default
     ``1 - level``); ``better`` (the mean difference is an improvement in the metric's direction,
-    :data:`reports.columns.DIRECTIONS`; NA for a metric without one). No reference cells, or no
+    :func:`reports.columns.directions`: the registry's metric columns and
+    ``DIRECTIONS``; NA for a metric without one). No reference cells, or no
     seeds in common, give no rows. Rows follow the configuration keys, then reference M, then
     ``metrics`` order. Every test of the table runs in batches
     (:func:`reports.stats.significance.paired`).
