@@ -260,11 +260,17 @@ def test_a_declared_key_never_replaces_what_groups_the_rows():
     from reports.records.flatten import METRICS_DECLARED, flatten_record
     from tests.record_factory import make_record
 
-    decls = [{"key": k, "label": k} for k in ("method", "acc", "gain")]
+    # also keys of columns written after the clean metrics (validation, cost, errors)
+    keys = ("method", "acc", "val_nll", "total_time_s", "error_type", "gain")
+    decls = [{"key": k, "label": k} for k in keys]
     rec = make_record(method="single", acc=0.8, overrides={"metrics": {
-        "clean": {"method": 1.0, "gain": 0.5}, "declared": decls}})  # fmt: skip
+        "clean": {"method": 1.0, "val_nll": 9.0, "total_time_s": 9.0, "error_type": 9.0,
+                  "gain": 0.5},
+        "val": {"nll": 0.3}, "declared": decls}})  # fmt: skip
     row = flatten_record(rec)
     assert (row["method"], row["acc"], row["gain"]) == ("single", 0.8, 0.5)
+    assert (row["val_nll"], row["error_type"]) == (0.3, "")
+    assert row["total_time_s"] != 9.0
     assert [d["key"] for d in json.loads(row[METRICS_DECLARED])] == ["gain"]
 
 

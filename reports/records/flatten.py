@@ -149,7 +149,6 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     clean = metrics.get("clean") or {}
     for k in _CLEAN_KEYS:
         row[k] = _num(clean.get(k))
-    row.update(declared_metric_values(metrics, row))  # plugins' metric columns
     member_acc = [_num(a) for a in (clean.get("members") or {}).get("acc") or []]
     row["member_acc"] = float(np.mean(member_acc)) if member_acc else math.nan
     for k, v in (metrics.get("val") or {}).items():
@@ -178,6 +177,9 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     row["error_traceback"] = str(error.get("traceback", "")) if error else ""
     row["started_at"] = str(rec.get("started_at", ""))
     row["finished_at"] = str(rec.get("finished_at", ""))
+    # plugins' metric columns last: a declared key any column above took is left out (a
+    # plugin never overwrites a measurement, nor is overwritten by one)
+    row.update(declared_metric_values(metrics, row))
     return row
 
 
