@@ -7,8 +7,10 @@ here.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -114,13 +116,25 @@ def metric_column(spec: MetricSpec) -> Column:
     return Column(spec.key, spec.label, spec.group, spec.kind, spec.hidden, spec.direction)
 
 
+@functools.cache
+def _unshown_declaration(key: str, why: str) -> None:
+    """Warn, once per key, that a record's declared metric is not shown: one record written by
+    a newer harness (or edited by hand) leaves its column out instead of stopping the report."""
+    warnings.warn(f"metric column {key!r} not shown: {why}", stacklevel=3)
+
+
 def metric_columns(group: str | None = None, frame: pd.DataFrame | None = None) -> list[Column]:
     """The metric columns (:func:`registered_metrics`, then those only the records of ``frame``
     declare: a plugin's, not loaded here), all or those of ``group`` (``"Quality"``,
     ``"Diversity"``, a plugin's own group; ``""``: every group but those two)."""
     specs = {m.key: m for m in registered_metrics()}
     for d in declared_metrics(frame) if frame is not None else ():
-        specs.setdefault(str(d["key"]), MetricSpec.from_declaration(d))
+        if str(d["key"]) in specs:
+            continue
+        try:
+            specs[str(d["key"])] = MetricSpec.from_declaration(d)
+        except ValueError as exc:  # a kind or direction this reporter does not know
+            _unshown_declaration(str(d["key"]), str(exc))
     if group == "":
         keep = [m for m in specs.values() if m.group not in ("Quality", "Diversity")]
     else:

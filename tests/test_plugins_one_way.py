@@ -280,3 +280,19 @@ def test_an_unknown_tracker_names_the_registered_ones(tmp_path, capsys):
     assert main(["validate", str(suite), "--skip-data", "--logger", "jsonline"]) == 2
     err = capsys.readouterr().err
     assert "unknown tracker 'jsonline'" in err and "mlflow, tensorboard, wandb" in err
+
+
+def test_a_declaration_this_reporter_cannot_read_leaves_its_column_out():
+    """One record from a newer harness (a kind this one does not know) warns and leaves that
+    column out; the report's other columns, and a readable declaration, are shown."""
+    from reports.columns import metric_columns
+    from reports.records.results import from_records
+    from tests.record_factory import make_record
+
+    good = {"key": "gain", "label": "Gain", "kind": "f3", "direction": "lower"}
+    odd = {"key": "odd", "label": "Odd", "kind": "sparkline", "direction": "lower"}
+    metrics = {"clean": {"gain": 0.5, "odd": 1.0}, "declared": [good, odd]}
+    records = [make_record(method="single", seed=s, overrides={"metrics": metrics}) for s in (0, 1)]
+    with pytest.warns(UserWarning, match="'odd' not shown"):
+        keys = [c.key for c in metric_columns(None, from_records(records).summary)]
+    assert "gain" in keys and "odd" not in keys and "acc" in keys
