@@ -233,7 +233,7 @@ def _pretrain_problems(suite: Any) -> list[Problem]:
     dataset, backbone and seed trained for N epochs to convert
     (:func:`harness.config.suite.with_pretrain` found none): one problem per entry, saying
     what to add."""
-    from harness.config.suite import pretrain_epochs
+    from harness.config.suite import missing_single, pretrain_epochs
 
     problems: list[Problem] = []
     for cell in suite.cells():
@@ -246,13 +246,7 @@ def _pretrain_problems(suite: Any) -> list[Problem]:
             if me.name == cell.method and any(s.values == cell.hparams for s in me.settings)
         )
         problems.append(
-            Problem(
-                f"grid.methods[{index}].hparams.pretrain_epochs",
-                f"{epochs} converts the suite's `single` model of {epochs} epochs and the suite "
-                f"has none: add `single` to the suite's methods with {epochs} epochs (same "
-                f"dataset {cell.dataset}, backbone {cell.backbone}, seed {cell.seed}), or give "
-                "`pretrained: PATH`",
-            )
+            Problem(f"grid.methods[{index}].hparams.pretrain_epochs", missing_single(cell, epochs))
         )
     return list(dict.fromkeys(problems))
 

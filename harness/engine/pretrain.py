@@ -25,7 +25,9 @@ WAIT_POLL_S = 5.0
 
 def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
     """The suite's `single` cell whose trained model ``cell`` converts, looked up in the
-    results folder's manifest: for a cell whose ``cell.json`` predates ``Cell.pretrain``.
+    results folder's manifest: for a cell whose ``cell.json`` predates ``Cell.pretrain``. The
+    match is the suite expansion's (:func:`harness.config.suite.converted_single`); among
+    several, a cell of the manifest's latest run (``current``) first, then the lowest id.
 
     Args:
         cell: The converting cell (its hparams hold ``pretrain_epochs``).
@@ -35,35 +37,28 @@ def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
     Raises:
         ValueError: the suite has no such `single` cell (one line saying what to add).
     """
+    from harness.config.suite import converted_single, missing_single
+
     try:
         manifest = read_manifest(results_dir)
     except FileNotFoundError as err:
         raise ValueError(
             f"pretrain_epochs needs the suite's results folder manifest: {err}"
         ) from None
-    candidates = []
-    for entry in (manifest.get("cells") or {}).values():
-        data = entry.get("cell") or {}
-        if (
-            data.get("method") == "single"
-            and data.get("dataset") == cell.dataset
-            and data.get("backbone") == cell.backbone
-            and dict(data.get("backbone_kwargs") or {}) == dict(cell.backbone_kwargs)
-            and data.get("seed") == cell.seed
-            and (data.get("recipe") or {}).get("epochs") == epochs
-        ):
-            candidates.append(data)
+    singles = [
+        Cell.from_json(data)
+        for entry in (manifest.get("cells") or {}).values()
+        if (data := entry.get("cell") or {}).get("method") == "single"
+    ]
     current = set(manifest.get("current") or [])
-    found = [Cell.from_json(d) for d in candidates]
-    found.sort(key=lambda c: (c.cell_id not in current, c.cell_id))  # the latest run first
-    if not found:
+    singles.sort(key=lambda c: (c.cell_id not in current, c.cell_id))  # the latest run first
+    found = converted_single(cell, singles, epochs)
+    if found is None:
         raise ValueError(
-            f"pretrain_epochs: {epochs} converts the suite's `single` model: add `single` to the "
-            f"suite's methods with {epochs} epochs (same dataset {cell.dataset}, backbone "
-            f"{cell.backbone}, seed {cell.seed}), or give `pretrained: PATH` "
+            f"pretrain_epochs: {missing_single(cell, epochs)} "
             f"(no such cell in {results_dir / SUITE_FILE})"
         )
-    return found[0]
+    return found
 
 
 def single_to_train(cell: Cell, results_dir: Path) -> Cell | None:
@@ -80,16 +75,13 @@ def single_to_train(cell: Cell, results_dir: Path) -> Cell | None:
         ValueError: a cell without the recorded decision (an old ``cell.json``) whose results
             folder has no such `single` cell.
     """
-    from harness.registry import METHODS, resolved
+    from harness.config.suite import pretrain_epochs
+    from harness.registry import resolved
 
     if cell.pretrain is not None:
         return cell.pretrain
-    if not METHODS.get(cell.method).pretrained_conversion:
-        return None
-    hp = resolved(cell).typed_hparams
-    if hp.pretrained or not hp.pretrain_epochs:
-        return None
-    return pretraining_cell(cell, results_dir, int(hp.pretrain_epochs))
+    epochs = pretrain_epochs(resolved(cell))
+    return pretraining_cell(cell, results_dir, epochs) if epochs else None
 
 
 def wait_for_record(
