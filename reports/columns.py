@@ -31,9 +31,11 @@ TEXT_COLUMNS = (
 # the summary ("diagnostics_shown": the declarations as JSON, which diagnostic_columns reads from
 # the summary). Here, below both, because reports.records writes them and reports.stats joins
 # them (neither folder imports the other back).
+DIAGNOSTICS = "diagnostics_shown"  # the declared diagnostics shown, as JSON
+METRICS_DECLARED = "metrics_declared"  # plugin metric declarations, as JSON
 CONDITION_TEXT = (
-    "cost_device", "cost_precision", "corruption_mean_over", "mce_over", "diagnostics_shown",
-    "metrics_declared",
+    "cost_device", "cost_precision", "corruption_mean_over", "mce_over", DIAGNOSTICS,
+    METRICS_DECLARED,
 )  # fmt: skip
 
 # The directions of the columns that are not metric columns, by base metric name. A column maps
@@ -248,14 +250,14 @@ def corruption_names(frame: pd.DataFrame) -> list[str]:
 def declared_metrics(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Every metric column declaration in a cell or summary frame's ``metrics_declared``
     column (a plugin's metrics, written into the records by the engine), each key once."""
-    return _declarations(frame, "metrics_declared", "key")
+    return _declarations(frame, METRICS_DECLARED, "key")
 
 
 def declared_diagnostics(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Every diagnostic declaration in a cell or summary frame's ``diagnostics_shown`` column
     (JSON lists, several per summary row when its records differ, joined by "; "), each column
     once, in first-seen order."""
-    return _declarations(frame, "diagnostics_shown", "column")
+    return _declarations(frame, DIAGNOSTICS, "column")
 
 
 def _declarations(frame: pd.DataFrame, column: str, name: str) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ import pandas as pd
 from harness.contract import ENSEMBLE_METRIC_KEYS, label_of, shown_diagnostics
 from harness.contract import format_hparams as _format_shown
 from harness.contract import identity as _record_identity
+from reports.columns import DIAGNOSTICS, METRICS_DECLARED
 
 _CONFIG_IDENTITY = ("dataset", "backbone", "method", "M", "hparams", "seed")
 
@@ -183,9 +184,6 @@ def flatten_record(rec: Mapping[str, Any], variant: Iterable[str] = ()) -> dict[
     return row
 
 
-METRICS_DECLARED = "metrics_declared"  # the text column of plugin metric declarations
-
-
 def declared_metric_values(metrics: Mapping[str, Any], taken: Iterable[str] = ()) -> dict[str, Any]:
     """The metric columns a record declares (``metrics.declared``: a plugin's metric, computed
     by the engine on the clean test set), each under its key, and the declarations as JSON in
@@ -207,7 +205,6 @@ def declared_metric_values(metrics: Mapping[str, Any], taken: Iterable[str] = ()
     return out
 
 
-DIAGNOSTICS = "diagnostics_shown"  # the text column of the declarations (reports.columns)
 UNDECLARED = "diagnostics_undeclared"  # "undeclared" for a record written before declarations
 
 
