@@ -296,3 +296,18 @@ def test_a_declaration_this_reporter_cannot_read_leaves_its_column_out():
     with pytest.warns(UserWarning, match="'odd' not shown"):
         keys = [c.key for c in metric_columns(None, from_records(records).summary)]
     assert "gain" in keys and "odd" not in keys and "acc" in keys
+
+
+def test_harness_ls_lists_the_metric_columns_a_plugin_adds(capsys, restore_plugins):
+    """`harness ls` lists the metric columns, built-in and a plugin's, with their group and
+    direction: how a user finds which columns a record can hold."""
+    assert main(["ls", "--plugin", PLUGIN]) == 0
+    block = capsys.readouterr().out.split("metrics:\n", 1)[1].split("executors:\n", 1)[0]
+    lines = block.splitlines()
+    assert lines[0].split() == ["acc", "Acc", "(%)", "(Quality;", "higher", "is", "better;",
+                                "built-in)"]  # fmt: skip
+    assert "  nll              NLL (Quality; lower is better; built-in)" in lines
+    assert (
+        lines[-1]
+        == "  top2             Top-2 acc (%) (Plugin; higher is better; computed by a plugin)"
+    )

@@ -1,4 +1,4 @@
-"""``harness ls``: the registered methods, backbones, datasets and corruption sets.
+"""``harness ls``: the registered methods, backbones, datasets, corruption sets and metric columns.
 
 Listing them means importing every module that registers one (torch, torch-uncertainty, timm:
 seconds). The text is kept in the user cache (:mod:`harness.storage.user_cache`, ``ls/``) under
@@ -26,7 +26,7 @@ def listing_key() -> str:
     import importlib.metadata
 
     import harness
-    from harness.registry import BACKBONES, DATASETS, METHODS
+    from harness.registry import BACKBONES, DATASETS, METHODS, METRICS
     from harness.registry.core import module_file_state, plugin_modules
     from harness.storage.user_cache import digest
 
@@ -36,7 +36,7 @@ def listing_key() -> str:
         tu = "absent"
     parts = {
         "versions": [harness.__version__, sys.version, tu],
-        "registries": [r.sources() for r in (METHODS, BACKBONES, DATASETS)],
+        "registries": [r.sources() for r in (METHODS, BACKBONES, DATASETS, METRICS)],
         "plugins": [module_file_state(m) for m in plugin_modules()],
         # The corruption-set block's table: private machinery, so no registry's scan sees it.
         "corruption sets": module_file_state(CORRUPTION_SETS),
@@ -48,7 +48,7 @@ def listing() -> str:
     """The text of ``harness ls``, from the registries (importing every plugin module)."""
     from harness.contract.build import field_doc
     from harness.data._machinery.corruption_sets import corruption_listing
-    from harness.registry import BACKBONES, DATASETS, METHODS
+    from harness.registry import BACKBONES, DATASETS, METHODS, METRICS
 
     out = io.StringIO()
     out.write("methods:\n")
@@ -66,6 +66,15 @@ def listing() -> str:
     out.write("corruption sets:\n")
     for name, description in corruption_listing():
         out.write(f"  {name:16s} {description}\n")
+    out.write("metrics:\n")  # the columns records hold and reports show, in their order
+    for key, spec in METRICS.registered():
+        notes = [
+            spec.group,
+            f"{spec.direction} is better" if spec.direction else "no better direction",
+            *(["hidden by default"] if spec.hidden else []),
+            "computed by a plugin" if spec.compute is not None else "built-in",
+        ]
+        out.write(f"  {key:16s} {spec.label} ({'; '.join(notes)})\n")
     return out.getvalue()
 
 
@@ -79,9 +88,9 @@ def executors_text() -> str:
 
 def cmd_ls(args) -> int:
     """Print the listing: from the cache when nothing it depends on changed."""
-    from harness.registry import BACKBONES, DATASETS, METHODS
+    from harness.registry import BACKBONES, DATASETS, METHODS, METRICS
 
-    if any(r.loaded() for r in (METHODS, BACKBONES, DATASETS)):
+    if any(r.loaded() for r in (METHODS, BACKBONES, DATASETS, METRICS)):
         # This process registered entries already (a caller of main(), a test): the sources on
         # disk no longer say what the registries hold, so they are listed as they are.
         print(listing() + executors_text(), end="")

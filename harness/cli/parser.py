@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_ls(sub) -> None:
     """``harness ls``."""
-    ls = sub.add_parser("ls", help="list methods, backbones and datasets")
+    ls = sub.add_parser(
+        "ls", help="list methods, backbones, datasets, corruption sets, metrics and executors"
+    )
     _add_plugin_argument(ls)
     ls.set_defaults(fn="harness.cli.ls:cmd_ls")
 

@@ -69,14 +69,14 @@ def test_validate_and_a_cells_lookups_import_only_what_they_need(tmp_path, monke
 
 def test_ls_is_listed_from_its_cache_until_a_source_changes(tmp_path, monkeypatch, capsys):
     """As in a fresh process: registries not loaded yet (then restored as they were)."""
-    from harness.registry import BACKBONES, DATASETS
+    from harness.registry import BACKBONES, DATASETS, METRICS
 
-    for registry in (METHODS, BACKBONES, DATASETS):
+    for registry in (METHODS, BACKBONES, DATASETS, METRICS):
         monkeypatch.setattr(registry, "loaded", lambda: False)
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["ls"]) == 0
     first = capsys.readouterr().out
-    assert "methods:" in first and "sigma_ens" in first
+    assert "methods:" in first and "sigma_ens" in first and "\nmetrics:\n  acc " in first
     (cached,) = (tmp_path / "cache" / "ls").glob("*.txt")
     assert first == cached.read_text() + executors_text()  # executors: listed, not cached
     assert executors_text().startswith("executors:\n  auto ")
