@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from harness.contract.config import (
     hparam_defaults,
 )
 from harness.registry import METHODS
+from harness.registry.conversion import converted_single, pretrain_epochs
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,13 @@ def with_pretrain(cells: list[Cell]) -> list[Cell]:
     (``Cell.pretrain``): a cell of a method that converts a trained single backbone
     (``MethodSpec.pretrained_conversion``) with ``pretrain_epochs: N`` and no ``pretrained``
     weights converts the suite's own `single` cell of the same dataset, backbone (and options)
-    and seed trained for N epochs with the suite's recipe (:func:`converted_single`); when
-    several match (two `single` entries of N epochs), the one of lowest cell id, so every
-    converting cell of a seed names the same one. A converting cell with no such `single` cell
+    and seed trained for N epochs with the suite's recipe
+    (:func:`harness.registry.conversion.converted_single`); when several match (two `single`
+    entries of N epochs), the one of lowest cell id, so every converting cell of a seed names
+    the same one. A converting cell with no such `single` cell
     keeps ``pretrain=None``; the validator refuses the suite
-    (:func:`harness.config.validator.suite_problems`, with :func:`missing_single`)."""
+    (:func:`harness.config.validator.suite_problems`, with
+    :func:`harness.registry.conversion.missing_single`)."""
     singles = sorted((c for c in cells if c.method == "single"), key=lambda c: c.cell_id)
     out = []
     for cell in cells:
@@ -147,45 +149,6 @@ def with_pretrain(cells: list[Cell]) -> list[Cell]:
             cell = dataclasses.replace(cell, pretrain=converted_single(cell, singles, epochs))
         out.append(cell)
     return out
-
-
-def converted_single(cell: Cell, singles: Iterable[Cell], epochs: int) -> Cell | None:
-    """The first of ``singles`` (in the caller's order of preference) that ``cell`` converts
-    with ``pretrain_epochs: epochs``: a `single` cell of the same dataset, backbone, backbone
-    options and seed, trained for ``epochs`` epochs. The one matching rule, used when a suite
-    expands (:func:`with_pretrain`) and when an old ``cell.json`` without the recorded decision
-    is looked up in a results folder's manifest
-    (:func:`harness.engine.pretrain.pretraining_cell`)."""
-    want = (cell.dataset, cell.backbone, dict(cell.backbone_kwargs), cell.seed, epochs)
-    return next(
-        (
-            s
-            for s in singles
-            if s.method == "single"
-            and (s.dataset, s.backbone, dict(s.backbone_kwargs), s.seed, s.recipe.epochs) == want
-        ),
-        None,
-    )
-
-
-def missing_single(cell: Cell, epochs: int) -> str:
-    """What to do when no `single` cell matches (:func:`converted_single`): one sentence,
-    shared by the validator and the manifest lookup."""
-    return (
-        f"{epochs} converts the suite's `single` model of {epochs} epochs and the suite has "
-        f"none: add `single` to the suite's methods with {epochs} epochs (same dataset "
-        f"{cell.dataset}, backbone {cell.backbone}, seed {cell.seed}), or give "
-        "`pretrained: PATH`"
-    )
-
-
-def pretrain_epochs(cell: Cell) -> int:
-    """``pretrain_epochs`` of a cell that converts the suite's `single` model (0: it converts
-    nothing, or converts the given ``pretrained`` weights). ``cell`` needs its typed
-    hyper-parameters (:func:`harness.registry.resolved` for a cell read from JSON)."""
-    if not METHODS.get(cell.method).pretrained_conversion or cell.typed_hparams.pretrained:
-        return 0
-    return int(cell.typed_hparams.pretrain_epochs or 0)
 
 
 def members_for(spec, entry: MethodEntry, grid_m: tuple[int, ...]) -> tuple[int, ...]:

@@ -233,7 +233,7 @@ def _pretrain_problems(suite: Any) -> list[Problem]:
     dataset, backbone and seed trained for N epochs to convert
     (:func:`harness.config.suite.with_pretrain` found none): one problem per entry, saying
     what to add."""
-    from harness.config.suite import missing_single, pretrain_epochs
+    from harness.registry.conversion import missing_single, pretrain_epochs
 
     problems: list[Problem] = []
     for cell in suite.cells():

@@ -26,7 +26,7 @@ WAIT_POLL_S = 5.0
 def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
     """The suite's `single` cell whose trained model ``cell`` converts, looked up in the
     results folder's manifest: for a cell whose ``cell.json`` predates ``Cell.pretrain``. The
-    match is the suite expansion's (:func:`harness.config.suite.converted_single`); among
+    match is the suite expansion's (:func:`harness.registry.conversion.converted_single`); among
     several, a cell of the manifest's latest run (``current``) first, then the lowest id.
 
     Args:
@@ -37,7 +37,7 @@ def pretraining_cell(cell: Cell, results_dir: Path, epochs: int) -> Cell:
     Raises:
         ValueError: the suite has no such `single` cell (one line saying what to add).
     """
-    from harness.config.suite import converted_single, missing_single
+    from harness.registry.conversion import converted_single, missing_single
 
     try:
         manifest = read_manifest(results_dir)
@@ -75,8 +75,8 @@ def single_to_train(cell: Cell, results_dir: Path) -> Cell | None:
         ValueError: a cell without the recorded decision (an old ``cell.json``) whose results
             folder has no such `single` cell.
     """
-    from harness.config.suite import pretrain_epochs
     from harness.registry import resolved
+    from harness.registry.conversion import pretrain_epochs
 
     if cell.pretrain is not None:
         return cell.pretrain
