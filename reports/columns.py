@@ -328,7 +328,7 @@ CONFORMAL_STATS = (
 #: coverage); the "+fb" twin takes the place of one a record does not have (records written
 #: before the sets were reported as defined hold the fallback numbers alone).
 CONFORMAL_SHOWN = ("coverage", "size", "c_coverage")
-CONFORMAL_GROUP = "Conformal sets (target coverage 1 − α)"
+CONFORMAL_GROUP = "Conformal sets (target coverage 1 − α; +fb sets cover more)"
 
 
 def conformal_predictors(frame: pd.DataFrame) -> list[tuple[str, str]]:

@@ -137,7 +137,7 @@ def test_records_from_before_the_fallback_was_separated_are_read_as_fallback_num
     assert "cp/aps@0.1/coverage" not in cols  # no data: dropped
     fb = cols["cp/aps@0.1/coverage_fallback"]
     assert fb.label == "APS α=0.1 cov. +fb (%)" and not fb.hidden
-    assert fb.group == "Conformal sets (target coverage 1 − α)"
+    assert fb.group == "Conformal sets (target coverage 1 − α; +fb sets cover more)"
     assert not cols["cp/aps@0.1/c_coverage_fallback"].hidden
     assert cols["cp/thr@0.1/coverage_fallback"].hidden  # THR and RAPS wait in the picker
     # a new record shows the sets as defined, the fallback's in the picker
