@@ -159,9 +159,14 @@ def section_rows(path: str, section: Section) -> pd.DataFrame:
         raise NotRun(f"{path}: no records yet (the folder does not exist)")
     rows = []
     for config, reference in section.pairs:
-        table = h.paired(
-            path, reference, list(section.metrics), test=section.test, level=section.level
-        )
+        try:
+            table = h.paired(
+                path, reference, list(section.metrics), test=section.test, level=section.level
+            )
+        except h.HarnessError as exc:  # the reference's cells still to run (a grid in progress)
+            if "no done cells of that method" not in str(exc):
+                raise
+            raise NotRun(f"{config} vs {reference}: no done {reference} records yet") from None
         table = table[_matches(table, config, section.variant)]
         found = len(table[["method", "hparams"]].drop_duplicates())
         if found == 0:
