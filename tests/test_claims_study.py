@@ -63,6 +63,42 @@ def test_the_deep_ensemble_section_recomputes_from_the_records():
     assert math.isclose(marked.loc[(cs.SHARE, "acc"), "mean_diff"], -0.0073, abs_tol=5e-5)
 
 
+#: docs/claims.md §T as it states them: (section, configuration, reference, metric) → (the mean
+#: difference as printed, in pp for accuracy and ECE, whether Holm marks it).
+TUNED_CLAIMS = {
+    ("T3", "sep", "deep_ensemble", "acc"): (-1.85, True),
+    ("T3", "share", "deep_ensemble", "ece"): (-0.34, False),
+    ("T4", "sep", "single", "acc"): (-1.02, True),
+    ("T4", "deep_ensemble", "single", "ts/nll"): (-0.027, True),
+    ("T6", "packed", "sep", "acc"): (-1.01, True),
+    ("T6", "film", "sep", "ts/ece"): (0.12, False),
+    ("T7", "share", "single", "acc"): (0.23, True),
+    ("T7", "share", "single", "ts/nll"): (-0.008, True),
+    ("T7", "sep", "single", "acc"): (-0.45, True),
+    ("T7", "share", "deep_ensemble", "acc"): (-0.60, True),
+    ("T7", "sep", "share", "ts/ece"): (-0.11, False),
+}
+
+
+@pytest.mark.parametrize("key", sorted(TUNED_CLAIMS), ids="-".join)
+def test_the_tuned_sections_recompute_from_the_records(key):
+    """§T's marks and numbers (issue 49 item 5 and T7), from their records and registered
+    families: a changed record or family changes the sentence, and this test says which."""
+    section_id, config, reference, metric = key
+    cs = _sections()
+    (section,) = [s for s in cs.SECTIONS if s.id == section_id]
+    if not (REPO / section.results).is_dir():
+        pytest.skip(f"{section.results} is not in this checkout")
+    rows = cs.section_rows(section.results, section).set_index(["config", "reference", "metric"])
+    configs = cs._CONFIGS
+    row = rows.loc[(configs[config]["select"], configs[reference]["select"], metric)]
+    value, marked = TUNED_CLAIMS[key]
+    scale, digits = (100, 2) if metric in ("acc", "ece", "ts/ece") else (1, 3)
+    assert round(scale * row["mean_diff"], digits) == value
+    assert bool(row["p_holm"] <= section.alpha) is marked
+    assert np.allclose(rows["p_holm"], holm(rows["p_value"].to_numpy(float)))
+
+
 CORRUPTION = REPO / "docs" / "results" / "claims_fmnist_study_corruption"
 
 
