@@ -6,6 +6,7 @@ retrospective (checked against git and the records' ``finished_at``)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -80,17 +81,24 @@ TUNED_CLAIMS = {
 }
 
 
+@functools.cache
+def _section_table(section_id: str):
+    """One section's rows, computed once for all of its parametrized claims."""
+    cs = _sections()
+    (section,) = [s for s in cs.SECTIONS if s.id == section_id]
+    if not (REPO / section.results).is_dir():
+        pytest.skip(f"{section.results} is not in this checkout")
+    return section, cs.section_rows(section.results, section)
+
+
 @pytest.mark.parametrize("key", sorted(TUNED_CLAIMS), ids="-".join)
 def test_the_tuned_sections_recompute_from_the_records(key):
     """§T's marks and numbers (issue 49 item 5 and T7), from their records and registered
     families: a changed record or family changes the sentence, and this test says which."""
     section_id, config, reference, metric = key
-    cs = _sections()
-    (section,) = [s for s in cs.SECTIONS if s.id == section_id]
-    if not (REPO / section.results).is_dir():
-        pytest.skip(f"{section.results} is not in this checkout")
-    rows = cs.section_rows(section.results, section).set_index(["config", "reference", "metric"])
-    configs = cs._CONFIGS
+    section, table = _section_table(section_id)
+    rows = table.set_index(["config", "reference", "metric"])
+    configs = _sections()._CONFIGS
     row = rows.loc[(configs[config]["select"], configs[reference]["select"], metric)]
     value, marked = TUNED_CLAIMS[key]
     scale, digits = (100, 2) if metric in ("acc", "ece", "ts/ece") else (1, 3)
