@@ -113,6 +113,33 @@ def host_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
+def bare_steps(
+    model: EnsembleModel, x: torch.Tensor, y: torch.Tensor, recipe: Recipe, device: torch.device
+) -> tuple[Callable[[], None], Callable[[], None], torch.optim.Optimizer]:
+    """The bare training step (forward + loss + backward + SGD step with momentum 0.9 on a
+    throw-away optimizer, which changes the weights: restore them after) and the evaluation
+    forward on batch ``x``, as closures; and that optimizer."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9)
+    loss_fn = step_loss(recipe)  # compiled as the training loop's, under `compile: true`
+
+    def train_step() -> None:
+        model.train()
+        with autocast(device, recipe):
+            loss, _, _ = loss_fn(model, x, y, recipe)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    @torch.no_grad()
+    def eval_step() -> None:
+        model.eval()
+        with autocast(device, recipe):
+            model(x)
+
+    return train_step, eval_step, opt
+
+
 def throughput(
     model: EnsembleModel,
     x: torch.Tensor,
@@ -136,24 +163,7 @@ def throughput(
     """
     reader = memory_reader(device) if memory == "device" else memory
     state = host_copy(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=1e-6, momentum=0.9)
-    loss_fn = step_loss(recipe)  # compiled as the training loop's, under `compile: true`
-
-    def train_step() -> None:
-        model.train()
-        with autocast(device, recipe):
-            loss, _, _ = loss_fn(model, x, y, recipe)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    @torch.no_grad()
-    def eval_step() -> None:
-        model.eval()
-        with autocast(device, recipe):
-            model(x)
-
+    train_step, eval_step, opt = bare_steps(model, x, y, recipe, device)
     train_s = timed(train_step, device, warmup, steps)
     peak_train = peak_memory(train_step, reader)
     opt.zero_grad(set_to_none=True)  # evaluation needs neither the gradients ...

@@ -2,10 +2,17 @@
 
 Member m's batch statistics are computed over its own slice of the member-major (M·B, C, ...)
 batch only. In eval, running statistics, affine and sigmoid(γ) fold into one (M, C) scale and
-shift. In training, a custom autograd function computes the statistics with one float32
-``var_mean`` and saves only the input and (M, C) statistics, like cuDNN's BatchNorm, so eager
-peak memory matches the plain backbone's and it traces under ``torch.compile`` without graph
-breaks. See ``methods/_sigma/norm.py`` for the layer family.
+shift. In training, three paths compute the same function:
+
+- the reference (the specification; under ``torch.compile`` and ``kernels("reference")``): a
+  custom autograd function computes the statistics with one float32 ``var_mean`` and saves only
+  the input and (M, C) statistics, like cuDNN's BatchNorm, so eager peak memory matches the
+  plain backbone's and it traces without graph breaks;
+- the CPU path: PyTorch's own batch-norm kernel on each member's contiguous block of rows
+  (:meth:`_SigmaBatchNorm._forward_native`), at the plain BatchNorm's cost;
+- CUDA: the fused Triton kernels of ``methods/_triton``.
+
+See ``methods/_sigma/norm.py`` for the layer family.
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from methods._sigma.norm_base import SigmaNorm, _acc
-from methods._triton import use_kernels
+from methods._triton import current_mode, use_kernels
 
 __all__ = ["SigmaBatchNorm1d", "SigmaBatchNorm2d", "SigmaBatchNorm3d"]
 
@@ -155,6 +163,18 @@ def _bf16_backward(
     return grad_x, grad_scale, sum_g
 
 
+def _native_path(x: Tensor, scale: Tensor, running_mean: Tensor | None) -> bool:
+    """Whether a training forward runs :meth:`_SigmaBatchNorm._forward_native`: on the CPU,
+    outside ``torch.compile`` (Inductor fuses the reference path itself) and the ``reference``
+    kernel mode (tests and the benchmark time the specification with it), when input, affine
+    and running statistics share one dtype (``F.batch_norm`` on the CPU needs it)."""
+    if x.device.type != "cpu" or current_mode() == "reference":
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    return x.dtype == scale.dtype and (running_mean is None or running_mean.dtype == x.dtype)
+
+
 class _SigmaBatchNorm(SigmaNorm):
     """Per-member BatchNorm followed by sigmoid(γ_m) (σN-Ens) or per-member affine only (FiLM).
 
@@ -232,6 +252,8 @@ class _SigmaBatchNorm(SigmaNorm):
                 f"Expected more than 1 value per channel per member when training, got input "
                 f"of shape {tuple(x.shape)} with num_members={m}"
             )
+        if _native_path(x, scale, self.running_mean):
+            return self._forward_native(x, scale, shift)
         dims = (1, *range(3, 3 + len(spatial)))
         y, mean, var, _ = _MemberBatchNormTrain.apply(
             xs, scale.view(bshape), shift.view(bshape), self.eps, dims
@@ -239,6 +261,40 @@ class _SigmaBatchNorm(SigmaNorm):
         if self.training and self.track_running_stats:
             self._update_running_stats(mean.view(m, c), var.view(m, c), n)
         return y.view(x.shape)  # (M·B, C, *S)
+
+    def _forward_native(self, x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+        """Batch statistics through PyTorch's own batch-norm kernel, one call per member.
+
+        Member m's rows are the contiguous block ``x[m·B:(m+1)·B]`` (member-major layout), so
+        ``F.batch_norm`` on each block computes exactly member m's statistics, normalisation,
+        gated affine (``scale``/``shift`` (M, C), already × sigmoid(γ)) and running-statistics
+        update (unbiased variance, as ``nn.BatchNorm``), with the vectorised kernels the plain
+        backbone uses. The blocks are views; one concatenation builds the output, and its
+        backward splits the gradient into views again. Why not the reference's ``var_mean``
+        over the (M, B, C, *S) view: that reduction over strided member dimensions and the
+        elementwise chain after it cost 3-7× a plain BatchNorm on the CPU; putting members into
+        channels (one transposed copy each way) cost 1.2-2.9×, this 1.0-1.3× (one thread,
+        fmnist_cnn and ResNet-18 layer shapes, forward + backward; docs/benchmarks.md).
+
+        Args: x (M·B, C, *S) float32/float64 on the CPU. Returns: (M·B, C, *S).
+        """
+        m = self.num_members
+        track = self.track_running_stats
+        factor = 0.0
+        if self.training and track:
+            self.num_batches_tracked.add_(1)  # (M,), all members in lockstep
+            if self.momentum is None:  # cumulative moving average, as nn.BatchNorm
+                factor = 1.0 / float(self.num_batches_tracked[0])  # a CPU tensor: no sync
+            else:
+                factor = float(self.momentum)
+        rm = self.running_mean.unbind(0) if track else [None] * m  # M × (C,) views
+        rv = self.running_var.unbind(0) if track else [None] * m  # M × (C,) views
+        xs = x.view(m, -1, *x.shape[1:]).unbind(0)  # M × (B, C, *S) contiguous blocks
+        ys = [
+            F.batch_norm(xm, rm[i], rv[i], sc, sh, True, factor, self.eps)
+            for i, (xm, sc, sh) in enumerate(zip(xs, scale.unbind(0), shift.unbind(0)))
+        ]  # M × (B, C, *S)
+        return ys[0] if m == 1 else torch.cat(ys)  # (M·B, C, *S)
 
     def _forward_kernels(self, x: Tensor, n: int) -> Tensor:
         """The same function through methods._triton.sigma_bn: two launches per training

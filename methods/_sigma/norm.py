@@ -26,11 +26,12 @@ with rows ``m·B .. (m+1)·B - 1`` belonging to member m, and the head's logits 
 Speed (target: within 5% of the plain backbone processing M·B images). In eval, running
 statistics, affine and sigmoid(γ) fold into one (M, C) scale and shift applied with a single
 broadcasted multiply-add (the same memory traffic as an inference BatchNorm). In training,
-BatchNorm statistics come from one ``var_mean`` reduction in float32 and are applied by one fused
-multiply-add; a custom autograd function saves only the input and (M, C) statistics, like cuDNN's
-BatchNorm, so eager peak memory matches the plain backbone's, and it traces without graph breaks
-under ``torch.compile`` (no data-dependent Python control flow, no ``.item()``). Inputs may be
-channels_last and bf16 (autocast); statistics are always computed in float32.
+BatchNorm runs PyTorch's own batch-norm kernel on each member's block of rows on the CPU, fused
+Triton kernels on CUDA, and under ``torch.compile`` a reference path (one ``var_mean`` reduction
+in float32 and one fused multiply-add in a custom autograd function that saves only the input
+and (M, C) statistics, like cuDNN's BatchNorm; no data-dependent Python control flow, no
+``.item()``); ``methods/_sigma/batchnorm.py`` says when each runs. Inputs may be channels_last
+and bf16 (autocast); statistics are always computed in float32.
 
 This module imports only torch and registers nothing; the method plugin wraps it.
 """
