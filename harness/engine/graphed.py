@@ -110,26 +110,36 @@ def learning_rate(opt: torch.optim.Optimizer) -> float:
 
 
 class CudaGraphs:
-    """The real backend: warm-up on a side stream, capture with ``torch.cuda.graph``."""
+    """The real backend: warm-up on a side stream, capture with ``torch.cuda.graph``.
+
+    Args:
+        device: the CUDA device.
+        api: the module providing ``CUDAGraph``, ``graph``, ``Stream``, ``stream``,
+            ``current_stream`` and ``set_stream``: ``torch.cuda``, or in the tests a CPU
+            stand-in with a CUDA graph's semantics (tests/graph_standin.py).
+    """
 
     #: capture records kernels without running them: the captured batch is replayed after.
     capture_runs = False
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, api: Any = None) -> None:
         self.device = device
+        self.api = api if api is not None else torch.cuda
         self.pool = None
 
     @contextlib.contextmanager
     def warmup(self) -> Iterator[None]:
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        cuda = self.api
+        side = cuda.Stream(self.device)
+        side.wait_stream(cuda.current_stream(self.device))
+        with cuda.stream(side):
             yield
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        cuda.current_stream(self.device).wait_stream(side)
 
     def capture(self, body: Callable[[], StepStats]) -> tuple[Callable[[], None], StepStats]:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        cuda = self.api
+        graph = cuda.CUDAGraph()
+        with cuda.graph(graph, pool=self.pool):
             outs = body()
         self.pool = graph.pool()  # later captures (one per epoch) reuse the memory pool
         return graph.replay, outs
