@@ -46,21 +46,27 @@ def feeding(hp: MIMOHparams) -> BatchFeeding:
     return BatchFeeding("shared", repetitions=hp.batch_repetitions)
 
 
-def member_orders(batch: int, members: int, repetitions: int, rho: float) -> Tensor:
+def member_orders(
+    batch: int, members: int, repetitions: int, rho: float, device: torch.device | None = None
+) -> Tensor:
     """Row order of every member for one training step (uncertainty-baselines' MIMO).
 
     Returns:
         (M, B·R) indices into the batch: one shuffle of the batch tiled R times, of which each
         member re-shuffles the first (1 − rho) and keeps the rest (the rows all members share).
-        Drawn on the CPU from torch's generator (seeded per cell and checkpointed by the runner).
+
+    Drawn on ``device`` from its default generator (seeded per cell and checkpointed by the
+    runner): a shuffle is the order of uniform keys (``rand(...).argsort()``), which a CUDA
+    graph draws anew at every replay (a host ``randperm`` copied in would be replayed frozen:
+    every step of the cell would reuse the orders drawn at capture). No host copy either.
     """
-    main = torch.arange(batch).repeat(repetitions)[torch.randperm(batch * repetitions)]
-    to_shuffle = int(batch * repetitions * (1.0 - rho))
-    orders = []
-    for _ in range(members):
-        head = main[:to_shuffle][torch.randperm(to_shuffle)]
-        orders.append(torch.cat([head, main[to_shuffle:]]))
-    return torch.stack(orders)  # (M, B·R)
+    n = batch * repetitions
+    tiled = torch.arange(batch, device=device).repeat(repetitions)  # (B·R,)
+    main = tiled[torch.rand(n, device=device).argsort()]  # (B·R,) the shared shuffle
+    k = int(n * (1.0 - rho))  # rows each member re-shuffles
+    heads = main[:k][torch.rand(members, k, device=device).argsort(dim=1)]  # (M, k)
+    shared = main[k:].expand(members, n - k)  # (M, B·R - k) rows every member keeps
+    return torch.cat([heads, shared], dim=1)  # (M, B·R)
 
 
 class _MIMODigits(nn.Module):
@@ -105,11 +111,8 @@ class MIMO(EnsembleModel):
 
     def training_outputs(self, x: Tensor, y: Tensor) -> TrainOutput:
         m = self.num_members
-        order = member_orders(x.shape[0], m, self.repetitions, self.rho)  # (M, B·R)
+        order = member_orders(x.shape[0], m, self.repetitions, self.rho, x.device)  # (M, B·R)
         order = order.flatten()  # (M·B·R,) member-major
-        if x.device.type != "cpu":  # non_blocking needs pinned memory, else the copy waits
-            order = order.pin_memory()
-        order = order.to(x.device, non_blocking=True)
         logits = to_members(self.net(x[order]), m)  # (M·B·R, K) → (M, B·R, K)
         return TrainOutput(logits, y[order].view(m, -1), "sum")  # targets (M, B·R)
 
