@@ -12,8 +12,9 @@ float32 rounding unless a kernel is non-deterministic (atomics in cuDNN's backwa
 passes at a relative difference ≤ 1e-2 (bf16's resolution, 2^-8, with room for that), and says
 the measured value.
 
-On the CPU (``SMALL=1``) the graph is the replaying stand-in of the tests
-(tests/harness/engine/test_graphed.py), so the script's plumbing is checked before a GPU runs it.
+On the CPU (``SMALL=1``) the graph is the tests' stand-in with a CUDA graph's semantics
+(tests/graph_standin.py: replays run no Python), so the script's plumbing is checked before a
+GPU runs it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from harness.config.suite import expand_hparams
 from harness.contract.config import Recipe
 from harness.data._machinery.loader import DeviceLoader
 from harness.engine.cost import FirstBatches, synthetic_images
-from harness.engine.graphed import WARMUP_STEPS, CudaGraphs, GraphedStep, prepare_optimizer
+from harness.engine.graphed import WARMUP_STEPS, CudaGraphs, GraphedStep, cell_step
 from harness.engine.train import make_optimizer, make_scheduler, train_epoch
 from harness.registry import METHODS
 from methods._base import BuildContext
@@ -44,12 +45,12 @@ BACKBONE, SHAPE, CLASSES, BATCH = (
 STEPS = WARMUP_STEPS + 3  # warm-up steps, then the capture and two replays: three graphed steps
 
 
-def backend():
+def backend() -> CudaGraphs:
     if DEVICE.type == "cuda":
         return CudaGraphs(DEVICE)
-    from tests.harness.engine.test_graphed import Replaying
+    from tests.graph_standin import StandInCuda
 
-    return Replaying()
+    return CudaGraphs(DEVICE, StandInCuda)
 
 
 def run(name: str, graphed: bool) -> tuple[torch.nn.Module, float, GraphedStep | None]:
@@ -70,14 +71,11 @@ def run(name: str, graphed: bool) -> tuple[torch.nn.Module, float, GraphedStep |
     )  # fmt: skip
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, STEPS)
-    step = None
-    if graphed:
-        prepare_optimizer(opt, DEVICE)
-        step = GraphedStep(None, backend())
+    mode = "graphed" if graphed else "eager"
+    step = cell_step(model, opt, recipe, DEVICE, mode, backend=backend() if graphed else None)
     torch.manual_seed(1)  # dropout draws: the same stream for both passes
-    stats = train_epoch(model, FirstBatches(loader, STEPS), opt, sched, recipe, DEVICE,
-                        graphed=step)  # fmt: skip
-    return model, stats["train_loss"], step
+    stats = train_epoch(model, FirstBatches(loader, STEPS), opt, sched, recipe, DEVICE, step=step)
+    return model, stats["train_loss"], step if graphed else None
 
 
 def main() -> int:

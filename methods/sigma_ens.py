@@ -131,6 +131,13 @@ class SigmaEnsemble(NormEnsemble):
         super().__init__(ctx, hp)
         self._progress = 0.0
         self._last_batch: tuple[Tensor, Tensor] | None = None
+        # τ and λ of the current epoch as tensors on the model's device, updated in place by
+        # set_progress: a training step captured once as a CUDA graph reads the schedule's
+        # current values at every replay (a Python float would be frozen at capture). Not
+        # saved (persistent=False): set_progress fills them at every epoch's start.
+        tau, lam = self.current()
+        self.register_buffer("_tau", torch.tensor(tau), persistent=False)
+        self.register_buffer("_lam", torch.tensor(lam), persistent=False)
 
     def convert_kwargs(self, hp: SigmaEnsHparams) -> dict[str, Any]:
         return {
@@ -162,6 +169,10 @@ class SigmaEnsemble(NormEnsemble):
 
     def set_progress(self, epoch: int, num_epochs: int) -> None:
         self._progress = epoch / max(num_epochs - 1, 1)
+        tau, lam = self.current()
+        with torch.no_grad():  # in place: a captured step reads these very tensors
+            self._tau.fill_(tau)
+            self._lam.fill_(lam)
 
     def current(self) -> tuple[float, float]:
         """(τ, λ) at the current point of the schedule."""
@@ -179,10 +190,12 @@ class SigmaEnsemble(NormEnsemble):
         return hp.tau * (tau_end / hp.tau) ** t, hp.lam + (lam_end - hp.lam) * t
 
     def regularizer(self) -> Tensor | None:
-        tau, lam = self.current()
-        if lam == 0:
+        """λ·L_div at the schedule's current τ and λ (device tensors: no host read, and a
+        captured step follows the schedule); None when λ is 0 at both ends of the schedule."""
+        hp = self.hp
+        if hp.lam == 0 and not hp.lam_end:
             return None
-        return diversity_loss(self.net, tau, lam, self.hp.layers)
+        return diversity_loss(self.net, self._tau, self._lam, hp.layers)
 
     def gradient_diagnostics(self, x: Tensor, y: Tensor) -> dict[str, Any]:
         """‖∇γ L_div‖ / ‖∇γ L_task‖ on one batch, without side effects on the model.

@@ -64,6 +64,15 @@ HOST_READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.
               torch.Tensor.__index__}  # fmt: skip
 
 
+#: Operators that write some arguments although their schema does not say so: batch norm's
+#: running statistics in training (argument positions; PyTorch's ``_native_batch_norm_legit``
+#: was added because of it).
+UNANNOTATED_WRITES = {
+    torch.ops.aten.native_batch_norm.default: (3, 4),
+    torch.ops.aten._batch_norm_with_update.default: (3, 4),
+}
+
+
 def _tensors(tree: Any) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
@@ -137,8 +146,10 @@ class _Recorder(TorchDispatchMode):
     def _snapshot_mutated(self, func, args, kwargs) -> None:
         """Keep the value of every pre-existing tensor this operation writes, to restore it when
         capture ends (capture computes nothing)."""
+        unannotated = UNANNOTATED_WRITES.get(func, ())
         for i, arg in enumerate(func._schema.arguments):
-            if arg.alias_info is None or not arg.alias_info.is_write:
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            if not written and i not in unannotated:
                 continue
             value = args[i] if i < len(args) else kwargs.get(arg.name)
             for t in _tensors(value):

@@ -24,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.contract import Recipe
 from harness.data._machinery.base import ImageSet
 from harness.data._machinery.loader import DeviceLoader
-from harness.engine.graphed import WARMUP_STEPS, graphed_step, step_mode
+from harness.engine.graphed import WARMUP_STEPS, GraphedStep, cell_step, step_mode
 from harness.engine.train import autocast, make_optimizer, make_scheduler, step_loss, train_epoch
 from methods._base import BuildContext, EnsembleModel, count_parameters
 
@@ -258,20 +258,16 @@ def real_loop_throughput(
     )
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(loader))
-    graphed = graphed_step(mode, opt, device)
+    step = cell_step(model, opt, recipe, device, mode)  # one step, as a cell has
     if warmup:
-        train_epoch(model, FirstBatches(loader, warmup), opt, sched, recipe, device,
-                    graphed=graphed)  # fmt: skip
-    if graphed is not None:
-        graphed.recapture = False  # the timed pass replays the graph captured above
+        train_epoch(model, FirstBatches(loader, warmup), opt, sched, recipe, device, step=step)
+    # the timed pass replays the graph captured above, as a cell's later epochs do
     loader.set_epoch(1)  # a fresh order and fresh augmentation draws, as in the next epoch
     sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    stats = train_epoch(
-        model, FirstBatches(loader, steps), opt, sched, recipe, device, graphed=graphed
-    )
+    stats = train_epoch(model, FirstBatches(loader, steps), opt, sched, recipe, device, step=step)
     sync(device)
     elapsed = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
@@ -282,6 +278,6 @@ def real_loop_throughput(
         "real_peak_train_mem_mib": peak,
         "real_train_loss": stats["train_loss"],
         "real_streams": streams,
-        "real_step_mode": graphed.mode if graphed is not None else mode,
-        "real_step_mode_why": graphed.failed if graphed is not None and graphed.failed else why,
+        "real_step_mode": step.mode if isinstance(step, GraphedStep) else mode,
+        "real_step_mode_why": getattr(step, "failed", None) or why,
     }

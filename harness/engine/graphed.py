@@ -7,21 +7,32 @@ the host's dispatch rate, not the method. The step is the same for every method 
 ``ensemble_loss``, the method's own ``training_outputs``), so the treatment is equal.
 
 How (PyTorch's "whole-network capture" recipe, torch.cuda.graphs):
+- one step object per cell (:func:`cell_step`), owned by the training loop;
 - the first :data:`WARMUP_STEPS` steps of a cell run eagerly on a side stream (they are real
   steps on real batches; cuBLAS/cuDNN initialise their workspaces there);
-- at each epoch's first full batch the step is captured with static input buffers (``x``, ``y``
-  copied in on the device each step) and replayed; it is captured again every epoch, so Python
-  values a method reads once per epoch (σN-Ens's scheduled τ and λ) are current in the graph;
-- the learning rate is a device tensor per parameter group (the scheduler fills it, SGD runs its
-  fused kernel, AdamW ``capturable``), so the schedule acts without re-capture;
-- dropout, MC Dropout and Masksembles draw from CUDA's default generator, which graph capture
-  makes replay-safe (a new Philox offset every replay);
-- a batch of another shape (the last, partial one) runs eagerly;
+- the first full batch after them is captured, with static input buffers (``x``, ``y`` copied
+  in on the device each step), into a private memory pool of its own, and that one graph is
+  replayed for the rest of the cell, every epoch. Whatever a step reads that changes during a
+  cell lives in a device tensor updated in place outside the graph: the learning rate (a device
+  tensor per parameter group that the scheduler fills; SGD runs its fused kernel, AdamW
+  ``capturable``), σN-Ens's scheduled τ and λ (buffers ``set_progress`` fills), the step's
+  reported statistics (device scalars, the rows trained included: a replay runs no Python);
+- dropout, MC Dropout, Masksembles and MIMO's member orders draw from CUDA's default generator,
+  which graph capture makes replay-safe (a new Philox offset every replay);
+- a batch of another shape (a partial one) runs eagerly;
 - when capture fails (a method synchronises in its step, draws from a CPU generator, …) the cell
-  falls back to eager steps for good, with a one-line reason in the log and the record.
+  falls back to eager steps for good, with a one-line reason in the log and the record, on the
+  stream it was on before (``torch.cuda.graph`` makes the capture stream current before it
+  begins capturing, and does not restore it when beginning fails).
 
-Capture itself goes through a small backend (:class:`CudaGraphs`) so that the machinery —
-static buffers, the partial batch, the fallback — is tested on a CPU with a stand-in.
+Why capture once: a capture per epoch would go into a fresh pool each time (reusing the pool of
+a freed graph while the parameters' ``.grad`` tensors allocated there are alive is refused by
+PyTorch's allocator, pytorch#133600), costing a pool of activations per epoch until the old
+blocks die, and a capture per epoch is only needed when a step reads Python values.
+
+Capture goes through a small backend (:class:`CudaGraphs`, given ``torch.cuda`` or a stand-in)
+so that the machinery is tested on a CPU with a stand-in that has a CUDA graph's semantics
+(tests/graph_standin.py: replays run no Python, host code is frozen, pools are checked).
 """
 
 from __future__ import annotations
@@ -35,14 +46,12 @@ import torch
 from torch import Tensor
 
 from harness.contract.config import Recipe
+from harness.engine.train import StepStats, TrainStep
 
 log = logging.getLogger("harness")
 
 #: Eager steps before the first capture (PyTorch's notes use a few; 3 as their example).
 WARMUP_STEPS = 3
-
-#: (loss, regularizer, correct rows): the three device scalars a step reports.
-StepStats = tuple[Tensor, Tensor, Tensor]
 
 
 def step_mode(recipe: Recipe, device: torch.device) -> tuple[str, str]:
@@ -79,13 +88,29 @@ def prepare_optimizer(opt: torch.optim.Optimizer, device: torch.device) -> None:
                 state["step"] = state["step"].to(device, torch.float32)
 
 
-def graphed_step(mode: str, opt: torch.optim.Optimizer, device: torch.device) -> GraphedStep | None:
-    """The cell's :class:`GraphedStep` when ``mode`` (:func:`step_mode`) is "graphed", its
-    optimizer made capturable (call after a checkpoint's optimizer state is loaded); else None."""
-    if mode != "graphed":
-        return None
+def cell_step(
+    model: Any,
+    opt: torch.optim.Optimizer,
+    recipe: Recipe,
+    device: torch.device,
+    mode: str,
+    compile_backend: Any = "inductor",
+    backend: Any = None,
+) -> TrainStep | GraphedStep:
+    """The one training step of a cell: a :class:`GraphedStep` when ``mode``
+    (:func:`step_mode`) is "graphed", its optimizer made capturable (call after a checkpoint's
+    optimizer state is loaded); else a :class:`TrainStep`.
+
+    Args:
+        backend: the graph backend of a graphed step (default :class:`CudaGraphs` of
+            ``device``; tests pass one over a stand-in).
+    """
+    graphed = mode == "graphed"
+    step = TrainStep(model, opt, recipe, device, compile_backend, graphed=graphed)
+    if not graphed:
+        return step
     prepare_optimizer(opt, device)
-    return GraphedStep(None, CudaGraphs(device))
+    return GraphedStep(step, backend if backend is not None else CudaGraphs(device))
 
 
 def portable_optimizer_state(opt: torch.optim.Optimizer) -> dict[str, Any]:
@@ -119,13 +144,9 @@ class CudaGraphs:
             stand-in with a CUDA graph's semantics (tests/graph_standin.py).
     """
 
-    #: capture records kernels without running them: the captured batch is replayed after.
-    capture_runs = False
-
     def __init__(self, device: torch.device, api: Any = None) -> None:
         self.device = device
         self.api = api if api is not None else torch.cuda
-        self.pool = None
 
     @contextlib.contextmanager
     def warmup(self) -> Iterator[None]:
@@ -137,11 +158,17 @@ class CudaGraphs:
         cuda.current_stream(self.device).wait_stream(side)
 
     def capture(self, body: Callable[[], StepStats]) -> tuple[Callable[[], None], StepStats]:
+        """Capture ``body`` into a new graph with a private pool of its own; returns its replay
+        and the outputs it writes. A failed capture leaves the stream that was current."""
         cuda = self.api
+        before = cuda.current_stream(self.device)
         graph = cuda.CUDAGraph()
-        with cuda.graph(graph, pool=self.pool):
-            outs = body()
-        self.pool = graph.pool()  # later captures (one per epoch) reuse the memory pool
+        try:
+            with cuda.graph(graph):
+                outs = body()
+        except BaseException:
+            cuda.set_stream(before)  # torch.cuda.graph may leave the capture stream current
+            raise
         return graph.replay, outs
 
 
@@ -149,17 +176,15 @@ class GraphedStep:
     """A cell's training step as a replayed CUDA graph (module docstring).
 
     Args:
-        eager: the eager step, ``(x, y) -> (loss, reg, correct)`` device tensors; it zeroes
-            the gradients, runs forward, loss and backward, clips and steps the optimizer.
-        backend: :class:`CudaGraphs` (tests pass a CPU stand-in).
+        eager: the cell's :class:`~harness.engine.train.TrainStep` (built with
+            ``graphed=True``): ``(x, y) -> (loss, reg, correct, rows)`` device scalars.
+        backend: :class:`CudaGraphs` (tests pass one over a CPU stand-in).
     """
 
     def __init__(self, eager: Callable[[Tensor, Tensor], StepStats], backend: Any) -> None:
         self.eager, self.backend = eager, backend
-        self.steps = self.graphed_steps = 0
+        self.steps = self.graphed_steps = self.captures = 0
         self.failed: str | None = None  # the reason capture failed: eager from then on
-        #: capture again at every epoch (False: keep the graph, as the benchmark's timed pass)
-        self.recapture = True
         self._replay: Callable[[], None] | None = None
         self._static: tuple[Tensor, Tensor] | None = None
         self._outs: StepStats | None = None
@@ -169,14 +194,15 @@ class GraphedStep:
         """ "graphed", or "eager" once capture failed."""
         return "eager" if self.failed else "graphed"
 
-    def new_epoch(self) -> None:
-        """Forget the captured graph: the next full batch is captured again (module docstring)."""
-        if self.recapture:
-            self._replay = self._outs = None
+    def recapture(self) -> None:
+        """Drop the graph: the next full batch is captured again, into a new pool. Not needed
+        within a cell (one capture serves it); for a step whose captured values changed in
+        Python, which the harness's steps never do."""
+        self._replay = self._outs = None
 
     def __call__(self, x: Tensor, y: Tensor) -> StepStats:
-        """One training step on (x, y); returns (loss, reg, correct) device scalars, which a
-        replay overwrites: copy them before the next step."""
+        """One training step on (x, y); returns (loss, reg, correct, rows) device scalars,
+        which a replay overwrites: copy them before the next step."""
         self.steps += 1
         if self.failed or self.steps <= WARMUP_STEPS:
             if self.failed:
@@ -185,12 +211,13 @@ class GraphedStep:
                 return self.eager(x, y)
         static = self._static
         if static is not None and (static[0].shape != x.shape or static[1].shape != y.shape):
-            return self.eager(x, y)  # the partial last batch (or any other shape)
+            return self.eager(x, y)  # a partial batch (or any other shape)
         if static is None:
             self._static = static = (torch.empty_like(x), torch.empty_like(y))
         static[0].copy_(x, non_blocking=True)
         static[1].copy_(y, non_blocking=True)
         if self._replay is None:
+            self.captures += 1
             try:
                 self._replay, self._outs = self.backend.capture(lambda: self.eager(*static))
             except Exception as exc:  # any capture failure: eager steps, said once
@@ -198,9 +225,6 @@ class GraphedStep:
                 log.warning("CUDA graph capture failed, training step runs eagerly: %s",
                             self.failed)  # fmt: skip
                 return self.eager(x, y)
-            if self.backend.capture_runs:  # a stand-in that ran the step while capturing
-                self.graphed_steps += 1
-                return self._outs
-        self._replay()
+        self._replay()  # capture records kernels without running them: the batch runs now
         self.graphed_steps += 1
         return self._outs

@@ -64,7 +64,7 @@ from harness.engine.environment import device_name, environment, resolve_device
 from harness.engine.evaluate import evaluate_all, evaluate_split
 from harness.engine.faults import lease_failure, record_failure, write_if_room, write_record_if_room
 from harness.engine.graphed import (
-    graphed_step,
+    cell_step,
     learning_rate,
     portable_optimizer_state,
     step_mode,
@@ -184,7 +184,6 @@ def train_cell(
             torch.set_rng_state(ckpt["rng_cpu"].cpu())
         log.info("%s: resuming after epoch %d", cell.label, ckpt["epoch"] + 1)
     mode, why = step_mode(recipe, device)  # eager, compiled or a replayed CUDA graph
-    graphed = graphed_step(mode, opt, device)  # after the checkpoint's state is loaded
     if ranks.main:  # rank 0 writes the cell's files (harness.engine.distributed)
         log_event(cell_dir, "train", from_epoch=start_epoch, step_mode=mode, why=why,
                   **ranks.event_fields())  # fmt: skip
@@ -192,6 +191,9 @@ def train_cell(
             cell_dir, start_epoch, recipe.epochs, device_name(device), trackers=trackers
         )
     trainee = distributed.training_module(cell, model, device)  # DDP when several processes
+    # the cell's one training step, after the checkpoint's optimizer state is loaded: a CUDA
+    # graph is captured once and replayed every epoch (harness.engine.graphed)
+    step = cell_step(trainee, opt, recipe, device, mode)
     distributed.seed_rank(cell, start_epoch)
     bar = tqdm(
         total=recipe.epochs * len(loader),
@@ -205,13 +207,12 @@ def train_cell(
         model.set_progress(epoch, recipe.epochs)
         loader.set_epoch(epoch)
         t0 = time.perf_counter()
-        stats = train_epoch(
-            trainee, loader, opt, sched, recipe, device, progress=bar, graphed=graphed
-        )
-        if graphed is not None and graphed.failed and mode == "graphed":
+        stats = train_epoch(trainee, loader, opt, sched, recipe, device, progress=bar, step=step)
+        failed = getattr(step, "failed", None)
+        if failed and mode == "graphed":
             mode = "eager"  # capture failed this epoch: said once, in the log and the events
             if ranks.main:
-                log_event(cell_dir, "train_step", step_mode=mode, why=graphed.failed)
+                log_event(cell_dir, "train_step", step_mode=mode, why=failed)
         stats = distributed.end_epoch(cell, model, stats, epoch)  # all ranks' stats, BN stats
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -30,6 +30,11 @@ from methods._base import EnsembleModel, TrainOutput
 if TYPE_CHECKING:
     from harness.engine.graphed import GraphedStep
 
+#: (loss, regularizer, correct (member, row) pairs, rows trained): the device scalars a step
+#: returns. The row count is a tensor too, so that a step replayed as a CUDA graph (which runs
+#: no Python) still reports it.
+StepStats = tuple[Tensor, Tensor, Tensor, Tensor]
+
 # Steps between two host reads of the training statistics. Divergence is then noticed at most 49
 # steps late (the step it happened at is still named exactly), and a CIFAR epoch at B=128 (390
 # steps) reads 8 times instead of four times per step as a loop reading every loss would.
@@ -189,6 +194,51 @@ def step_loss(recipe: Recipe, backend: Any = "inductor") -> Any:
     return _COMPILED_LOSS[backend]
 
 
+class TrainStep:
+    """A cell's training step: forward, task loss and regularizer, backward, gradient clipping,
+    optimizer step. Built once per cell and called once per batch.
+
+    It has no side effect in Python that a step replayed as a CUDA graph would miss: what it
+    reports are device scalars (:data:`StepStats`), and everything it reads that changes during
+    a cell (the learning rate, σN-Ens's τ and λ) lives in device tensors updated in place.
+
+    Args:
+        model: the method's model (or the DDP wrapper a multi-process cell trains).
+        compile_backend: with ``recipe.compile``, the backend of :func:`step_loss`.
+        graphed: the step will be captured as a CUDA graph: autocast's weight cache off (PyTorch's
+            CUDA-graph notes: a cast cached outside the graph would be replayed stale).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        opt: torch.optim.Optimizer,
+        recipe: Recipe,
+        device: torch.device,
+        compile_backend: Any = "inductor",
+        graphed: bool = False,
+    ) -> None:
+        self.model, self.opt, self.recipe, self.device = model, opt, recipe, device
+        self.graphed = graphed
+        self.clip_groups = gradient_clip_groups(model) if recipe.grad_clip else []
+        self.loss_fn = step_loss(recipe, compile_backend)
+        self.no_reg = torch.zeros((), device=device)
+
+    def __call__(self, x: Tensor, y: Tensor) -> StepStats:
+        """One step on (x, y); returns (loss, reg, correct, rows) float32 device scalars."""
+        recipe, opt = self.recipe, self.opt
+        with autocast(self.device, recipe, cache=not self.graphed):
+            loss, out, reg = self.loss_fn(self.model, x, y, recipe)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for params in self.clip_groups:  # returns the total norm as a tensor, deliberately not read
+            torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
+        opt.step()
+        reg_value = self.no_reg if reg is None else reg.detach().float()
+        rows = torch.full((), float(out.num_rows), device=self.device)  # fixed per input shape
+        return loss.detach().float(), reg_value, out.num_correct().float(), rows
+
+
 def train_epoch(
     model: EnsembleModel,
     loader: Any,
@@ -199,7 +249,7 @@ def train_epoch(
     progress: Any = None,
     sync_every: int = SYNC_EVERY,
     compile_backend: Any = "inductor",
-    graphed: GraphedStep | None = None,
+    step: TrainStep | GraphedStep | None = None,
 ) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss, regularizer and training accuracy.
 
@@ -218,10 +268,11 @@ def train_epoch(
 
     Args:
         sync_every: steps between two host reads (>= 1); see :data:`SYNC_EVERY`.
-        compile_backend: with ``recipe.compile``, the backend of :func:`step_loss`.
-        graphed: the cell's :class:`harness.engine.graphed.GraphedStep` (CUDA): the step is
-            captured at the epoch's first full batch and replayed (its eager step is this
-            loop's); None: eager steps.
+        compile_backend: with ``recipe.compile``, the backend of :func:`step_loss` (when
+            ``step`` is None).
+        step: the cell's step, built once per cell (:func:`harness.engine.graphed.cell_step`):
+            a :class:`TrainStep`, or a :class:`harness.engine.graphed.GraphedStep` (CUDA: captured
+            once and replayed every epoch). None: a new eager :class:`TrainStep` of ``model``.
     """
     # Length: a third of it is the docstring; the loop keeps the device-side statistics, the
     # host read every sync_every steps and the divergence check together, since split they
@@ -229,16 +280,16 @@ def train_epoch(
     if sync_every < 1:
         raise ValueError(f"sync_every must be >= 1, got {sync_every}")
     model.train()
-    clip_groups = gradient_clip_groups(model) if recipe.grad_clip else []
-    loss_fn = step_loss(recipe, compile_backend)
-    record = torch.zeros(3, sync_every, device=device)  # rows: loss, regularizer, correct rows
-    no_reg = torch.zeros((), device=device)
-    sums = [0.0, 0.0, 0.0]  # loss, regularizer, correct rows over the steps read so far
-    seen = steps = pending = 0  # rows, steps in the epoch, steps written since the last read
+    if step is None:
+        step = TrainStep(model, opt, recipe, device, compile_backend)
+    # rows: loss, regularizer, correct (member, row) pairs, rows trained
+    record = torch.zeros(4, sync_every, device=device)
+    sums = [0.0, 0.0, 0.0, 0.0]  # the same four, summed over the steps read so far
+    steps = pending = 0  # steps in the epoch, steps written since the last read
 
     def read_record() -> None:
         nonlocal pending
-        losses, regs, correct = record[:, :pending].tolist()  # the one host read per window
+        losses, regs, correct, rows = record[:, :pending].tolist()  # the one read per window
         first = steps - pending
         for i, value in enumerate(losses):
             if not math.isfinite(value) or value > recipe.max_loss:
@@ -246,44 +297,24 @@ def train_epoch(
                     f"training loss became {value:.4g} at step {first + i} of this epoch "
                     f"(limit {recipe.max_loss:g}); lower the learning rate or add warm-up"
                 )
-        for j, values in enumerate((losses, regs, correct)):
+        for j, values in enumerate((losses, regs, correct, rows)):
             sums[j] += sum(values)
         if progress is not None:
             progress.set_postfix(loss=f"{sum(losses) / len(losses):.3f}")
         pending = 0
 
-    rows: dict[tuple, int] = {}  # rows a step of this input shape trains (TrainOutput.num_rows)
-
-    def eager_step(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        with autocast(device, recipe, cache=graphed is None):
-            loss, out, reg = loss_fn(model, x, y, recipe)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for params in clip_groups:  # returns the total norm as a tensor, deliberately not read
-            torch.nn.utils.clip_grad_norm_(params, recipe.grad_clip)
-        opt.step()
-        rows[tuple(x.shape)] = out.num_rows
-        reg_value = no_reg if reg is None else reg.detach().float()
-        return loss.detach().float(), reg_value, out.num_correct().to(record)
-
-    step = eager_step
-    if graphed is not None:  # the same step, captured once per epoch and replayed
-        graphed.eager = eager_step
-        graphed.new_epoch()
-        step = graphed
     for x, y in loader:
         try:
-            loss_value, reg_value, correct = step(x, y)
+            stats = step(x, y)
             sched.step()
             with torch.no_grad():
-                record[:, pending] = torch.stack([loss_value, reg_value, correct])
+                record[:, pending] = torch.stack(stats)
         except Exception:
             # A step that fails on a diverged model (NaN inputs to a library's own checks)
             # is reported as the divergence it follows, when the record shows one.
             if pending:
                 read_record()
             raise
-        seen += rows[tuple(x.shape)]
         steps += 1
         pending += 1
         if progress is not None:
@@ -292,6 +323,7 @@ def train_epoch(
             read_record()
     if pending:
         read_record()
+    seen = sums[3]
     return {
         "train_loss": sums[0] / max(steps, 1),
         "train_reg": sums[1] / max(steps, 1),

@@ -23,7 +23,7 @@ def _gamma_layers(model: nn.Module, layer_pattern: str | None) -> list[tuple[str
 
 
 def diversity_loss(
-    model: nn.Module, tau: float, lam: float, layer_pattern: str | None = None
+    model: nn.Module, tau: float | Tensor, lam: float | Tensor, layer_pattern: str | None = None
 ) -> Tensor:
     """σN-Ens's diversity regularizer (Suteu & Serban 2026).
 
@@ -44,14 +44,15 @@ def diversity_loss(
 
     Args:
         model: A converted model (or any module containing σNorm layers).
-        tau: Softmax temperature τ > 0.
-        lam: Weight λ.
+        tau: Softmax temperature τ > 0 (a float, or a 0-dim tensor on the model's device,
+            which is not checked: reading it would synchronise with the device).
+        lam: Weight λ (float or 0-dim tensor).
         layer_pattern: Regex searched in qualified module names; None = all σNorm layers.
 
     Returns:
         Scalar float32 tensor, differentiable w.r.t. every selected γ.
     """
-    if tau <= 0:
+    if not isinstance(tau, Tensor) and tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
     # Every layer's features at once: the softmax is over members, per feature, so concatenating
     # the layers' features changes no term, and one pass launches a few kernels where a loop over

@@ -166,4 +166,11 @@ def test_regularizer_sign_and_schedule_endpoints():
     assert model.regularizer() < 0
     model.set_progress(9, 10)
     assert model.current() == pytest.approx((10.0, 0.0))
-    assert model.regularizer() is None  # λ = 0: no term at all
+    # λ = 0 at the schedule's end: a zero term (λ is a device tensor the step reads without a
+    # host read, so it cannot be branched on), which adds nothing to the loss or to γ's gradient
+    reg = model.regularizer()
+    assert reg.item() == 0.0
+    gammas = [p for n, p in model.named_parameters() if n.endswith("gamma")]
+    assert all(g.abs().sum() == 0 for g in torch.autograd.grad(reg, gammas))
+    hp0 = sig.hparams(**expand_hparams(sig, {"lam": 0.0})[0])
+    assert sig.build(BuildContext("digits_cnn", (1, 8, 8), 8, 4), hp0).regularizer() is None

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.contract.config import Recipe
-from harness.engine.graphed import CudaGraphs, GraphedStep, prepare_optimizer
+from harness.engine.graphed import CudaGraphs, cell_step
 from harness.engine.train import make_optimizer, make_scheduler, train_epoch
 from harness.registry import METHODS
 from methods._base import BuildContext
@@ -150,23 +150,31 @@ def build(method: str, hparams: dict | None = None):
     )
 
 
-def train(method: str, graphed: bool, epochs: int = 2, hparams: dict | None = None, n: int = 6):
-    """Train ``method`` for ``epochs`` over ``n`` full batches, graphed through the stand-in or
-    eagerly; returns the model, each epoch's stats and the graphed step (or None)."""
+def train(
+    method: str,
+    graphed: bool,
+    epochs: int = 2,
+    hparams: dict | None = None,
+    n: int = 6,
+    recapture: bool = False,
+):
+    """Train ``method`` for ``epochs`` over ``n`` full batches (cells run ``drop_last``), graphed
+    through the stand-in or eagerly; ``recapture``: capture the step again at every epoch.
+    Returns the model, each epoch's stats and the step."""
     model = build(method, hparams)
     recipe = Recipe(epochs=epochs, batch_size=8, grad_clip=1.0)
     data = batches(n, 8)
     opt = make_optimizer(model, recipe)
     sched = make_scheduler(opt, recipe, len(data))
-    step = None
-    if graphed:
-        prepare_optimizer(opt, CPU)
-        step = GraphedStep(None, CudaGraphs(CPU, StandInCuda))
+    backend = CudaGraphs(CPU, StandInCuda) if graphed else None
+    step = cell_step(model, opt, recipe, CPU, "graphed" if graphed else "eager", backend=backend)
     torch.manual_seed(1)
     stats = []
     for epoch in range(epochs):
         model.set_progress(epoch, epochs)
-        stats.append(train_epoch(model, data, opt, sched, recipe, CPU, graphed=step))
+        if recapture and epoch:
+            step.recapture()
+        stats.append(train_epoch(model, data, opt, sched, recipe, CPU, step=step))
     return model, stats, step
 
 
@@ -211,3 +219,31 @@ def test_mimo_draws_fresh_member_orders_at_every_replay():
     eager, _, _ = train("mimo", graphed=False)
     assert step.failed is None, step.failed
     same_weights(graphed, eager, "mimo")
+
+
+@pytest.mark.parametrize("recapture", [False, True], ids=["captured-once", "recaptured"])
+@pytest.mark.parametrize("method", METHODS.names())
+def test_every_methods_graphed_training_equals_eager_training(method, recapture):
+    """Every registered method, 2 epochs of full batches: the graphed step (captured once for
+    the cell, or again at every epoch) trains the weights and reports the statistics eager
+    steps do, and stays graphed."""
+    graphed, g_stats, step = train(method, graphed=True, recapture=recapture)
+    eager, e_stats, _ = train(method, graphed=False)
+    assert step.failed is None, step.failed
+    assert step.graphed_steps == 2 * 6 - 3 and step.captures == (2 if recapture else 1)
+    same_weights(graphed, eager, method)
+    for g, e in zip(g_stats, e_stats, strict=True):
+        assert g == pytest.approx(e, rel=1e-5), method
+
+
+def test_sigma_ens_schedule_reaches_a_step_captured_once():
+    """σN-Ens's τ and λ follow their schedule in a graph captured in epoch 1: they live in
+    device tensors that set_progress fills (a Python float would be frozen at capture)."""
+    hp = {"schedule": "linear", "tau": 1.0, "tau_end": 0.05, "lam": 0.01, "lam_end": 0.1}
+    graphed, g_stats, step = train("sigma_ens", graphed=True, epochs=3, hparams=hp)
+    eager, e_stats, _ = train("sigma_ens", graphed=False, epochs=3, hparams=hp)
+    assert step.captures == 1 and step.failed is None
+    same_weights(graphed, eager, "sigma_ens")
+    regs = [s["train_reg"] for s in g_stats]
+    assert regs == pytest.approx([s["train_reg"] for s in e_stats], rel=1e-5)
+    assert abs(regs[2]) > 5 * abs(regs[0])  # λ grew tenfold and τ fell: the graph saw both

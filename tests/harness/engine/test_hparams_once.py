@@ -39,7 +39,7 @@ def test_tau_override_reaches_the_loss_through_one_hparams_object(
     loss = sigma_ens.diversity_loss
 
     def seen(net, tau, lam, layers=None):  # (model, τ, λ, layer pattern)
-        taus.append(tau)
+        taus.append(round(float(tau), 6))  # a device tensor in training, a float in diagnostics
         return loss(net, tau, lam, layers)
 
     monkeypatch.setattr(sigma_ens, "diversity_loss", seen)
