@@ -66,6 +66,7 @@ def bench_one(
     warmup: int,
     compile_model: bool,
     loop: str = "synthetic",
+    val_images: int = 1000,
 ) -> dict[str, Any]:
     """Build one method on the backbone and measure it (see :func:`run_bench`)."""
     spec = METHODS.get(name)
@@ -94,6 +95,7 @@ def bench_one(
                 steps=steps,
                 warmup=warmup,
                 streams=spec.feeding_for(params).streams(m),  # the runner's loader does the same
+                val_images=val_images,
             )
         )
         out["real_ratio_to_synthetic"] = out["real_train_images_per_s"] / out["train_images_per_s"]
@@ -119,6 +121,8 @@ def run_bench(
     loop: str = "synthetic",
     on_row: Callable[[dict[str, Any]], None] | None = None,
     cuda_graph: str = "auto",
+    channels: int | None = None,
+    val_images: int = 1000,
 ) -> dict[str, Any]:
     """Every row of the table: the plain backbone at B and at M·B (the bound ÷ M), then each
     method at M members and batch B.
@@ -130,12 +134,14 @@ def run_bench(
             so that a run killed at its time limit keeps what it measured.
         cuda_graph: the recipe's ``cuda_graph`` for the real loop ("auto": a replayed CUDA
             graph on CUDA unless ``compile_model``; "off": eager steps).
+        channels: input channels (None: 1 for ``digits_cnn``, else 3).
+        val_images: with ``loop="real"``, the synthetic split whose evaluation is timed.
     """
     # Length: a flat sequence of table rows (the plain backbone at B and M·B, then one row per
     # method), a few lines each; a helper per row would only move the list elsewhere.
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
-    in_ch = 1 if backbone == "digits_cnn" else 3
+    in_ch = channels if channels is not None else (1 if backbone == "digits_cnn" else 3)
     in_shape = (in_ch, image_size, image_size)
     # compile: the training step too (harness.engine.train.step_loss), not only forward
     recipe = Recipe(amp=True, channels_last=True, compile=compile_model, cuda_graph=cuda_graph)
@@ -149,6 +155,7 @@ def run_bench(
         warmup=warmup,
         compile_model=compile_model,
         loop=loop,
+        val_images=val_images,
     )
     rows: list[dict[str, Any]] = []
     result = {
@@ -170,6 +177,8 @@ def run_bench(
             "steps": steps,
             "warmup": warmup,
             "loop": loop,
+            "channels": in_ch,
+            "val_images": val_images,
             "sync_every": SYNC_EVERY,  # host reads of the real loop: one per this many steps
         },
         "rows": rows,
@@ -197,15 +206,31 @@ def run_bench(
         "eval_images_per_s": plain_mb["eval_images_per_s"] / m,
         "peak_train_mem_mib": plain_mb["peak_train_mem_mib"],
     }
+    # The bound's row prints the ÷ M figures its label names (the ratios of every other row
+    # are to them); the plain backbone's own rates at M·B stay in the JSON under mb_*.
     add(
         {
             "label": f"plain backbone, batch {m * batch} (= M·B): bound ÷ M",
             "method": "single",
             "M": 1,
             "batch": m * batch,
-            **plain_mb,
+            **{k: v for k, v in plain_mb.items() if not k.startswith("real_")},
+            "train_images_per_s": bound["train_images_per_s"],
+            "eval_images_per_s": bound["eval_images_per_s"],
+            "mb_train_images_per_s": plain_mb["train_images_per_s"],
+            "mb_eval_images_per_s": plain_mb["eval_images_per_s"],
             "bound_train_images_per_s": bound["train_images_per_s"],
             "bound_eval_images_per_s": bound["eval_images_per_s"],
+            **(
+                {"real_train_images_per_s": plain_mb["real_train_images_per_s"] / m}
+                if "real_train_images_per_s" in plain_mb
+                else {}
+            ),
+            **{
+                k: v
+                for k, v in plain_mb.items()
+                if k.startswith("real_") and k != "real_train_images_per_s"
+            },
         }
     )
     for name, hp in methods:
@@ -282,6 +307,53 @@ def format_rows(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def epoch_estimate(row: dict[str, Any], steps: int, val: int) -> float | None:
+    """Seconds of one epoch of ``steps`` steps and ``val`` validation images, from a real-loop
+    row's phases: the steps, the method's diagnostics, the validation (None without them)."""
+    need = ("real_step_ms", "real_diagnostics_s", "real_eval_ms_per_1k")
+    if any(row.get(k) is None for k in need):
+        return None
+    return (
+        steps * row["real_step_ms"] / 1e3
+        + row["real_diagnostics_s"]
+        + val * row["real_eval_ms_per_1k"] / 1e6
+    )
+
+
+def format_phases(result: dict[str, Any], epoch_steps: int | None, epoch_val: int) -> str:
+    """The real loop's per-phase table: a step (the bound's row: its M·B step, what any
+    shared-backbone ensemble's step costs at best), the regulariser's part of it, the method's
+    per-epoch diagnostics, the evaluation per 1,000 images (validation, final evaluation) and,
+    with ``epoch_steps``, one epoch's estimate and its ratio to the bound's."""
+    head = ["step ms", "L_div ms", "diag s/ep", "eval ms/1k"]
+    if epoch_steps:
+        head += [f"epoch s ({epoch_steps} st, {epoch_val} val)", "epoch/bound"]
+    width = [max(len(h), 10) for h in head]
+    lines = [
+        f"{'per phase (--loop real)':52s} " + " ".join(f"{h:>{w}s}" for h, w in zip(head, width))
+    ]
+    bound = next((r for r in result["rows"] if "bound_train_images_per_s" in r), None)
+    bound_epoch = epoch_estimate(bound, epoch_steps, epoch_val) if bound and epoch_steps else None
+    for r in result["rows"]:
+        if "error" in r or "real_step_ms" not in r:
+            continue
+        values = [
+            cell(r, "real_step_ms", "{:,.1f}"),
+            cell(r, "real_regulariser_ms", "{:,.1f}"),
+            cell(r, "real_diagnostics_s", "{:.3f}"),
+            cell(r, "real_eval_ms_per_1k", "{:,.1f}"),
+        ]
+        if epoch_steps:
+            est = epoch_estimate(r, epoch_steps, epoch_val)
+            values.append("-" if est is None else f"{est:.2f}")
+            ratio = est / bound_epoch if est is not None and bound_epoch else None
+            values.append("-" if ratio is None or r is bound else f"{ratio:.3f}")
+        lines.append(
+            f"{r['label'][:52]:52s} " + " ".join(f"{v:>{w}s}" for v, w in zip(values, width))
+        )
+    return "\n".join(lines)
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         device = resolve_device(args.device)
@@ -310,6 +382,8 @@ def main(args: argparse.Namespace) -> int:
         loop=args.loop,
         on_row=write,
         cuda_graph=args.cuda_graph,
+        channels=args.channels,
+        val_images=args.val_images,
     )
     print(
         f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop} "
@@ -317,6 +391,15 @@ def main(args: argparse.Namespace) -> int:
         f"{result['provenance']['device']}"
     )
     print(format_rows(result))
+    if args.loop == "real":
+        print(format_phases(result, args.epoch_steps, args.epoch_val))
+        if args.epoch_steps:
+            for r in result["rows"]:
+                est = epoch_estimate(r, args.epoch_steps, args.epoch_val)
+                if est is not None:
+                    r["real_epoch_estimate_s"] = est
+            result["config"]["epoch_steps"] = args.epoch_steps
+            result["config"]["epoch_val"] = args.epoch_val
     write(result)
     print(f"wrote {out}")
     return 0 if not any("error" in r for r in result["rows"]) else 1

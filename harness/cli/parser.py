@@ -355,15 +355,44 @@ def _add_upgrade(sub) -> None:
 
 def _add_bench(sub) -> None:
     """``harness bench``."""
+    # Length: one declaration per flag, each with the help text it must carry.
     b = sub.add_parser("bench", help="throughput and memory side by side with the bound")
-    b.add_argument("--backbone", default="resnet18")
-    b.add_argument("--M", type=positive_int, default=4)
-    b.add_argument("--batch", type=positive_int, default=128)
-    b.add_argument("--image-size", type=positive_int, default=32)
-    b.add_argument("--classes", type=positive_int, default=100)
-    b.add_argument("--steps", type=positive_int, default=20)
-    b.add_argument("--warmup", type=non_negative_int, default=5)
-    b.add_argument("--compile", action="store_true")
+    b.add_argument(
+        "--backbone",
+        default="resnet18",
+        help="registered backbone to build every method on (default resnet18)",
+    )
+    b.add_argument("--M", type=positive_int, default=4, help="ensemble members (default 4)")
+    b.add_argument(
+        "--batch",
+        type=positive_int,
+        default=128,
+        help="input images per step, B (default 128); the bound runs M·B",
+    )
+    b.add_argument(
+        "--image-size",
+        type=positive_int,
+        default=32,
+        help="input height and width in pixels (default 32)",
+    )
+    b.add_argument(
+        "--channels",
+        type=positive_int,
+        default=None,
+        help="input channels (default: 1 for digits_cnn, else 3; 1 for Fashion-MNIST's fmnist_cnn)",
+    )
+    b.add_argument(
+        "--classes", type=positive_int, default=100, help="output classes K (default 100)"
+    )
+    b.add_argument(
+        "--steps", type=positive_int, default=20, help="timed steps per row and loop (default 20)"
+    )
+    b.add_argument(
+        "--warmup", type=non_negative_int, default=5, help="untimed steps before them (default 5)"
+    )
+    b.add_argument(
+        "--compile", action="store_true", help="torch.compile every model and its training step"
+    )
     b.add_argument(
         "--cuda-graph",
         choices=["auto", "off"],
@@ -375,11 +404,43 @@ def _add_bench(sub) -> None:
         "--loop",
         choices=["synthetic", "real"],
         default="synthetic",
-        help="real: also time the real training loop (train_epoch, device loader, augmentation)",
+        help="real: also time the cell's own loop (train_epoch with the recipe's optimizer, "
+        "device loader and augmentation, L_div) and the rest of its epoch (diagnostics, "
+        "evaluation), and print them per phase",
     )
-    b.add_argument("--methods", nargs="*")
+    b.add_argument(
+        "--val-images",
+        type=positive_int,
+        default=1000,
+        help="--loop real: images of the synthetic split whose evaluation is timed (default 1000)",
+    )
+    b.add_argument(
+        "--epoch-steps",
+        type=positive_int,
+        default=None,
+        help="--loop real: also estimate one epoch of this many steps plus the "
+        "validation of --epoch-val images (e.g. 78 and 0: Fashion-MNIST 10k at B=128)",
+    )
+    b.add_argument(
+        "--epoch-val",
+        type=non_negative_int,
+        default=0,
+        help="--loop real, with --epoch-steps: validation images per epoch (default 0)",
+    )
+    b.add_argument(
+        "--methods",
+        nargs="*",
+        metavar="NAME[:K=V,...]",
+        help="methods to time, with hyper-parameters (default: σN-Ens, FiLM, the deep "
+        "ensemble as a loop and on streams, BatchEnsemble, Packed, MC Dropout)",
+    )
     b.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    b.add_argument("-o", "--output", default="bench.json")
+    b.add_argument(
+        "-o",
+        "--output",
+        default="bench.json",
+        help="the JSON written, with provenance, after every row (default bench.json)",
+    )
     b.set_defaults(fn="harness.cli.bench:main")
 
 

@@ -217,8 +217,10 @@ def real_loop_throughput(
     steps: int = 5,
     warmup: int = 2,
     streams: int = 1,
+    val_images: int = 1000,
 ) -> dict[str, Any]:
-    """Training images/s through the real loop, on device-resident synthetic data.
+    """Training images/s through the real loop, on device-resident synthetic data, and what
+    the rest of a cell's epoch costs (:func:`epoch_phases`).
 
     The data are ``batch · max(steps, warmup)`` random uint8 images of ``in_shape`` kept on the
     device and served by :class:`~harness.data._machinery.loader.DeviceLoader` with its random
@@ -232,11 +234,17 @@ def real_loop_throughput(
 
     Returns:
         ``real_train_images_per_s`` (input images per second: ``batch`` per step whatever the
-        streams, like the synthetic step, so the two compare), ``real_peak_train_mem_mib``
+        streams, like the synthetic step, so the two compare), ``real_step_ms`` (one step of
+        the timed pass), ``real_regulariser_ms`` (its part spent on the method's regulariser,
+        σN-Ens's L_div, forward and backward: the timed pass again with the regulariser off;
+        None without one or outside eager steps), ``real_diagnostics_s`` and
+        ``real_eval_ms_per_1k`` (:func:`epoch_phases`), ``real_peak_train_mem_mib``
         (None on CPU), ``real_train_loss`` (the timed pass's mean loss, a sanity value) and
         ``real_streams``, ``real_step_mode`` (eager, graphed or compiled: the recipe's
         ``cuda_graph`` and ``compile``, harness.engine.graphed) and why.
     """
+    # Length: half of it is the docstring; the warm-up, timed and ablation passes share one
+    # loader, optimizer and schedule, which a split would only pass back and forth.
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     state = host_copy(model)
@@ -271,13 +279,74 @@ def real_loop_throughput(
     sync(device)
     elapsed = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    phases = epoch_phases(model, recipe, device, in_shape, classes, val_images)
+    if mode == "eager" and model.regularizer() is not None:
+        # L_div's share of a step: the same timed pass with the regulariser off (eager steps
+        # only: a graph or a compiled step replays what it was built with)
+        model.regularizer = lambda: None  # an instance attribute shadows the method, for now
+        try:
+            without = _timed_pass(model, FirstBatches(loader, steps), opt, sched, recipe, device)
+        finally:
+            del model.regularizer
+        phases["regulariser_ms"] = (elapsed - without) / steps * 1e3
     del opt, sched, loader
     model.load_state_dict(state)
     return {
         "real_train_images_per_s": batch * steps / elapsed,
+        "real_step_ms": elapsed / steps * 1e3,
+        "real_regulariser_ms": phases.get("regulariser_ms"),
+        "real_diagnostics_s": phases["diagnostics_s"],
+        "real_eval_ms_per_1k": phases["eval_ms_per_1k"],
         "real_peak_train_mem_mib": peak,
         "real_train_loss": stats["train_loss"],
         "real_streams": streams,
         "real_step_mode": step.mode if isinstance(step, GraphedStep) else mode,
         "real_step_mode_why": getattr(step, "failed", None) or why,
     }
+
+
+def _timed_pass(model, loader, opt, sched, recipe: Recipe, device: torch.device) -> float:
+    """Seconds of one eager :func:`train_epoch` pass over ``loader``, synchronised."""
+    step = cell_step(model, opt, recipe, device, "eager")
+    sync(device)
+    t = time.perf_counter()
+    train_epoch(model, loader, opt, sched, recipe, device, step=step)
+    sync(device)
+    return time.perf_counter() - t
+
+
+def epoch_phases(
+    model: EnsembleModel,
+    recipe: Recipe,
+    device: torch.device,
+    in_shape: tuple[int, ...],
+    classes: int,
+    val_images: int = 1000,
+) -> dict[str, float]:
+    """What a cell's epoch pays besides its steps, measured as the runner pays it: the method's
+    per-epoch diagnostics (``model.diagnostics()``, after a training pass: σN-Ens's gradient
+    ratio runs a forward and backward of its own) and the clean evaluation of a split
+    (:func:`harness.engine.evaluate.evaluate_split`: eval forward and every clean metric), on
+    ``val_images`` synthetic images. Returns ``diagnostics_s`` (seconds per epoch) and
+    ``eval_ms_per_1k`` (milliseconds per 1,000 evaluated images: validation each epoch, the
+    final evaluation once per cell and per corrupted or OOD set)."""
+    from harness.data._machinery.base import DatasetSpec
+    from harness.engine.evaluate import evaluate_split
+
+    sync(device)
+    t = time.perf_counter()
+    model.diagnostics()
+    sync(device)
+    diagnostics_s = time.perf_counter() - t
+    c = in_shape[0]
+    spec = DatasetSpec("synthetic", in_shape, classes, (0.5,) * c, (0.25,) * c,
+                       load=lambda root: {}, location=lambda root: root)  # fmt: skip
+    split = synthetic_images(val_images, in_shape, classes, seed=1)
+    evaluate_split(model, split, spec, recipe, device)  # warm-up: the first pass allocates
+    sync(device)
+    t = time.perf_counter()
+    evaluate_split(model, split, spec, recipe, device)
+    sync(device)
+    eval_s = time.perf_counter() - t
+    model.train()
+    return {"diagnostics_s": diagnostics_s, "eval_ms_per_1k": eval_s / val_images * 1e6}

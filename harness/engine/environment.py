@@ -158,6 +158,11 @@ def environment(device: torch.device) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "device": device_name(device) + _cpu_detail(device),
         "cpu": cpu_model(),
+        # what a seeded CPU cell's last digits depend on besides the code: the intra-op thread
+        # count (it splits reductions) and the vector instruction set torch dispatched to
+        # (AVX2 and AVX-512 kernels sum in different orders); docs/records.md
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cuda": torch.version.cuda or "none",
         "git_commit": git_commit(),
     }

@@ -220,26 +220,34 @@ def train_cell(
         train_s += epoch_s
         # Validation metrics only when the recipe holds out a split (`validation: n`): the test
         # set is never looked at during training.
+        # what the epoch cost besides its steps, phase by phase (docs/records.md: history)
+        phases = {"train": epoch_s}
+        t = time.perf_counter()
         val: dict[str, float] = {}
         if "val" in splits and ranks.main:
             m = evaluate_split(model, splits["val"], spec, recipe, device)
             val = {"val_acc": m["acc"], "val_nll": m["nll"], "val_ece": m["ece"]}
+        phases["validation"] = _since(t, device)
+        t = time.perf_counter()
+        diag = model.diagnostics()
+        phases["diagnostics"] = _since(t, device)
         history.append(
             {
                 "epoch": epoch + 1,
                 **stats,
                 **val,
                 "time_s": epoch_s,
+                "phases_s": phases,
                 "lr": learning_rate(opt),
                 "step_mode": mode,  # eager | graphed | compiled (harness.engine.graphed)
             }
         )
-        diag = model.diagnostics()
         if diag:
             diagnostics.append({"epoch": epoch + 1, **diag})
         if not ranks.main:
             continue  # the checkpoint and progress rows are rank 0's
         # Before the checkpoint: a kill in between leaves a row the resumed run drops.
+        t = time.perf_counter()
         images = epoch_images(loader, stats["steps"])
         plog.write({**history[-1], "elapsed_s": train_s}, diag, images)
         _save_atomic(
@@ -255,10 +263,20 @@ def train_cell(
             },
             ckpt_path,
         )
+        # measured after it is written: the checkpoint's own history lacks its last epoch's
+        # figure, the record has every epoch's
+        phases["checkpoint"] = _since(t, device)
     bar.close()
     if ranks.main:
         plog.close()
     return history, diagnostics, train_s
+
+
+def _since(start: float, device: torch.device) -> float:
+    """Seconds since ``start`` (``time.perf_counter``), after the device's queued work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
 
 
 def run_cell(

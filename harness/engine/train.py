@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,9 +27,6 @@ from torch import Tensor
 
 from harness.contract import Recipe
 from methods._base import EnsembleModel, TrainOutput
-
-if TYPE_CHECKING:
-    from harness.engine.graphed import GraphedStep
 
 #: (loss, regularizer, correct (member, row) pairs, rows trained): the device scalars a step
 #: returns. The row count is a tensor too, so that a step replayed as a CUDA graph (which runs
@@ -249,7 +247,7 @@ def train_epoch(
     progress: Any = None,
     sync_every: int = SYNC_EVERY,
     compile_backend: Any = "inductor",
-    step: TrainStep | GraphedStep | None = None,
+    step: Callable[[Tensor, Tensor], StepStats] | None = None,
 ) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss, regularizer and training accuracy.
 

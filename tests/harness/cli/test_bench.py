@@ -189,3 +189,63 @@ def test_killed_bench_keeps_the_rows_it_measured(tmp_path, monkeypatch):
     assert kept["complete"] is False
     assert [r["M"] for r in kept["rows"]] == [1, 1]
     assert kept["rows"][1]["bound_train_images_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_real_loop_times_every_phase_of_a_cells_epoch(real_result):
+    """The real loop also times what the rest of a cell's epoch costs: L_div's part of a step
+    (σN-Ens only: the deep ensemble has no regulariser), the method's diagnostics, the
+    evaluation; the phase table and the epoch estimate are their sums."""
+    from harness.cli.bench import epoch_estimate, format_phases
+
+    rows = {r["label"].split(" ")[0]: r for r in real_result["rows"]}
+    sigma, deep = rows["sigma_ens"], rows["deep_ensemble"]
+    assert sigma["real_regulariser_ms"] is not None and deep["real_regulariser_ms"] is None
+    for r in (sigma, deep):
+        assert r["real_step_ms"] == pytest.approx(
+            TINY["batch"] / r["real_train_images_per_s"] * 1e3
+        )
+        assert r["real_diagnostics_s"] >= 0 and r["real_eval_ms_per_1k"] > 0
+    want = 10 * sigma["real_step_ms"] / 1e3 + sigma["real_diagnostics_s"]
+    want += 500 * sigma["real_eval_ms_per_1k"] / 1e6
+    assert epoch_estimate(sigma, 10, 500) == pytest.approx(want)
+    table = format_phases(real_result, 10, 500).splitlines()
+    assert "epoch s (10 st, 500 val)" in table[0]
+    line = next(t for t in table if t.startswith("sigma_ens"))
+    bound = next(r for r in real_result["rows"] if "bound_train_images_per_s" in r)
+    assert f"{want / epoch_estimate(bound, 10, 500):.3f}" in line
+
+
+def test_bound_row_prints_the_divided_figure_its_label_names():
+    res = run_bench(methods=[], loop="synthetic", **{**TINY, "steps": 1})
+    bound = res["rows"][1]
+    assert bound["label"].endswith("bound ÷ M")
+    assert bound["train_images_per_s"] == pytest.approx(bound["mb_train_images_per_s"] / TINY["m"])
+    assert bound["eval_images_per_s"] == pytest.approx(bound["mb_eval_images_per_s"] / TINY["m"])
+    line = format_rows(res).splitlines()[2]
+    assert (
+        f"{bound['train_images_per_s']:,.0f}" in line
+        or f"{bound['train_images_per_s']:.2g}" in line
+    )
+
+
+def test_every_bench_flag_says_what_it_does():
+    parser = build_parser()
+    bench = next(
+        a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "bench"
+    )[1]
+    for action in bench._actions:
+        assert action.help, f"harness bench {action.option_strings} has no help"
+
+
+def test_channels_flag_sets_the_input_and_is_checked(capsys):
+    res = run_bench(
+        methods=[],
+        loop="synthetic",
+        channels=1,
+        **{**TINY, "backbone": "fmnist_cnn", "image_size": 28, "steps": 1},
+    )
+    assert res["config"]["channels"] == 1
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--channels", "0"])
+    assert "--channels" in capsys.readouterr().err

@@ -69,11 +69,19 @@ def test_record_contents(tiny, tmp_path):
     assert cost["params_overhead"] == cost["params_single"]
     assert cost["flops_per_image"] > 0 and cost["train_images_per_s"] > 0
     assert [h["epoch"] for h in rec["history"]] == [1, 2]
+    for h in rec["history"]:  # each epoch's cost by phase; training is time_s
+        phases = h["phases_s"]
+        assert set(phases) == {"train", "validation", "diagnostics", "checkpoint"}
+        assert phases["train"] == h["time_s"] > 0 and min(phases.values()) >= 0
+    assert sum(h["time_s"] for h in rec["history"]) == pytest.approx(rec["timings"]["train_s"])
     timings = rec["timings"]
     assert timings["total_s"] >= timings["train_s"] + timings["eval_s"]
     # CPU seconds of the process over the cell: it trained, so some; at most every thread busy
     assert 0 < timings["cpu_s"] <= timings["total_s"] * max(torch.get_num_threads(), 1) + 0.5
     assert rec["environment"]["torch"] == torch.__version__
+    # what a seeded CPU cell's last digits depend on (docs/records.md)
+    assert rec["environment"]["threads"] == torch.get_num_threads()
+    assert rec["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert (tmp_path / cell.cell_id / "final.pt").exists()
     assert not (tmp_path / cell.cell_id / "checkpoint.pt").exists()
 
