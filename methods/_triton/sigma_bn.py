@@ -34,6 +34,11 @@ from torch import Tensor
 
 #: Elements of one (rows × channels) tile a program loads at a time.
 _TILE = 4096
+#: Rows of a tile at most: a narrow channel block (C < 16: an odd first layer) would otherwise
+#: get a tall tile (512-1024 rows) whose backward spilled registers on sm_80 and sm_90
+#: (benchmarks/triton_aot.py: 8-16 bytes per thread at C = 3 and 7; 96 registers, no spill, at
+#: 256 rows).
+_MAX_TILE_ROWS = 256
 #: Programs a reduction aims for: a few per streaming multiprocessor of a large GPU (132 on an
 #: H100/H200), so that the partial sums fill the device.
 _TARGET_PROGRAMS = 512
@@ -288,7 +293,7 @@ class _Geometry:
         self.stride_s = x.stride(-1) if spatial else 1
         c_fast = self.stride_c == 1 and self.C > 1  # channels_last: channels are contiguous
         self.block_c = min(64 if c_fast else 16, triton.next_power_of_2(self.C))
-        self.block_r = max(16, _TILE // self.block_c)
+        self.block_r = max(16, min(_MAX_TILE_ROWS, _TILE // self.block_c))
         c_blocks = triton.cdiv(self.C, self.block_c)
         want = max(1, _TARGET_PROGRAMS // (self.M * c_blocks))
         per = triton.cdiv(self.R, want)
