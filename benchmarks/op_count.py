@@ -128,7 +128,16 @@ def ops_per_step(
         counter = Count()
         with mode(kernels), counted_kernels(counter), counter:
             real_loop_throughput(
-                model, recipe, cpu, batch, shape, classes, steps=n, warmup=0, streams=streams
+                model,
+                recipe,
+                cpu,
+                batch,
+                shape,
+                classes,
+                steps=n,
+                warmup=0,
+                streams=streams,
+                phases=False,
             )
         return counter.ops
 

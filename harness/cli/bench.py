@@ -67,6 +67,7 @@ def bench_one(
     compile_model: bool,
     loop: str = "synthetic",
     val_images: int = 1000,
+    augment: str = "crop_flip",
 ) -> dict[str, Any]:
     """Build one method on the backbone and measure it (see :func:`run_bench`)."""
     spec = METHODS.get(name)
@@ -96,6 +97,7 @@ def bench_one(
                 warmup=warmup,
                 streams=spec.feeding_for(params).streams(m),  # the runner's loader does the same
                 val_images=val_images,
+                augment=augment,
             )
         )
         out["real_ratio_to_synthetic"] = out["real_train_images_per_s"] / out["train_images_per_s"]
@@ -123,6 +125,7 @@ def run_bench(
     cuda_graph: str = "auto",
     channels: int | None = None,
     val_images: int = 1000,
+    augment: str = "crop_flip",
 ) -> dict[str, Any]:
     """Every row of the table: the plain backbone at B and at M·B (the bound ÷ M), then each
     method at M members and batch B.
@@ -136,6 +139,8 @@ def run_bench(
             graph on CUDA unless ``compile_model``; "off": eager steps).
         channels: input channels (None: 1 for ``digits_cnn``, else 3).
         val_images: with ``loop="real"``, the synthetic split whose evaluation is timed.
+        augment: with ``loop="real"``, the loader's training augmentation, as the suite's
+            recipe ("none" or "crop_flip").
     """
     # Length: a flat sequence of table rows (the plain backbone at B and M·B, then one row per
     # method), a few lines each; a helper per row would only move the list elsewhere.
@@ -156,6 +161,7 @@ def run_bench(
         compile_model=compile_model,
         loop=loop,
         val_images=val_images,
+        augment=augment,
     )
     rows: list[dict[str, Any]] = []
     result = {
@@ -179,6 +185,7 @@ def run_bench(
             "loop": loop,
             "channels": in_ch,
             "val_images": val_images,
+            "augment": augment,
             "sync_every": SYNC_EVERY,  # host reads of the real loop: one per this many steps
         },
         "rows": rows,
@@ -384,6 +391,7 @@ def main(args: argparse.Namespace) -> int:
         cuda_graph=args.cuda_graph,
         channels=args.channels,
         val_images=args.val_images,
+        augment=args.augment,
     )
     print(
         f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop} "

@@ -409,6 +409,13 @@ def _add_bench(sub) -> None:
         "evaluation), and print them per phase",
     )
     b.add_argument(
+        "--augment",
+        choices=["crop_flip", "none"],
+        default="crop_flip",
+        help="--loop real: the training augmentation, as the suite's recipe (default crop_flip, "
+        "CIFAR's; none for Fashion-MNIST)",
+    )
+    b.add_argument(
         "--val-images",
         type=positive_int,
         default=1000,

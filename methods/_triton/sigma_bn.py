@@ -279,8 +279,35 @@ def _eval_apply(
 # ------------------------------------------------------------------------------ launch geometry
 
 
+def _cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ in Python integers: ``triton.cdiv`` is a constexpr-function wrapper that cost
+    microseconds a call in the launch path (the launcher is host-bound at CIFAR sizes)."""
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    """The smallest power of two ≥ n (``triton.next_power_of_2`` without its wrapper)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 class _Geometry:
-    """How a (M·B, C, *S) tensor is walked: strides, tile and split sizes, grid."""
+    """How a (M·B, C, *S) tensor is walked: strides, tile and split sizes, grid.
+
+    :meth:`of` returns the one geometry of a (shape, strides, M), computed once: a training step
+    asks for it four times per layer (forward, backward) with the same input.
+    """
+
+    _cache: dict[tuple, _Geometry] = {}  # noqa: RUF012 (a class-wide cache, bounded below)
+
+    @classmethod
+    def of(cls, x: Tensor, num_members: int) -> _Geometry:
+        key = (tuple(x.shape), x.stride(), num_members)
+        geo = cls._cache.get(key)
+        if geo is None:
+            if len(cls._cache) > 1024:  # shapes are few (one per layer); never unbounded
+                cls._cache.clear()
+            geo = cls._cache[key] = cls(x, num_members)
+        return geo
 
     def __init__(self, x: Tensor, num_members: int) -> None:
         self.M = num_members
@@ -292,18 +319,19 @@ class _Geometry:
         self.stride_n, self.stride_c = x.stride(0), x.stride(1)
         self.stride_s = x.stride(-1) if spatial else 1
         c_fast = self.stride_c == 1 and self.C > 1  # channels_last: channels are contiguous
-        self.block_c = min(64 if c_fast else 16, triton.next_power_of_2(self.C))
+        self.block_c = min(64 if c_fast else 16, _next_power_of_2(self.C))
         self.block_r = max(16, min(_MAX_TILE_ROWS, _TILE // self.block_c))
-        c_blocks = triton.cdiv(self.C, self.block_c)
+        c_blocks = _cdiv(self.C, self.block_c)
         want = max(1, _TARGET_PROGRAMS // (self.M * c_blocks))
-        per = triton.cdiv(self.R, want)
-        self.rows_per_split = triton.cdiv(per, self.block_r) * self.block_r
-        self.nsplit = triton.cdiv(self.R, self.rows_per_split)
+        per = _cdiv(self.R, want)
+        self.rows_per_split = _cdiv(per, self.block_r) * self.block_r
+        self.nsplit = _cdiv(self.R, self.rows_per_split)
         self.grid = (self.M, c_blocks, self.nsplit)
+        self.walk_args = (self.R, self.S, self.C, self.B, self.nsplit, self.stride_n,
+                          self.stride_c, self.stride_s, self.rows_per_split)  # fmt: skip
 
     def args(self) -> tuple[int, ...]:
-        return (self.R, self.S, self.C, self.B, self.nsplit, self.stride_n, self.stride_c,
-                self.stride_s, self.rows_per_split)  # fmt: skip
+        return self.walk_args
 
 
 def walkable(x: Tensor) -> Tensor:
@@ -356,13 +384,14 @@ class MemberBatchNorm(torch.autograd.Function):
     ) -> Tensor:
         m, eps, momentum, gain, k = cfg
         x = walkable(x)
-        geo = _Geometry(x, m)
+        geo = _Geometry.of(x, m)
         f32 = {"dtype": torch.float32, "device": x.device}
-        part = torch.empty(2, m, geo.nsplit, geo.C, **f32)  # partial mean, M2
-        stats = torch.empty(3, m, geo.C, **f32)  # mean, var, rstd
+        # one allocation each, split by one unbind (indexing [0], [1], ... is one operator each)
+        p_mean, p_m2 = torch.empty(2, m, geo.nsplit, geo.C, **f32).unbind(0)  # partial mean, M2
+        mean, var, rstd = torch.empty(3, m, geo.C, **f32).unbind(0)
         y = torch.empty_like(x)
         _stats_partial[geo.grid](
-            x, part[0], part[1], *geo.args(), BLOCK_R=geo.block_r, BLOCK_C=geo.block_c
+            x, p_mean, p_m2, *geo.walk_args, BLOCK_R=geo.block_r, BLOCK_C=geo.block_c
         )
         update = running_mean is not None
         cma = update and momentum is None
@@ -370,15 +399,15 @@ class MemberBatchNorm(torch.autograd.Function):
             num_batches_tracked.add_(1)
         n = geo.R
         _forward_apply[geo.grid](
-            x, y, part[0], part[1], weight, bias, gamma if gamma is not None else weight,
-            stats[0], stats[1], stats[2],
-            running_mean if update else stats[0], running_var if update else stats[1],
-            num_batches_tracked if update else stats[0],
-            *geo.args(), eps, gain, float(momentum or 0.0), n / max(n - 1, 1),
+            x, y, p_mean, p_m2, weight, bias, gamma if gamma is not None else weight,
+            mean, var, rstd,
+            running_mean if update else mean, running_var if update else var,
+            num_batches_tracked if update else mean,
+            *geo.walk_args, eps, gain, float(momentum or 0.0), n / max(n - 1, 1),
             HAS_GAMMA=gamma is not None, UPDATE=update, CMA=cma,
             BLOCK_R=geo.block_r, BLOCK_C=geo.block_c, BLOCK_K=_BLOCK_K,
         )  # fmt: skip
-        ctx.save_for_backward(x, weight, bias, gamma, stats[0], stats[2])
+        ctx.save_for_backward(x, weight, bias, gamma, mean, rstd)
         ctx.cfg = (m, gain, k)
         return y
 
@@ -388,25 +417,27 @@ class MemberBatchNorm(torch.autograd.Function):
         x, weight, bias, gamma, mean, rstd = ctx.saved_tensors
         m, gain, k = ctx.cfg
         g = _like(grad_y, x)
-        geo = _Geometry(x, m)
+        geo = _Geometry.of(x, m)
         f32 = {"dtype": torch.float32, "device": x.device}
-        part = torch.empty(2, m, geo.nsplit, geo.C, **f32)  # partial Σg, Σg·(x − μ)
-        grads = torch.empty(3, m, geo.C, **f32)  # dw, db, dγ
+        p_g, p_gx = torch.empty(2, m, geo.nsplit, geo.C, **f32).unbind(0)  # Σg, Σg·(x − μ)
+        dw, db, dg = torch.empty(3, m, geo.C, **f32).unbind(0)
         needs_dx = ctx.needs_input_grad[0]
         dx = torch.empty_like(x) if needs_dx else None
         _backward_partial[geo.grid](
-            x, g, mean, part[0], part[1], *geo.args(), BLOCK_R=geo.block_r, BLOCK_C=geo.block_c
+            x, g, mean, p_g, p_gx, *geo.walk_args, BLOCK_R=geo.block_r, BLOCK_C=geo.block_c
         )
         has_gamma = gamma is not None
         _backward_apply[geo.grid](
-            x, g, dx if needs_dx else x, part[0], part[1], mean, rstd, weight, bias,
-            gamma if has_gamma else weight, grads[0], grads[1], grads[2],
-            *geo.args(), gain, k,
+            x, g, dx if needs_dx else x, p_g, p_gx, mean, rstd, weight, bias,
+            gamma if has_gamma else weight, dw, db, dg,
+            *geo.walk_args, gain, k,
             HAS_GAMMA=has_gamma, NEEDS_DX=needs_dx,
             BLOCK_R=geo.block_r, BLOCK_C=geo.block_c, BLOCK_K=_BLOCK_K,
         )  # fmt: skip
-        dw, db = grads[0].to(weight.dtype), grads[1].to(bias.dtype)
-        dg = grads[2].to(gamma.dtype) if has_gamma else None
+        # float32 parameters (the harness's, under autocast too): the gradients as they are
+        dw = dw if dw.dtype == weight.dtype else dw.to(weight.dtype)
+        db = db if db.dtype == bias.dtype else db.to(bias.dtype)
+        dg = (dg if dg.dtype == gamma.dtype else dg.to(gamma.dtype)) if has_gamma else None
         return dx, dw, db, dg, None, None, None, None
 
 
@@ -423,7 +454,7 @@ def eval_forward(
 ) -> Tensor:
     """Evaluation σBatchNorm in one launch: x (M·B, C, *S) → y, same dtype and strides."""
     x = walkable(x)
-    geo = _Geometry(x, num_members)
+    geo = _Geometry.of(x, num_members)
     y = torch.empty_like(x)
     _eval_apply[geo.grid](
         x, y, weight, bias, gamma if gamma is not None else weight, running_mean, running_var,
