@@ -77,21 +77,12 @@ class Launches:
         return launch
 
 
-KERNELS = (
-    "_stats_partial",
-    "_forward_apply",
-    "_backward_partial",
-    "_backward_apply",
-    "_eval_apply",
-)
-
-
 @contextlib.contextmanager
 def counted_kernels(counter: Count):
     """methods._triton.sigma_bn's kernels counted as launches by ``counter``."""
     from methods._triton import sigma_bn
 
-    real = {k: getattr(sigma_bn, k) for k in KERNELS}
+    real = {k: getattr(sigma_bn, k) for k in sigma_bn.KERNEL_NAMES}
     try:
         for k, kernel in real.items():
             setattr(sigma_bn, k, Launches(kernel, counter))

@@ -27,13 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from methods._triton import sigma_bn
 
-KERNELS = (
-    "_stats_partial",
-    "_forward_apply",
-    "_backward_partial",
-    "_backward_apply",
-    "_eval_apply",
-)
+KERNELS = sigma_bn.KERNEL_NAMES
 
 
 class _Stub:

@@ -276,6 +276,12 @@ def _eval_apply(
         tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
+#: The module's kernels by name: instruments replace them to count or stub their launches
+#: (benchmarks/op_count.py, benchmarks/sigma_host_cost.py).
+KERNEL_NAMES = ("_stats_partial", "_forward_apply", "_backward_partial", "_backward_apply",
+                "_eval_apply")  # fmt: skip
+
+
 # ------------------------------------------------------------------------------ launch geometry
 
 
