@@ -367,6 +367,9 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:  # an unknown name, or a GPU this machine does not have
         print(f"harness bench: error: --device: {exc}", file=sys.stderr)
         return 2
+    if args.epoch_steps and args.loop != "real":  # the estimate is made of real-loop phases
+        print("harness bench: error: --epoch-steps needs --loop real", file=sys.stderr)
+        return 2
     methods = (
         [parse_name_values(t, "method") for t in args.methods] if args.methods else DEFAULT_METHODS
     )

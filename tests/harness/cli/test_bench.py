@@ -257,3 +257,9 @@ def test_augment_flag_reaches_the_real_loop_and_refuses_unknown_values(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--augment", "cutout"])
     assert "invalid choice: 'cutout'" in capsys.readouterr().err
+
+
+def test_an_epoch_estimate_without_the_real_loop_is_refused(capsys):
+    code = cli_main(["bench", "--epoch-steps", "78", "--device", "cpu", "-o", "unused.json"])
+    assert code == 2
+    assert "--epoch-steps needs --loop real" in capsys.readouterr().err
