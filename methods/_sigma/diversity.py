@@ -59,13 +59,17 @@ def diversity_loss(
     # the layers launched ~10 per layer (a GPU step is launch-bound at CIFAR sizes). The task
     # loss reaches γ through effective_affine's gradient scale; L_div gets the same scale so
     # that λ weighs L_div against L_task as written (not as λ/scale).
-    g = torch.cat(
-        [
-            _grad_scaled(layer.gamma.float(), layer.member_grad_scale).flatten(1)
-            for _, layer in _gamma_layers(model, layer_pattern)
-        ],
-        dim=1,
-    )  # (M, ΣF)
+    layers = [layer for _, layer in _gamma_layers(model, layer_pattern)]
+    scales = {layer.member_grad_scale for layer in layers}
+    if len(scales) == 1:  # the ensemble's case: one scale, applied once after the cat (the
+        # per-layer scaling was a view forward and a multiply backward per layer and step)
+        g = torch.cat([layer.gamma.float().flatten(1) for layer in layers], dim=1)  # (M, ΣF)
+        g = _grad_scaled(g, scales.pop())
+    else:
+        g = torch.cat(
+            [_grad_scaled(la.gamma.float(), la.member_grad_scale).flatten(1) for la in layers],
+            dim=1,
+        )  # (M, ΣF)
     logp = torch.log_softmax(torch.sigmoid(g) / tau, dim=0)  # (M, ΣF) over members
     return lam * logp.sum()
 

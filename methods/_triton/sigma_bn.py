@@ -303,15 +303,16 @@ class _Geometry:
     asks for it four times per layer (forward, backward) with the same input.
     """
 
-    _cache: dict[tuple, _Geometry] = {}  # noqa: RUF012 (a class-wide cache, bounded below)
+    _cache: dict[tuple, _Geometry] = {}  # noqa: RUF012 (a class-wide cache, on purpose)
 
     @classmethod
     def of(cls, x: Tensor, num_members: int) -> _Geometry:
         key = (tuple(x.shape), x.stride(), num_members)
         geo = cls._cache.get(key)
         if geo is None:
-            if len(cls._cache) > 1024:  # shapes are few (one per layer); never unbounded
-                cls._cache.clear()
+            # Never evicted: a captured CUDA graph keeps using a geometry's scratch buffers
+            # (:meth:`partials`), whose memory must outlive it; the shapes are few (one per
+            # layer and batch size).
             geo = cls._cache[key] = cls(x, num_members)
         return geo
 
@@ -335,9 +336,23 @@ class _Geometry:
         self.grid = (self.M, c_blocks, self.nsplit)
         self.walk_args = (self.R, self.S, self.C, self.B, self.nsplit, self.stride_n,
                           self.stride_c, self.stride_s, self.rows_per_split)  # fmt: skip
+        self._partials: dict[torch.device, tuple[Tensor, Tensor]] = {}
 
     def args(self) -> tuple[int, ...]:
         return self.walk_args
+
+    def partials(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Two (M, nsplit, C) float32 scratch buffers for a reduction's partial results, made
+        once per geometry and device and reused by every call: each call overwrites them before
+        it reads them, and calls on one device run in stream order (two layers of one shape
+        share them, one after the other). An allocation and a split less per call, forward and
+        backward: the launcher is host-bound at CIFAR sizes."""
+        bufs = self._partials.get(device)
+        if bufs is None:
+            bufs = torch.empty(2, self.M, self.nsplit, self.C, dtype=torch.float32,
+                               device=device).unbind(0)  # fmt: skip
+            self._partials[device] = bufs
+        return bufs
 
 
 def walkable(x: Tensor) -> Tensor:
@@ -392,8 +407,8 @@ class MemberBatchNorm(torch.autograd.Function):
         x = walkable(x)
         geo = _Geometry.of(x, m)
         f32 = {"dtype": torch.float32, "device": x.device}
-        # one allocation each, split by one unbind (indexing [0], [1], ... is one operator each)
-        p_mean, p_m2 = torch.empty(2, m, geo.nsplit, geo.C, **f32).unbind(0)  # partial mean, M2
+        p_mean, p_m2 = geo.partials(x.device)  # partial mean, M2 (scratch, reused)
+        # one allocation, split by one unbind (indexing [0], [1], ... is one operator each)
         mean, var, rstd = torch.empty(3, m, geo.C, **f32).unbind(0)
         y = torch.empty_like(x)
         _stats_partial[geo.grid](
@@ -425,7 +440,7 @@ class MemberBatchNorm(torch.autograd.Function):
         g = _like(grad_y, x)
         geo = _Geometry.of(x, m)
         f32 = {"dtype": torch.float32, "device": x.device}
-        p_g, p_gx = torch.empty(2, m, geo.nsplit, geo.C, **f32).unbind(0)  # Σg, Σg·(x − μ)
+        p_g, p_gx = geo.partials(x.device)  # partial Σg, Σg·(x − μ) (scratch, reused)
         dw, db, dg = torch.empty(3, m, geo.C, **f32).unbind(0)
         needs_dx = ctx.needs_input_grad[0]
         dx = torch.empty_like(x) if needs_dx else None
