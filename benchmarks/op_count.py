@@ -92,6 +92,32 @@ def counted_kernels(counter: Count):
             setattr(sigma_bn, k, kernel)
 
 
+@contextlib.contextmanager
+def cuda_optimizer(on: bool):
+    """The optimizer as on CUDA (``on``): torch picks its foreach implementation there, one
+    operator per parameter group and update, where on the CPU it loops over the parameters (an
+    operator per parameter and update), so a CPU count would charge a method for each parameter
+    it adds; a graphed CUDA step uses the fused SGD, fewer still."""
+    import harness.engine.cost as cost
+
+    if not on:
+        yield
+        return
+    real = cost.make_optimizer
+
+    def foreach(model, recipe):
+        opt = real(model, recipe)
+        for group in opt.param_groups:
+            group["foreach"] = True
+        return opt
+
+    cost.make_optimizer = foreach
+    try:
+        yield
+    finally:
+        cost.make_optimizer = real
+
+
 def ops_per_step(
     name: str,
     backbone: str,
@@ -117,7 +143,7 @@ def ops_per_step(
         from methods._triton import kernels as mode
 
         counter = Count()
-        with mode(kernels), counted_kernels(counter), counter:
+        with mode(kernels), counted_kernels(counter), cuda_optimizer(kernels == "triton"), counter:
             real_loop_throughput(
                 model,
                 recipe,
