@@ -107,6 +107,13 @@ def commit() -> str:
         return "unknown"
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -119,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--threads",
         nargs="+",
-        type=int,
+        type=_positive,
         default=[1, 2],
         help="torch.set_num_threads values, one table each (default: 1 2)",
     )
-    ap.add_argument("--M", type=int, default=4, help="members (default 4)")
-    ap.add_argument("--rounds", type=int, default=10, help="timed rounds per table (default 10)")
+    ap.add_argument("--M", type=_positive, default=4, help="members (default 4)")
+    ap.add_argument(
+        "--rounds", type=_positive, default=10, help="timed rounds per table (default 10)"
+    )
     ap.add_argument(
         "--reference", action="store_true", help="also time σN-Ens on the reference σNorm path"
     )
