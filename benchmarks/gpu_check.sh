@@ -18,9 +18,21 @@
 # A part cut at its budget keeps what it measured (the bench rewrites its JSON after every row)
 # and shows "-" in the table. PARTS="eager cell" runs a subset.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+ALL="eager graphed compiled wrn kernels cell graphs"
+PARTS=${PARTS:-$ALL}
+for p in $PARTS; do  # a misspelt part would be skipped silently: refuse it before anything runs
+  [[ " $ALL " == *" $p "* ]] || { echo "gpu_check.sh: unknown part '$p' (parts: $ALL)" >&2; exit 2; }
+done
 OUT=${OUT:-artifacts/gpu}
-mkdir -p "$OUT/.cache"
+if [ -e "$OUT" ] && [ ! -d "$OUT" ]; then
+  echo "gpu_check.sh: OUT=$OUT is not a folder" >&2; exit 2
+fi
+OUT=$(realpath -m "$OUT")  # relative to where it was started, not to the repository
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT/.cache" || { echo "gpu_check.sh: cannot create $OUT" >&2; exit 2; }
+# this run's results only: a table never mixes in an earlier run's parts
+rm -rf "$OUT"/resnet18_*.json "$OUT"/wrn28_10_*.json "$OUT/kernels.json" "$OUT/cell" \
+  "$OUT/graphs.jsonl" "$OUT/table.md"
 # Compiler caches and the cell's data under $OUT too (removed at the end): nothing elsewhere.
 export TRITON_CACHE_DIR="$OUT/.cache/triton" TORCHINDUCTOR_CACHE_DIR="$OUT/.cache/inductor"
 export HARNESS_DATA_ROOT="$OUT/.cache/data" PYTHONDONTWRITEBYTECODE=1 OUT
@@ -31,14 +43,18 @@ else
   r18=(--backbone resnet18 --image-size 32 --classes 100 --batch 128 --steps 20 --warmup 5)
   wrn=(--backbone wrn28_10 --image-size 32 --classes 100 --batch 128 --steps 10 --warmup 5)
 fi
-PARTS=${PARTS:-eager graphed compiled wrn kernels cell graphs}
 want() { [[ " $PARTS " == *" $1 "* ]]; }
+failed=()
 part() {  # part NAME BUDGET COMMAND...: run it under its budget, output tee'd to $OUT/NAME.log
   local name=$1 budget=$2; shift 2
   echo "=== [$SECONDS s] $name (budget ${budget} s): $*"
   timeout "$budget" "$@" 2>&1 | tee "$OUT/$name.log"
   local rc=${PIPESTATUS[0]}
-  [ "$rc" = 124 ] && echo "=== $name: cut at its ${budget} s budget"
+  if [ "$rc" = 124 ]; then  # cut at its budget: what it measured is kept and shown
+    echo "=== $name: cut at its ${budget} s budget"
+  elif [ "$rc" != 0 ]; then
+    echo "=== $name: failed (exit $rc)"; failed+=("$name")
+  fi
   return 0
 }
 bench=(harness bench --loop real --M 4)
@@ -65,3 +81,7 @@ want graphs && part graphs 50 sh -c 'python benchmarks/gpu_graphs.py > "$OUT/gra
 rm -rf "$OUT/.cache"
 echo "=== [$SECONDS s] table"
 timeout 20 python benchmarks/gpu_table.py "$OUT" | tee "$OUT/table.md"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "gpu_check.sh: parts failed: ${failed[*]} (their logs are in $OUT)" >&2
+  exit 1
+fi

@@ -17,7 +17,10 @@
 # at the version pyproject.toml pins: its wheel must match the machine's torch (check
 # `pip show torch` there; the one built here is for torch 2.14).
 set -euo pipefail
-DIR=${1:?usage: benchmarks/gpu_wheels.sh DIR}
+if [ $# -ne 1 ] || [[ "$1" == -* ]]; then
+  echo "usage: benchmarks/gpu_wheels.sh DIR   (the folder to fill with wheels)" >&2; exit 2
+fi
+DIR=$(realpath -m "$1")  # relative to where it was started, not to the repository
 cd "$(dirname "$0")/.."
 mkdir -p "$DIR"
 NEEDS=(torchvision==0.29.1 "torch-uncertainty>=0.13,<0.14" "torch-uncertainty-assets>=0.5"

@@ -99,3 +99,32 @@ def test_table_skips_a_part_whose_json_is_damaged(tmp_path, broken):
     mod = _table_module()
     (tmp_path / "resnet18_eager.json").write_text(broken)
     assert mod.table(tmp_path).count("\n") == 1  # the header only
+
+
+def test_a_graphed_row_whose_steps_ran_eagerly_says_so(tmp_path):
+    mod = _table_module()
+    bench = _bench("resnet18", 900, 1000, 0.95)
+    bench["rows"][2]["real_step_mode"] = "eager"  # the capture failed, or no CUDA device
+    (tmp_path / "resnet18_graphed.json").write_text(json.dumps(bench))
+    assert "| resnet18 | graphed (ran eager) | 0.90 |" in mod.table(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PARTS": "eagr cell"}, "unknown part 'eagr'"),
+        ({"OUT": "FILE"}, "is not a folder"),
+    ],
+)
+def test_check_refuses_a_misspelt_part_or_a_file_as_out_before_running(tmp_path, env, message):
+    import os
+    import subprocess
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    env = {k: (str(afile) if v == "FILE" else v) for k, v in env.items()}
+    env.setdefault("OUT", str(tmp_path / "out"))
+    run = subprocess.run(["bash", str(SCRIPT)], env={**os.environ, **env}, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2 and message in run.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written

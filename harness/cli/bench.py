@@ -236,8 +236,15 @@ def run_bench(
             **{
                 k: v
                 for k, v in plain_mb.items()
-                if k.startswith("real_") and k != "real_train_images_per_s"
+                if k.startswith("real_")
+                and k not in ("real_train_images_per_s", "real_eval_ms_per_1k")
             },
+            # per 1,000 *input* images the bound evaluates M·1,000, as an ensemble's M rows do
+            **(
+                {"real_eval_ms_per_1k": plain_mb["real_eval_ms_per_1k"] * m}
+                if plain_mb.get("real_eval_ms_per_1k") is not None
+                else {}
+            ),
         }
     )
     for name, hp in methods:
@@ -370,10 +377,17 @@ def main(args: argparse.Namespace) -> int:
     if args.epoch_steps and args.loop != "real":  # the estimate is made of real-loop phases
         print("harness bench: error: --epoch-steps needs --loop real", file=sys.stderr)
         return 2
+    out = Path(args.output)
+    if out.is_dir() or not str(args.output).strip():  # said now, not after the first row
+        print(f"harness bench: error: -o {args.output!r}: not a file path", file=sys.stderr)
+        return 2
+    if out.parent.exists() and not out.parent.is_dir():
+        print(f"harness bench: error: -o {args.output}: {out.parent} is not a folder",
+              file=sys.stderr)  # fmt: skip
+        return 2
     methods = (
         [parse_name_values(t, "method") for t in args.methods] if args.methods else DEFAULT_METHODS
     )
-    out = Path(args.output)
 
     def write(partial: dict[str, Any]) -> None:  # after every row: a kill keeps the measured
         atomic_write(out, lambda f: f.write(json.dumps(partial, indent=1) + "\n"))

@@ -379,7 +379,8 @@ def _add_bench(sub) -> None:
         "--channels",
         type=positive_int,
         default=None,
-        help="input channels (default: 1 for digits_cnn, else 3; 1 for Fashion-MNIST's fmnist_cnn)",
+        help="input channels (default: 1 for digits_cnn, else 3: pass 1 for Fashion-MNIST's "
+        "fmnist_cnn)",
     )
     b.add_argument(
         "--classes", type=positive_int, default=100, help="output classes K (default 100)"

@@ -263,3 +263,13 @@ def test_an_epoch_estimate_without_the_real_loop_is_refused(capsys):
     code = cli_main(["bench", "--epoch-steps", "78", "--device", "cpu", "-o", "unused.json"])
     assert code == 2
     assert "--epoch-steps needs --loop real" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["dir", "under_a_file", "empty"])
+def test_output_path_is_checked_before_anything_is_measured(tmp_path, capsys, where):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    target = {"dir": str(tmp_path), "under_a_file": str(afile / "x.json"), "empty": ""}[where]
+    assert cli_main(["bench", "--device", "cpu", "-o", target]) == 2
+    err = capsys.readouterr().err
+    assert "harness bench: error: -o" in err and "Traceback" not in err
