@@ -377,6 +377,15 @@ def main(args: argparse.Namespace) -> int:
     if args.epoch_steps and args.loop != "real":  # the estimate is made of real-loop phases
         print("harness bench: error: --epoch-steps needs --loop real", file=sys.stderr)
         return 2
+    real_only = [
+        f for f, v in (("--augment", args.augment), ("--val-images", args.val_images)) if v
+    ]
+    if real_only and args.loop != "real":  # they shape the real loop only: never ignored silently
+        print(f"harness bench: error: {' and '.join(real_only)} need --loop real", file=sys.stderr)
+        return 2
+    if args.epoch_val and not args.epoch_steps:
+        print("harness bench: error: --epoch-val needs --epoch-steps", file=sys.stderr)
+        return 2
     out = Path(args.output)
     if out.is_dir() or not str(args.output).strip():  # said now, not after the first row
         print(f"harness bench: error: -o {args.output!r}: not a file path", file=sys.stderr)
@@ -407,8 +416,8 @@ def main(args: argparse.Namespace) -> int:
         on_row=write,
         cuda_graph=args.cuda_graph,
         channels=args.channels,
-        val_images=args.val_images,
-        augment=args.augment,
+        val_images=args.val_images or 1000,
+        augment=args.augment or "crop_flip",
     )
     print(
         f"harness bench: {args.backbone}, M={args.M}, B={args.batch}, loop={args.loop} "

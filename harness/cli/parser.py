@@ -412,14 +412,14 @@ def _add_bench(sub) -> None:
     b.add_argument(
         "--augment",
         choices=["crop_flip", "none"],
-        default="crop_flip",
+        default=None,
         help="--loop real: the training augmentation, as the suite's recipe (default crop_flip, "
         "CIFAR's; none for Fashion-MNIST)",
     )
     b.add_argument(
         "--val-images",
         type=positive_int,
-        default=1000,
+        default=None,
         help="--loop real: images of the synthetic split whose evaluation is timed (default 1000)",
     )
     b.add_argument(

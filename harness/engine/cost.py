@@ -337,6 +337,7 @@ def epoch_phases(
     from harness.data._machinery.base import DatasetSpec
     from harness.engine.evaluate import evaluate_split
 
+    model.diagnostics()  # warm-up: a compiled model compiles its diagnostics' pass here
     sync(device)
     t = time.perf_counter()
     model.diagnostics()

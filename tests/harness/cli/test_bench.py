@@ -273,3 +273,17 @@ def test_output_path_is_checked_before_anything_is_measured(tmp_path, capsys, wh
     assert cli_main(["bench", "--device", "cpu", "-o", target]) == 2
     err = capsys.readouterr().err
     assert "harness bench: error: -o" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--augment", "none"], "--augment need --loop real"),
+        (["--val-images", "50"], "--val-images need --loop real"),
+        (["--loop", "real", "--epoch-val", "100"], "--epoch-val needs --epoch-steps"),
+    ],
+)
+def test_real_loop_flags_are_not_ignored_silently(flags, message, capsys, tmp_path):
+    code = cli_main(["bench", "--device", "cpu", *flags, "-o", str(tmp_path / "x.json")])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
