@@ -246,7 +246,7 @@ def test_channels_flag_sets_the_input_and_is_checked(capsys):
         **{**TINY, "backbone": "fmnist_cnn", "image_size": 28, "steps": 1},
     )
     assert res["config"]["channels"] == 1
-    with pytest.raises(SystemExit, match="^2$"):
+    with pytest.raises(SystemExit, match=r"^2$"):
         build_parser().parse_args(["bench", "--channels", "0"])
     assert "--channels" in capsys.readouterr().err
 
@@ -254,7 +254,7 @@ def test_channels_flag_sets_the_input_and_is_checked(capsys):
 def test_augment_flag_reaches_the_real_loop_and_refuses_unknown_values(capsys):
     res = run_bench(methods=[], loop="real", augment="none", **{**TINY, "steps": 1})
     assert res["config"]["augment"] == "none"
-    with pytest.raises(SystemExit, match="^2$"):
+    with pytest.raises(SystemExit, match=r"^2$"):
         build_parser().parse_args(["bench", "--augment", "cutout"])
     assert "invalid choice: 'cutout'" in capsys.readouterr().err
 
