@@ -19,7 +19,7 @@ a bin edge may fall in the neighbouring bin). Temperature scaling leaves ``corre
 so ``ts/correct`` is not stored.
 
 Stored as ``outcomes.npz`` beside the cell's ``record.json`` (:mod:`harness.contract.outcomes`,
-which reads them without torch).
+which checks them without torch); :func:`read_outcomes` reads them back.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.contract.outcomes import FIELDS, OUTCOMES_FILE
+from harness.contract.outcomes import (  # noqa: F401 (re-exported: the engine's one import)
+    FIELDS,
+    OUTCOMES_FILE,
+    DamagedOutcomes,
+    check_outcomes,
+    record_image_count,
+)
 
 
 class OutcomeAccumulator:
@@ -90,3 +96,24 @@ def save_outcomes(cell_dir: Path, arrays: dict[str, np.ndarray]) -> Path:
     data = outcomes_bytes(arrays)
     atomic_write(path, lambda f: f.write(data), binary=True)
     return path
+
+
+def read_outcomes(cell_dir: Path, n_images: int | None = None) -> dict[str, np.ndarray] | None:
+    """The cell's per-image outcomes (``{"correct": (N,), "nll": (N,), …}``), or None when it
+    has no ``outcomes.npz``.
+
+    Args:
+        cell_dir: the cell's folder.
+        n_images: the N the file must hold (:func:`record_image_count` of the cell's record;
+            None: any).
+
+    Raises:
+        DamagedOutcomes: the file is there but damaged, or of another length than ``n_images``
+            (:func:`harness.contract.outcomes.check_outcomes` says which).
+    """
+    checked = check_outcomes(cell_dir, n_images)
+    if checked is None:
+        return None
+    # The bytes the check read (not the file again: a rewrite in between would go unchecked).
+    with np.load(io.BytesIO(checked.data), allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
