@@ -166,21 +166,46 @@ def paired(
         reference: a method (``"single"``) or a configuration (``"sigma_ens:tau=0.1"``);
             default ``deep_ensemble`` if it ran, else ``single``.
         metrics: columns to compare (default: acc, nll, ece, brier, cAcc, cECE, OOD MSP AUROC).
-        level: the t-interval's level.
+        level: the t-interval's level, a fraction in (0, 1) (0.95, not 95).
         test: ``"signflip"`` (exact) or ``"t"``.
         holm: Holm's adjustment over every row.
         images: also the comparison that counts the test set's sampling: the seeds × images
             bootstrap (:mod:`reports.stats.bootstrap`) from each cell's ``outcomes.npz``,
             as the columns ``boot_se``, ``boot_lo``, ``boot_hi`` (at ``level``), ``boot_p``,
             ``n_images`` and ``boot_note`` (why a row has none).
-        replicates: the bootstrap's replicates.
+        replicates: the bootstrap's replicates, a whole number ≥ 2.
 
     Returns:
         :func:`reports.stats.paired.paired_differences`'s frame (``mean_diff``, ``ci_lo``,
         ``ci_hi``, ``p_value``, ``significant``… per configuration × metric).
-    """
-    from reports.stats.paired import default_reference, missing_reference, paired_differences
 
+    Raises:
+        HarnessError: before anything is read, a ``level``, ``replicates`` or ``test`` that
+            cannot be used (one line each); then a ``reference`` without done cells (the line
+            names the methods that have some); with ``images``, a compared cell's damaged
+            ``outcomes.npz`` (the line names the file and what is wrong), one whose number of
+            images differs from its record's, or two cells of one comparison scored on
+            different numbers of images (the line names both folders and both counts).
+        FileNotFoundError: the folder does not exist.
+    """
+    from harness.contract.errors import DamagedFile, UsageError
+    from reports.stats.bootstrap import argument_problems
+    from reports.stats.paired import (
+        check_test,
+        default_reference,
+        missing_reference,
+        paired_differences,
+    )
+
+    # The arguments first: a level of 95 or zero replicates would otherwise come back as NaN
+    # columns, or a notice on every row, after the results were read.
+    problems = argument_problems(level, replicates)
+    try:
+        check_test(test)
+    except ValueError as exc:
+        problems.append(f"test={test!r}: {exc}")
+    if problems:
+        raise HarnessError(problems)
     cells = _wide(path)
     reference = reference or default_reference(cells)
     if reference is None:
@@ -192,7 +217,10 @@ def paired(
     if images:
         from reports.records.outcomes import with_image_bootstrap
 
-        table = with_image_bootstrap(Path(path), cells, reference, table, level, replicates)
+        try:
+            table = with_image_bootstrap(Path(path), cells, reference, table, level, replicates)
+        except (DamagedFile, UsageError) as exc:  # a damaged outcomes.npz, counts that differ
+            raise HarnessError([str(exc)]) from exc
     return table
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.validate import load_suite_arg
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def cmd_report(args) -> int:
@@ -35,26 +38,59 @@ def cmd_report(args) -> int:
         expected = load_suite_arg(
             read_manifest(Path(args.results_dir))["source"], args.overrides
         ).cells()
+    results = require_results(Path(args.results_dir))
+    # The bootstrap before anything is written: a damaged outcomes.npz, or cells of one
+    # comparison scored on different test sets, stop the command with every file as it was.
+    images = image_table_of(results, args) if args.images else None
     left_out: list[str] = []
     out = write_report(
-        require_results(Path(args.results_dir)),
+        results,
         Path(args.output) if args.output else None,
         expected=expected,
         left_out=left_out,
         **report_kwargs(args),
     )
     print(f"wrote {out}")
-    if args.images:
-        from reports.render.images import IMAGES_CSV, write_images
+    if images is not None:
+        from reports.render.images import IMAGES_CSV, format_images
 
-        print(write_images(Path(args.results_dir), out.parent, args.reference, test=args.test,
-                           holm=args.holm))  # fmt: skip
+        images.to_csv(out.parent / IMAGES_CSV, index=False)
+        print(format_images(images))
         print(f"wrote {out.parent / IMAGES_CSV}")
     if left_out:  # a report without some of the records there: not a clean exit
         print(f"error: {len(left_out)} record(s) could not be read and are left out of the "
               f"report: {' '.join(left_out)}", file=sys.stderr)  # fmt: skip
         return 1
     return 0
+
+
+def image_table_of(results: Path, args: argparse.Namespace) -> pd.DataFrame:
+    """``harness report --images``' table (:func:`reports.render.images.image_table`) of
+    ``results``, its ``--reference`` checked first as the report checks it.
+
+    Raises:
+        UsageError: a ``--reference`` without done cells (the line names the methods with some),
+            or none given and neither default reference ran.
+        DamagedOutcomes: a compared cell's ``outcomes.npz`` is damaged or holds another number
+            of images than its record's.
+        UsageError: two cells of one comparison hold different numbers of images.
+    """
+    from harness.contract.errors import UsageError
+    from reports.records.index import load_results
+    from reports.render.images import image_table
+    from reports.stats.paired import default_reference, missing_reference
+
+    cells = load_results(results).cells
+    if args.reference:
+        problem = missing_reference(cells, args.reference)
+        if problem:
+            raise UsageError(f"--{problem}")
+    elif default_reference(cells) is None:
+        raise UsageError(
+            "--images: no reference to compare with: neither deep_ensemble nor single has done "
+            "cells here; name one with --reference METHOD"
+        )
+    return image_table(results, args.reference, test=args.test, holm=args.holm)
 
 
 def report_kwargs(args: argparse.Namespace) -> dict[str, Any]:

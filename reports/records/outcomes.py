@@ -1,22 +1,49 @@
 """Reading a cell's per-image outcomes (``outcomes.npz``, :mod:`harness.contract.outcomes`) for
-the bootstrap over test images (:mod:`reports.stats.bootstrap`)."""
+the bootstrap over test images (:mod:`reports.stats.bootstrap`), each file checked against its
+record's test-set size and against the other cells of its comparison before any resampling."""
 
 from __future__ import annotations
 
+import io
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness.contract.outcomes import OUTCOMES_FILE
+from harness.contract import usable_record
+from harness.contract.errors import UsageError
+from harness.contract.outcomes import OUTCOMES_FILE, check_outcomes, record_image_count
+
+
+def read_outcomes(cell_dir: Path, n_images: int | None = None) -> dict[str, np.ndarray] | None:
+    """The cell's per-image outcomes (``{"correct": (N,), "nll": (N,), …}``), or None when it
+    has no ``outcomes.npz``. Decoded without unpickling (``allow_pickle=False``).
+
+    Args:
+        cell_dir: the cell's folder.
+        n_images: the N the file must hold (the record's test-set size,
+            :func:`harness.contract.outcomes.record_image_count`; None: any).
+
+    Raises:
+        DamagedOutcomes: the file is there but damaged, or holds another number of images than
+            ``n_images`` (:func:`harness.contract.outcomes.check_outcomes`).
+    """
+    checked = check_outcomes(cell_dir, n_images)
+    if checked is None:
+        return None
+    # The bytes the check read (not the file again: a rewrite in between would go unchecked).
+    with np.load(io.BytesIO(checked.data), allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
 
 
 def load_outcomes(cell_dir: Path) -> dict[str, np.ndarray] | None:
-    """The cell's per-image outcomes, or None when it has none (a record from before they were
-    kept, or a damaged file). Loaded without unpickling (``allow_pickle=False``)."""
+    """The cell's per-image outcomes, or None when it has none or they cannot be read, without
+    the checks of :func:`read_outcomes` (fields, dtypes, lengths): for a caller that treats a
+    damaged file as absent. The comparison reads through :func:`read_outcomes`, which names
+    the damage instead."""
     path = Path(cell_dir) / OUTCOMES_FILE
     if not path.is_file():
         return None
@@ -47,27 +74,50 @@ def cell_folder(results_dir: Path, suite: str, cell_id: str) -> Path:
     return direct if direct.is_dir() else Path(results_dir) / suite / cell_id
 
 
-def outcomes_finder(
-    results_dir: Path, cells: pd.DataFrame, reference_method: str
-) -> Callable[[Mapping[str, Any], bool], list[dict[str, np.ndarray] | None]]:
-    """For :func:`reports.stats.bootstrap.bootstrap_rows`: ``(paired-table row, reference
-    side?)`` → the outcomes of that side's done cells at the row's paired seeds, in seed order
-    (None for a seed whose cell has none). Of two cells of one configuration and seed (the same
-    configuration in two suites) the first with outcomes is used."""
-    done = cells[cells["status"] == "done"] if "status" in cells else cells
-    cache: dict[tuple[str, str], dict[str, np.ndarray] | None] = {}
+Outcomes = dict[str, np.ndarray]
+#: A cell of the loaded frame: (suite, cell id).
+CellKey = tuple[str, str]
 
-    def load(suite: str, cell_id: str) -> dict[str, np.ndarray] | None:
-        if (suite, cell_id) not in cache:
-            if cell_id.endswith(TS_SUFFIX):  # single+TS: its cell's calibrated outcomes
-                base = load(suite, cell_id.removesuffix(TS_SUFFIX))
-                cache[suite, cell_id] = None if base is None else calibrated_view(base)
+
+class OutcomesFinder:
+    """The outcomes of the done cells of ``cells`` (the reporter's frame of the results in
+    ``results_dir``) that each paired-table row compares, each file read once and checked
+    against its record's test-set size (:func:`read_outcomes`).
+
+    Of two cells of one configuration and seed (the same configuration in two suites) the
+    first with outcomes is used. A damaged file raises
+    :class:`~harness.contract.outcomes.DamagedOutcomes` when it is first needed."""
+
+    def __init__(self, results_dir: Path, cells: pd.DataFrame, reference_method: str) -> None:
+        self.results_dir, self.reference_method = Path(results_dir), reference_method
+        self.done = cells[cells["status"] == "done"] if "status" in cells else cells
+        self._cache: dict[CellKey, Outcomes | None] = {}
+
+    def folder(self, key: CellKey) -> Path:
+        """The cell's folder (a derived ``single+TS`` row's: its cell's)."""
+        return cell_folder(self.results_dir, key[0], key[1].removesuffix(TS_SUFFIX))
+
+    def load(self, key: CellKey) -> Outcomes | None:
+        """The outcomes of one cell (a ``single+TS`` row's: its cell's calibrated view)."""
+        if key not in self._cache:
+            suite, cell_id = key
+            if cell_id.endswith(TS_SUFFIX):
+                base = self.load((suite, cell_id.removesuffix(TS_SUFFIX)))
+                self._cache[key] = None if base is None else calibrated_view(base)
             else:
-                cache[suite, cell_id] = load_outcomes(cell_folder(results_dir, suite, cell_id))
-        return cache[suite, cell_id]
+                folder = self.folder(key)
+                record = usable_record(folder)
+                count = record_image_count(record) if record is not None else None
+                self._cache[key] = read_outcomes(folder, count)
+        return self._cache[key]
 
-    def find(row: Mapping[str, Any], reference: bool) -> list[dict[str, np.ndarray] | None]:
-        method = reference_method if reference else row["method"]
+    def found(
+        self, row: Mapping[str, Any], reference: bool
+    ) -> list[tuple[CellKey, Outcomes] | None]:
+        """Per paired seed of ``row`` (in seed order), the cell of that side used and its
+        outcomes, or None for a seed whose cells have none."""
+        done = self.done
+        method = self.reference_method if reference else row["method"]
         m = row["reference_M"] if reference else row["M"]
         hparams = row["reference_hparams"] if reference else row["hparams"]
         mask = (
@@ -79,19 +129,60 @@ def outcomes_finder(
             & (done["hparams"].fillna("") == (hparams or ""))
         )
         mine = done[mask]
-        out = []
+        out: list[tuple[CellKey, Outcomes] | None] = []
         for seed in (int(s) for s in str(row["seeds"]).split(",")):
             found = None
             for suite, cell_id in zip(
                 *(mine.loc[mine["seed"] == seed, k] for k in ("suite", "cell_id"))
             ):
-                found = load(str(suite), str(cell_id))
-                if found is not None:
+                key = (str(suite), str(cell_id))
+                outcomes = self.load(key)
+                if outcomes is not None:
+                    found = (key, outcomes)
                     break
             out.append(found)
         return out
 
-    return find
+    def find(self, row: Mapping[str, Any], reference: bool) -> list[Outcomes | None]:
+        """For :func:`reports.stats.bootstrap.bootstrap_rows`: ``(paired-table row, reference
+        side?)`` → the outcomes of that side's cells at the row's paired seeds, in seed order
+        (None for a seed whose cell has none)."""
+        return [None if f is None else f[1] for f in self.found(row, reference)]
+
+    def check_counts(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Read every outcomes file ``rows`` compare and check that the cells of each row were
+        scored on one test set, before any resampling.
+
+        Raises:
+            DamagedOutcomes: a file is damaged or disagrees with its record.
+            UsageError: two cells of one comparison hold different numbers of images (one
+                line naming both folders and both counts).
+        """
+        from reports.stats.bootstrap import supports
+
+        for row in rows:
+            if not supports(str(row["metric"])):
+                continue
+            present = [f for side in (False, True) for f in self.found(row, side) if f]
+            if not present:
+                continue
+            key, first = present[0]
+            n = len(first["correct"])
+            for other, outcomes in present[1:]:
+                if len(outcomes["correct"]) != n:
+                    raise UsageError(
+                        f"{self.folder(other) / OUTCOMES_FILE}: holds "
+                        f"{len(outcomes['correct'])} images, but {self.folder(key)} in the "
+                        f"same comparison ({row['method']} against {self.reference_method}, "
+                        f"{row['dataset']}) holds {n}: compare only cells scored on one test set"
+                    )
+
+
+def outcomes_finder(
+    results_dir: Path, cells: pd.DataFrame, reference_method: str
+) -> Callable[[Mapping[str, Any], bool], list[Outcomes | None]]:
+    """:meth:`OutcomesFinder.find` of a new :class:`OutcomesFinder`."""
+    return OutcomesFinder(results_dir, cells, reference_method).find
 
 
 def with_image_bootstrap(
@@ -105,10 +196,22 @@ def with_image_bootstrap(
     """``table`` (a paired table of the results in ``path``, :func:`paired_differences
     <reports.stats.paired.paired_differences>` of ``cells`` against ``reference``) with the seeds
     × images bootstrap's columns: ``boot_se``, ``boot_lo``, ``boot_hi``, ``boot_p``, ``n_images``
-    and ``boot_note`` (:func:`reports.stats.bootstrap.bootstrap_rows`)."""
-    from reports.stats.bootstrap import bootstrap_rows
+    and ``boot_note`` (:func:`reports.stats.bootstrap.bootstrap_rows`).
+
+    Raises:
+        DamagedOutcomes: a compared cell's ``outcomes.npz`` is damaged or holds another number
+            of images than its record was scored on.
+        UsageError: two cells of one comparison hold different numbers of images.
+        ValueError: a level or replicates the bootstrap cannot use
+            (:func:`reports.stats.bootstrap.argument_problems`).
+    """
+    from reports.stats.bootstrap import argument_problems, bootstrap_rows
     from reports.stats.paired import parse_reference
 
-    find = outcomes_finder(path, cells, parse_reference(reference)[0])
-    extra = bootstrap_rows(table.to_dict("records"), find, level=level, replicates=replicates)
+    if problems := argument_problems(level, replicates):  # before any file is read
+        raise ValueError("; ".join(problems))
+    finder = OutcomesFinder(path, cells, parse_reference(reference)[0])
+    rows = table.to_dict("records")
+    finder.check_counts(rows)  # every file read and checked before the first replicate
+    extra = bootstrap_rows(rows, finder.find, level=level, replicates=replicates)
     return pd.concat([table, pd.DataFrame(extra, index=table.index)], axis=1)

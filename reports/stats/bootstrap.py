@@ -37,6 +37,7 @@ References:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -53,6 +54,28 @@ N_BINS = 15
 DEFAULT_REPLICATES = 2000
 
 _CHUNK = 250
+
+
+def argument_problems(level: object, replicates: object) -> list[str]:
+    """One line per argument of the bootstrap that cannot be used (``level`` a fraction in
+    (0, 1), ``replicates`` a whole number ≥ 2: a standard deviation needs two), naming it, its
+    value and what to give instead; empty when both are usable."""
+    problems = []
+    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
+        hint = "a fraction strictly between 0 and 1, e.g. 0.95"
+        if isinstance(level, numbers.Real) and not isinstance(level, bool) and 1 < level < 100:
+            hint += f" (did you mean level={level / 100:g}?)"
+        problems.append(f"level={level!r}: the interval's level must be {hint}")
+    if (
+        isinstance(replicates, bool)
+        or not isinstance(replicates, numbers.Integral)
+        or replicates < 2
+    ):
+        problems.append(
+            f"replicates={replicates!r}: the bootstrap's replicates must be a whole number, at "
+            f"least 2 (default {DEFAULT_REPLICATES})"
+        )
+    return problems
 
 
 def supports(metric: str) -> bool:
@@ -138,7 +161,7 @@ def paired_bootstrap(
 
     Args:
         config, reference: per paired seed (same order on both sides), the cell's per-image
-            outcomes (:func:`harness.metrics.outcomes.load_outcomes`), the same N test images in
+            outcomes (:func:`reports.records.outcomes.read_outcomes`), the same N test images in
             the same order everywhere.
         metric: a :func:`supports` metric.
         mean_diff: the point estimate (the records' mean difference), the interval's centre.
@@ -147,12 +170,14 @@ def paired_bootstrap(
         seed: of the resampling (the same table twice gives the same numbers).
 
     Raises:
-        ValueError: fewer than two seeds, an unsupported metric, or cells scored on different
-            numbers of images.
+        ValueError: fewer than two seeds, an unsupported metric, cells scored on different
+            numbers of images, or a level or replicates :func:`argument_problems` refuses.
         KeyError: a cell's outcomes lack the arrays the metric needs (e.g. no ``ts/``).
     """
     from scipy import stats
 
+    if problems := argument_problems(level, replicates):
+        raise ValueError("; ".join(problems))
     if not supports(metric):
         raise ValueError(f"{metric!r} is not computed from per-image outcomes")
     n = len(config)
@@ -208,7 +233,13 @@ def bootstrap_rows(
     Returns:
         Per row ``boot_se``, ``boot_lo``, ``boot_hi``, ``boot_p``, ``n_images`` and
         ``boot_note`` (why a row has none: an unsupported metric, a cell without outcomes).
+
+    Raises:
+        ValueError: a level or replicates :func:`argument_problems` refuses (before any row;
+            not a note on every row).
     """
+    if problems := argument_problems(level, replicates):
+        raise ValueError("; ".join(problems))
     out = []
     for row in rows:
         empty = {"boot_se": np.nan, "boot_lo": np.nan, "boot_hi": np.nan, "boot_p": np.nan,
