@@ -30,9 +30,12 @@ are registered by their commit before any of their cells run, which
 from __future__ import annotations
 
 import argparse
+import difflib
+import functools
 import json
 import math
 import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,6 +46,8 @@ import pandas as pd
 import yaml
 
 import harness.api as h
+from harness.cli.checks import Parser
+from harness.contract.errors import DamagedFile, UsageError
 from reports.stats.significance import holm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,46 +96,129 @@ class Section:
     substance: str = ""  # what registers the section (JSON): everything but its title and notes
 
 
+class FamiliesError(ValueError):
+    """The families file is not one this script reads: ``str()`` is one line naming the file and
+    the line (YAML that does not parse) or the key (YAML whose structure is wrong)."""
+
+
 def load_families(path: Path | str = FAMILIES) -> tuple[dict[str, str], tuple[Section, ...]]:
-    """The file's configuration names (``select`` → ``name``) and its sections, in file order."""
-    return _parse(yaml.safe_load(Path(path).read_text(encoding="utf-8")))
+    """The file's configuration names (``select`` → ``name``) and its sections, in file order.
+
+    Raises:
+        FamiliesError: the file is unreadable, not YAML, or not laid out as families.yaml is.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FamiliesError(f"{path}: unreadable ({exc.__class__.__name__}: {exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        what = getattr(exc, "problem", None) or exc
+        raise FamiliesError(f"{path}: {where}not valid YAML ({what}); fix that line") from None
+    try:
+        return _parse(data)
+    except FamiliesError as exc:
+        raise FamiliesError(f"{path}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # a level or alpha that is not a number, say
+        raise FamiliesError(f"{path}: a value of the wrong kind ({exc})") from None
 
 
-def _parse(data: dict[str, Any]) -> tuple[dict[str, str], tuple[Section, ...]]:
-    configs = data["configurations"]
+def _get(mapping: Any, key: Any, where: str, kind: type | tuple[type, ...] = object) -> Any:
+    """``mapping[key]``, checked to be a ``kind``; else a :class:`FamiliesError` naming
+    ``where`` (and, for a missing key, the keys ``mapping`` does hold)."""
+    if not isinstance(mapping, dict):
+        found = "empty" if mapping is None else f"a {type(mapping).__name__}"
+        raise FamiliesError(f"{where} is {found}, not a mapping")
+    if key not in mapping:
+        held = ", ".join(map(str, mapping)) or "nothing"
+        raise FamiliesError(f"{where} has no {key!r} (it has: {held})")
+    value = mapping[key]
+    if not isinstance(value, kind):
+        wanted = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise FamiliesError(f"{where}: {key} is a {type(value).__name__}, not a {wanted}")
+    return value
+
+
+def _parse(data: Any) -> tuple[dict[str, str], tuple[Section, ...]]:
+    """:func:`load_families` on the parsed YAML; a wrong structure names its key or entry."""
+    configs = _get(data, "configurations", "the file", dict)
+    names = {}
+    for key in configs:
+        config = _get(configs, key, "configurations", dict)
+        select = _get(config, "select", f"configurations.{key}", str)
+        names[select] = config.get("name", select)
     sections = []
-    for raw in data["sections"]:
-        test = data["tests"][raw["test"]] if isinstance(raw["test"], str) else raw["test"]
-        if test.get("adjust", "holm") != "holm" or test["test"] not in ("t", "signflip"):
-            raise ValueError(f"section {raw['id']}: only a paired t or sign-flip test with Holm")
-        metrics = raw["metrics"]
-        metrics = tuple(data["metrics"][metrics] if isinstance(metrics, str) else metrics)
-        pairs = tuple((configs[a]["select"], configs[b]["select"]) for a, b in raw["comparisons"])
+    for index, raw in enumerate(_get(data, "sections", "the file", list), 1):
+        sid = raw.get("id") if isinstance(raw, dict) else None
+        where = f"section {sid or f'#{index}'}"
+        test = _get(raw, "test", where, (str, dict))
+        if isinstance(test, str):
+            test = _get(_get(data, "tests", "the file", dict), test, f"{where}: tests", dict)
+        if test.get("adjust", "holm") != "holm" or test.get("test") not in ("t", "signflip"):
+            raise FamiliesError(f"{where}: only a paired t or sign-flip test with Holm")
+        metrics = _get(raw, "metrics", where, (str, list))
+        if isinstance(metrics, str):
+            metrics = _get(data.get("metrics"), metrics, f"{where}: metrics", list)
+        metrics = tuple(metrics)
+        pairs = []
+        for pair in _get(raw, "comparisons", where, list):
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise FamiliesError(
+                    f"{where}: comparison {pair!r} is not [configuration, reference]"
+                )
+            pairs.append(
+                tuple(_get(configs, c, f"{where}: configurations")["select"] for c in pair)
+            )
+        pairs = tuple(pairs)
         selection = raw.get("selection") or {}
         substance = {k: raw.get(k) for k in ("results", "variant", "reuse", "selection")}
         substance.update(pairs=pairs, metrics=metrics, test=test)
         sections.append(Section(
-            title=raw["title"], pairs=pairs, metrics=metrics, id=raw["id"],
-            results=raw["results"], variant=raw.get("variant") or "", test=test["test"],
+            title=_get(raw, "title", where, str), pairs=pairs, metrics=metrics,
+            id=_get(raw, "id", where, str), results=_get(raw, "results", where, str),
+            variant=raw.get("variant") or "", test=test["test"],
             level=float(test.get("level", 0.95)), alpha=float(test.get("alpha", 0.05)),
             retrospective=bool(raw.get("retrospective", False)), reuse=raw.get("reuse") or "",
             selection=selection.get("results", ""),
             substance=json.dumps(substance, sort_keys=True, ensure_ascii=False),
         ))  # fmt: skip
-    names = {c["select"]: c.get("name", c["select"]) for c in configs.values()}
     return names, tuple(sections)
 
 
-#: How the tables name the configurations, and every section of the file.
-NAMES, SECTIONS = load_families()
-_CONFIGS = yaml.safe_load(FAMILIES.read_text(encoding="utf-8"))["configurations"]
-SEP = _CONFIGS["sep"]["select"]  # the selected configuration whose members separate
-SHARE = _CONFIGS["share"]["select"]  # the sharing end (the validation NLL's own choice)
-CONVERTED = _CONFIGS["converted"]["select"]
+@functools.cache
+def study() -> tuple[dict[str, str], tuple[Section, ...], dict[str, Any]]:
+    """:data:`FAMILIES` as read on first use: its names, sections and configurations."""
+    names, sections = load_families()
+    return names, sections, yaml.safe_load(FAMILIES.read_text(encoding="utf-8"))["configurations"]
 
 
-def sections_for(path: str, sections: Iterable[Section] = SECTIONS) -> list[Section]:
-    """The sections whose results folder has the name of ``path``'s."""
+#: Read on first use (PEP 562), not on import: a broken families file is then one line from
+#: :func:`main`, not a traceback before it. NAMES: how the tables name the configurations;
+#: SECTIONS: every section of the file; SEP: the selected configuration whose members separate;
+#: SHARE: the sharing end (the validation NLL's own choice); CONVERTED: the converted one.
+_LAZY = {
+    "NAMES": lambda: study()[0],
+    "SECTIONS": lambda: study()[1],
+    "_CONFIGS": lambda: study()[2],
+    "SEP": lambda: study()[2]["sep"]["select"],
+    "SHARE": lambda: study()[2]["share"]["select"],
+    "CONVERTED": lambda: study()[2]["converted"]["select"],
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The module's constants of :data:`FAMILIES` (``_LAZY``), read when first asked for."""
+    if name in _LAZY:
+        return _LAZY[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def sections_for(path: str, sections: Iterable[Section] | None = None) -> list[Section]:
+    """The sections (of :data:`FAMILIES` unless given) whose results folder has the name of
+    ``path``'s."""
+    sections = study()[1] if sections is None else sections
     return [s for s in sections if Path(s.results).name == Path(path).name]
 
 
@@ -275,7 +363,8 @@ def markdown(section: Section, rows: pd.DataFrame) -> str:
     for (config, reference), group in rows.groupby(["config", "reference"], sort=False):
         cells = [_cell(group[group["metric"] == m].iloc[0]) for m in section.metrics]
         n = int(group["n_pairs"].min())
-        name = f"{NAMES.get(config, config)} − {NAMES.get(reference, reference)}"
+        names = study()[0]
+        name = f"{names.get(config, config)} − {names.get(reference, reference)}"
         lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
     lines += ["", f"Holm over the {len(rows)} comparisons of this table; smallest adjusted p "
               f"{rows['p_holm'].min():.2g}.", ""]  # fmt: skip
@@ -300,15 +389,29 @@ DESCRIBE = (
 )
 
 
+def _done_cells(path: str) -> pd.DataFrame:
+    """The done cells of a results folder (:func:`harness.api.load_results`), at least one."""
+    cells = h.load_results(path)
+    cells = cells[cells["status"] == "done"]
+    if cells.empty:
+        raise UsageError(f"results {path}: no done cell (not a results folder, or none finished)")
+    return cells
+
+
 def describe(path: str, variant: str = "") -> str:
     """Mean ± std over seeds of :data:`DESCRIBE` per configuration (done cells of the paired
     table's ``variant``, e.g. ``recipe.epochs=24``; "" the suite's own recipe), as Markdown;
-    ``cpu_s`` is the records' ``timings.cpu_s``."""
+    ``cpu_s`` is the records' ``timings.cpu_s``. Raises :class:`UsageError` when no done cell
+    has that variant."""
     records = h.load_records(path)
     cpu = {r["cell_id"]: (r.get("timings") or {}).get("cpu_s") for r in records}
-    cells = h.load_results(path)  # one raw row per cell: the TS numbers are its _ts columns
-    chosen = cells["variant"].fillna("") == variant
-    cells = cells[(cells["status"] == "done") & chosen]
+    cells = _done_cells(path)  # one raw row per cell: the TS numbers are its _ts columns
+    variants = cells["variant"].fillna("")
+    if variant not in set(variants):
+        shown = ", ".join(sorted(v or "'' (the suite's own recipe)" for v in set(variants)))
+        raise UsageError(f"--variant {variant or repr('')}: no done cell of {path} has it; "
+                         f"its variants: {shown}")  # fmt: skip
+    cells = cells[variants == variant]
     cells = cells.assign(cpu_s=cells["cell_id"].map(cpu))
     cols = [c for c in DESCRIBE if c[0] in cells.columns]
     lines = ["| configuration | n | " + " | ".join(c[1] for c in cols) + " |",
@@ -330,9 +433,9 @@ def selection(path: str, k_eff_max: float | None = None) -> str:
     configuration with the lowest mean validation NLL among those run at every seed of the folder
     (and, with ``k_eff_max``, whose k_eff is ≤ it at every seed: members that separate) is marked
     **selected** — the rule of families.yaml's selections; with ``k_eff_max``, a single model's
-    row (no k_eff) with the selected recipe is marked **control**. No test number is read."""
-    cells = h.load_results(path)
-    cells = cells[cells["status"] == "done"]
+    row (no k_eff) with the selected recipe is marked **control**. No test number is read.
+    Raises :class:`UsageError` for a folder without done cells."""
+    cells = _done_cells(path)
     by_id = {r["cell_id"]: r for r in h.load_records(path)}
     seeds = sorted(cells["seed"].unique())
     rows = []
@@ -377,14 +480,15 @@ def selection(path: str, k_eff_max: float | None = None) -> str:
 def _config(record: dict) -> str:
     """The name the tables give a record's configuration."""
     hp, method = record["config"].get("hparams") or {}, record["config"]["method"]
-    return f"σN-Ens τ = {hp['tau']:g}" if "tau" in hp else NAMES.get(method, method)
+    return f"σN-Ens τ = {hp['tau']:g}" if "tau" in hp else study()[0].get(method, method)
 
 
 def severities(path: str) -> str:
     """ECE per corruption severity (mean over the corruptions, then mean ± std over seeds), its
     slope (``ece_slope``, pp per level), the same after temperature scaling (the clean-fitted
     temperature applied to the corrupted sets) and accuracy at severities 1 and 5, as Markdown;
-    from the records' ``metrics.corruption`` and ``metrics.calibration.ts.corruption``."""
+    from the records' ``metrics.corruption`` and ``metrics.calibration.ts.corruption``. Raises
+    :class:`UsageError` for a folder without them."""
     groups: dict[str, list[dict]] = {}
     for record in h.load_records(path):
         if record.get("status") == "done" and "corruption" in record.get("metrics", {}):
@@ -394,6 +498,10 @@ def severities(path: str) -> str:
         s = pd.Series(values) * 100
         return f"{s.mean():.{digits}f} ± {s.std():.{digits}f}"
 
+    if not groups:
+        raise UsageError(f"results {path}: no done record with corruption metrics; give a "
+                         "corruption folder (evaluation.corruptions set), such as "
+                         "docs/results/claims_fmnist_study_corruption")  # fmt: skip
     lines = ["| configuration | n | clean ECE (%) raw / TS | ECE (%) severity 1 | 2 | 3 | 4 | 5 "
              "| slope (pp / level) | TS: severity 1 → 5 | TS slope | corrupted Acc (%), "
              "severity 1 → 5 |",
@@ -418,43 +526,122 @@ def severities(path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _k_eff_bound(text: str) -> float:
+    """argparse type of ``--k-eff-max``: a number ≥ 1 (k_eff runs from 1, every feature owned by
+    one member, to M); below 1 no configuration could be eligible."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(
+            f"expected a number >= 1 such as 3.5 (k_eff runs from 1 to M), got {text!r}"
+        )
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line; its own mistakes (a bad number, two tables at once) are one line."""
+    parser = Parser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     parser.add_argument("results", help="the study's results folder")
     parser.add_argument("--corruption", action="store_true",
                         help="accepted, unused: the folder picks the sections")  # fmt: skip
-    parser.add_argument("--describe", action="store_true", help="only the per-configuration table")
-    parser.add_argument("--variant", default="",
+    table = parser.add_mutually_exclusive_group()  # one table per call
+    table.add_argument("--describe", action="store_true", help="only the per-configuration table")
+    table.add_argument("--select", action="store_true",
+                       help="only a selection folder's table (lowest validation NLL)")  # fmt: skip
+    table.add_argument("--severities", action="store_true",
+                       help="only the ECE-by-severity table (a corruption folder)")  # fmt: skip
+    parser.add_argument("--variant",
                         help="--describe: a recipe variant's cells (recipe.epochs=24)")  # fmt: skip
-    parser.add_argument("--select", action="store_true",
-                        help="only a selection folder's table (lowest validation NLL)")  # fmt: skip
-    parser.add_argument("--k-eff-max", type=float,
+    parser.add_argument("--k-eff-max", type=_k_eff_bound,
                         help="--select: eligible if each seed's final k_eff is ≤ this")  # fmt: skip
-    parser.add_argument("--severities", action="store_true",
-                        help="only the ECE-by-severity table (a corruption folder)")  # fmt: skip
     parser.add_argument("--csv", help="also write every comparison (raw and adjusted p) here")
-    args = parser.parse_args()
-    if args.select:
-        print(selection(args.results, args.k_eff_max))
-        return
-    if args.describe or args.severities:
-        print(describe(args.results, args.variant) if args.describe else severities(args.results))
-        return
-    sections = sections_for(args.results)
-    if not sections:
-        raise SystemExit(f"{FAMILIES.relative_to(REPO)} names no section in {args.results}")
+    return parser
+
+
+def _refuse_mistakes(args: argparse.Namespace) -> None:
+    """Every mistake the arguments alone show, refused before anything is read or written:
+    raises :class:`UsageError` with the line to print."""
+    results = Path(args.results)
+    if not results.is_dir():
+        what = "is a file" if results.exists() else "does not exist"
+        nearby = [p.name for p in results.parent.glob("*/")] if results.parent.is_dir() else []
+        close = difflib.get_close_matches(results.name, nearby, n=1)
+        hint = f" (did you mean {results.parent / close[0]}?)" if close else ""
+        raise UsageError(f"results {args.results}: {what}{hint}; give a results folder (a "
+                         "suite's, such as docs/results/claims_fmnist_study)")  # fmt: skip
+    table = "--describe" if args.describe else "--select" if args.select else ""
+    table = table or ("--severities" if args.severities else "")
+    for flag, value, wanted in (("--variant", args.variant, "--describe"),
+                                ("--k-eff-max", args.k_eff_max, "--select")):  # fmt: skip
+        if value is not None and table != wanted:
+            raise UsageError(f"{flag} {value}: only with {wanted}; add {wanted} or leave it out")
+    if args.csv is not None:
+        csv = Path(args.csv)
+        if table:
+            raise UsageError(f"--csv {args.csv}: only with the sections' tables, not {table}")
+        if csv.is_dir() or not csv.parent.is_dir():
+            what = "is a folder" if csv.is_dir() else f"its folder {csv.parent} does not exist"
+            raise UsageError(f"--csv {args.csv}: {what}; give a file in an existing folder")
+    if not table and not sections_for(args.results):
+        raise UsageError(_no_section(results))
+
+
+def _no_section(results: Path) -> str:
+    """The line for a folder no section names: the closest name, and every known one."""
+    known: dict[str, list[str]] = {}
+    for section in study()[1]:
+        known.setdefault(Path(section.results).name, []).append(section.id)
+    close = difflib.get_close_matches(results.name, known, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    listed = "; ".join(f"{name} ({', '.join(ids)})" for name, ids in known.items())
+    return (f"results {results}: {FAMILIES.relative_to(REPO)} has no section for a folder named "
+            f"{results.name!r}; {hint}known: {listed} (--describe, --select and --severities "
+            "read any results folder)")  # fmt: skip
+
+
+def _sections(results: str, csv: str | None) -> None:
+    """Print every section of ``results``'s folder (a pending one says so); ``csv``: also write
+    every comparison there."""
     frames = []
-    for section in sections:
+    for section in sections_for(results):
         try:
-            rows = section_rows(args.results, section)
+            rows = section_rows(results, section)
         except NotRun as exc:  # said, not skipped silently: the table is still to come
             print(f"#### {section.title}\n\npending: {exc}\n")
             continue
         print(markdown(section, rows))
         frames.append(rows.assign(section=section.title))
-    if args.csv:
-        pd.concat(frames).to_csv(args.csv, index=False)
+    if csv and frames:
+        pd.concat(frames).to_csv(csv, index=False)
+    elif csv:
+        print(f"--csv {csv}: not written, every section is pending", file=sys.stderr)
+
+
+#: The errors a user's input can cause, each printed as one line with exit status 2; any other
+#: exception is a bug and keeps its traceback.
+MISTAKES = (UsageError, FamiliesError, h.HarnessError, DamagedFile, FileNotFoundError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: 0, or 2 with one line on stderr for a mistake (nothing written)."""
+    args = _parser().parse_args(argv)
+    try:
+        _refuse_mistakes(args)
+        if args.select:
+            print(selection(args.results, args.k_eff_max))
+        elif args.describe:
+            print(describe(args.results, args.variant or ""))
+        elif args.severities:
+            print(severities(args.results))
+        else:
+            _sections(args.results, args.csv)
+    except MISTAKES as exc:
+        print("error: " + "; ".join(str(exc).splitlines()), file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
