@@ -21,7 +21,6 @@ written beside the suite's cells:
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -29,6 +28,8 @@ from torch import nn
 
 import harness.api as h
 from harness.api import evaluate, load_model
+from harness.cli.checks import Parser
+from harness.contract.errors import DamagedFile, UsageError
 
 
 class Stacked(nn.Module):
@@ -55,24 +56,28 @@ class NearestClassMean(nn.Module):
 
 
 def from_cells(folder: Path, method: str = "single") -> nn.Module:
-    """The finished ``method`` cells of a results folder, stacked (one member per seed)."""
+    """The finished ``method`` cells of a results folder, stacked (one member per seed).
+
+    Raises:
+        UsageError: the folder holds no finished ``method`` cell with its weights.
+    """
     cells = sorted(
-        p.parent
-        for p in folder.glob("*/record.json")
-        if (p.parent / "final.pt").is_file()
-        and json.loads(p.read_text()).get("status") == "done"
-        and json.loads(p.read_text())["config"]["method"] == method
+        folder / r["cell_id"]
+        for r in h.load_records(folder)  # damaged records are left out (harness status names them)
+        if r.get("status") == "done"
+        and r["config"]["method"] == method
+        and (folder / r["cell_id"] / "final.pt").is_file()
     )
     if not cells:
-        raise SystemExit(f"{folder}: no finished {method} cell with weights; run the suite first "
-                         "or pass --scratch")  # fmt: skip
+        raise UsageError(f"--results: {folder} holds no finished {method} cell with weights; run "
+                         "the suite first or pass --scratch")  # fmt: skip
     print(f"stacking {len(cells)} {method} cells: {' '.join(c.name for c in cells)}")
     return Stacked([load_model(c) for c in cells])
 
 
 def scratch(dataset: str) -> nn.Module:
     """A nearest-class-mean classifier from ``dataset``'s training split."""
-    from harness.data._machinery.base import default_data_root
+    from harness.data import default_data_root
     from harness.registry import DATASETS
 
     spec = DATASETS.get(dataset)
@@ -84,22 +89,52 @@ def scratch(dataset: str) -> nn.Module:
     return NearestClassMean(means)
 
 
+def checked(args: argparse.Namespace) -> tuple[h.Validation, Path]:
+    """The suite's cells and its results folder, once every argument is known to be usable
+    (nothing is loaded or evaluated before).
+
+    Raises:
+        HarnessError: the suite does not load, or its data is not on this machine.
+        UsageError: anything else about the arguments, in one line naming it.
+    """
+    try:
+        validation = h.validate(args.suite, check_data=True)
+    except h.HarnessError as exc:
+        raise h.HarnessError([f"--suite: {line}" for line in exc.problems]) from None
+    datasets = sorted({c.dataset for c in validation.cells})
+    if len(datasets) != 1:
+        raise UsageError(f"--suite {args.suite}: its cells use {len(datasets)} datasets "
+                         f"({', '.join(datasets) or 'none'}); give a suite with one")  # fmt: skip
+    folder = Path(args.results) / validation.suite
+    for path in (Path(args.results), folder):
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--results {args.results}: {path} is a file, not a folder")
+    if not args.scratch and not folder.is_dir():
+        raise UsageError(f"--results {args.results}: no folder {folder} with the suite's cells; "
+                         f"run `harness run {args.suite}` first or pass --scratch")  # fmt: skip
+    return validation, folder
+
+
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Evaluate, write the record and return its folder. A mistake in the arguments is one line
+    on stderr and exit status 2 (``SystemExit``), before anything is evaluated."""
+    parser = Parser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="suites/smoke.yaml")
     parser.add_argument("--results", default="results", help="the results root")
     parser.add_argument("--scratch", action="store_true", help="the nearest-class-mean model")
     args = parser.parse_args(argv)
-    validation = h.validate(args.suite, check_data=False)
-    folder = Path(args.results) / validation.suite
-    dataset = validation.cells[0].dataset
-    if args.scratch:
-        model, name, backbone = scratch(dataset), "nearest_class_mean", "external"
-    else:
-        backbone = validation.cells[0].backbone  # the cells' own network, so the same table
-        model, name = from_cells(folder), "singles_ensemble"
-    out = evaluate(model, suite=args.suite, name=name, backbone=backbone, results=args.results,
-                   progress=True)  # fmt: skip
+    try:
+        validation, folder = checked(args)
+        dataset = validation.cells[0].dataset
+        if args.scratch:
+            model, name, backbone = scratch(dataset), "nearest_class_mean", "external"
+        else:
+            backbone = validation.cells[0].backbone  # the cells' own network, so the same table
+            model, name = from_cells(folder), "singles_ensemble"
+        out = evaluate(model, suite=args.suite, name=name, backbone=backbone,
+                       results=args.results, progress=True)  # fmt: skip
+    except (h.HarnessError, UsageError, DamagedFile, FileNotFoundError) as exc:
+        parser.exit(2, "error: " + "; ".join(str(exc).splitlines()) + "\n")
     clean = out.record["metrics"]["clean"]
     print(f"{name}: M={out.record['config']['M']} acc {clean['acc']:.4f} nll {clean['nll']:.4f} "
           f"ece {clean['ece']:.4f} → {out.path}")  # fmt: skip
