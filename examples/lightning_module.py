@@ -3,7 +3,7 @@
 python examples/lightning_module.py [--members 4] [--epochs 8] [--tau 0.1] [--lam 0.01]
 """
 
-import argparse
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -39,13 +39,12 @@ class SigmaEnsModule(L.LightningModule):
         return torch.optim.SGD(groups, lr=0.05, momentum=0.9)
 
 
-def main() -> None:
-    from own_training_loop import my_model  # the plain model of the other example
+def main(argv: list[str] | None = None) -> None:
+    """Train :class:`SigmaEnsModule` on the digits with a CPU ``Trainer``."""
+    # the plain model of the other example, and its arguments (checked before anything trains)
+    from own_training_loop import arguments, my_model
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in (("members", 4), ("epochs", 8), ("tau", 0.1), ("lam", 0.01)):
-        parser.add_argument(f"--{name}", type=type(default), default=default)
-    args = parser.parse_args()
+    args = arguments(argv, Path(__file__).name, __doc__.splitlines()[0])
     L.seed_everything(0, verbose=False)
     images, labels = load_digits(return_X_y=True)
     data = TensorDataset(torch.tensor(images, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0,

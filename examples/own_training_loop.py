@@ -8,6 +8,8 @@ the number of members sharing a feature (1: each feature owned by one member, M:
 """
 
 import argparse
+import math
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 from harness.api import sigma_ensemble
+from harness.cli.checks import Parser, positive_int
 
 
 def my_model(num_classes: int = 10) -> nn.Module:
@@ -26,13 +29,9 @@ def my_model(num_classes: int = 10) -> nn.Module:
     )  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--members", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--tau", type=float, default=0.1)  # low τ: members specialise
-    parser.add_argument("--lam", type=float, default=0.01)
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    """Train σN-Ens on the digits, printing test accuracy, NLL and k_eff after each epoch."""
+    args = arguments(argv)
     torch.manual_seed(0)
     images, labels = load_digits(return_X_y=True)
     x_all = torch.tensor(images, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0  # (N, 1, 8, 8)
@@ -59,6 +58,49 @@ def main() -> None:
         acc = (probs.argmax(1) == y_all[test]).float().mean().item()
         nll = F.nll_loss(probs.clamp_min(1e-12).log(), y_all[test]).item()
         print(f"epoch {epoch}: test acc {acc:.3f}  NLL {nll:.3f}  k_eff {net.k_eff():.2f} of {m}")
+
+
+# --- the command line: every value checked before anything trains -----------------------------
+
+
+def positive_float(text: str) -> float:
+    """argparse type of ``--tau``: a finite number > 0 (the softmax over members divides by τ)."""
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type of ``--lam``: a finite number ≥ 0 (λ < 0 would reward sharing)."""
+    value = _number(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _number(text: str) -> float:
+    """``text`` as a finite float, else the argparse error naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def arguments(argv: list[str] | None = None, prog: str = Path(__file__).name,
+              description: str = __doc__.splitlines()[0]) -> argparse.Namespace:  # fmt: skip
+    """``--members --epochs --tau --lam`` (this example's and lightning_module.py's), each
+    checked before anything trains: a mistake is one line on stderr and exit status 2."""
+    parser = Parser(prog=prog, description=description)
+    parser.add_argument("--members", type=positive_int, default=4, help="M ≥ 1")
+    parser.add_argument("--epochs", type=positive_int, default=8)
+    parser.add_argument("--tau", type=positive_float, default=0.1,
+                        help="τ > 0; low τ: members specialise")  # fmt: skip
+    parser.add_argument("--lam", type=non_negative_float, default=0.01, help="λ ≥ 0")
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
