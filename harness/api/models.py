@@ -74,6 +74,8 @@ def evaluate(
     device: str | torch.device | None = None,
     data_root: PathLike | None = None,
     progress: bool = False,
+    outputs: str = "logits",
+    overwrite: bool = False,
 ) -> Evaluated:
     """Put a model trained anywhere through the benchmark's evaluation: clean test set,
     corruptions, OOD sets, temperature scaling and conformal sets fitted on the held-out split,
@@ -81,9 +83,18 @@ def evaluate(
 
     The model receives what a harness model receives: float32 batches ``(B, C, H, W)`` at the
     dataset's input shape, normalised with the dataset's mean and standard deviation
-    (``harness.registry.DATASETS.get(dataset)``), and returns logits: ``(M, B, K)`` for an
+    (``harness.registry.DATASETS.get(dataset)``), and returns **logits** (the default,
+    ``outputs="logits"``) or, with ``outputs="probs"``, probabilities: ``(M, B, K)`` for an
     ensemble of M members (the prediction is the mean of their softmax, as for every method) or
-    ``(B, K)`` for one model. It is evaluated in ``eval()`` mode as it is; nothing is trained.
+    ``(B, K)`` for one model. Outputs that contradict ``outputs`` (rows of probabilities
+    scored as logits would give an NLL near log K) are refused on the first batch, as are NaN or
+    infinite outputs. It is evaluated in ``eval()`` mode as it is; nothing is trained.
+
+    The record's id is ``ext-`` and 12 hex digits of its configuration and the model's weights
+    (``docs/results.md``): it never names a trained cell's folder. A record of the same name,
+    dataset, backbone and seed already in the results folder is refused unless ``overwrite``
+    (its files are then renamed ``*.replaced-<time>``, never deleted); a name that is one of
+    the suite's trained methods on the same backbone is always refused.
 
     Args:
         model: an ``nn.Module`` or any callable from a batch to logits.
@@ -92,8 +103,7 @@ def evaluate(
             (``recipe.validation``, ``evaluation.calibration``), eval batch size and evaluation
             block, so the record sits beside its cells (written to ``<results>/<suite name>``).
         overrides: ``KEY=VALUE`` overrides of the suite (``"evaluation.ood=[]"``).
-        name: the record's method name (the leaderboard's row); evaluating again under the
-            same name, dataset and seed replaces the record.
+        name: the record's method name (the leaderboard's row).
         backbone: the record's backbone (the page groups by it): ``"external"`` unless the
             model is built on one of the suite's backbones and you want it in that table.
         results: the results root to write the record to (None: return it only).
@@ -105,30 +115,64 @@ def evaluate(
         device: where the model runs (default: where its parameters are, else the CPU).
         data_root: where the data lives (default: ``$HARNESS_DATA_ROOT``, else the user cache).
         progress: a progress bar over the evaluation's passes (on a terminal).
+        outputs: ``"logits"`` (default) or ``"probs"``: what the model returns.
+        overwrite: replace an earlier record of an outside model under the same name,
+            dataset, backbone and seed (its files set aside, never deleted).
 
     Returns:
         The record, its folder and the per-image outcomes; ``.row`` is the reporter's row.
 
     Raises:
-        HarnessError: an unknown dataset or OOD set, an invalid evaluation or recipe field,
-            data missing on this machine, a suite that does not load — before any evaluation —
-            or a model whose output is not logits of the dataset's classes.
+        HarnessError: before any evaluation, naming the argument: a wrong argument type or
+            value, a device this machine does not have, a model on the meta device or on
+            another device, an unknown dataset or OOD set, an invalid evaluation or recipe
+            field, a conformal α the calibration split cannot honour, data missing on this
+            machine, a suite that does not load, a results path that is a file, a record it
+            would collide with; on the first test batch: a model that fails on the dataset's
+            input shape or whose outputs are not finite logits (or probabilities) of the
+            dataset's classes.
     """
-    import torch
-
+    # Length: two thirds of it is the docstring (the API's reference); the body is the order
+    # of the checks, every one before the first forward pass.
+    from harness.api.evaluate_checks import (
+        argument_problems,
+        checked_device,
+        colliding_records,
+        model_fingerprint,
+    )
+    from harness.contract import ExternalCell
     from harness.data._machinery.base import DataMissingError, default_data_root
     from harness.engine.external import evaluate_external
 
-    cell = _external_cell(name, backbone, dataset, suite, overrides, evaluation, recipe, seed)
+    problems = argument_problems(model, dataset, overrides, name, backbone, results,
+                                 evaluation, recipe, seed, outputs, data_root)  # fmt: skip
+    if problems:
+        raise HarnessError(problems)
+    where = checked_device(device, model)
+    cell, suite_methods = _external_cell(
+        name, backbone, dataset, suite, overrides, evaluation, recipe, seed
+    )
     root = default_data_root(Path(data_root) if data_root else None)
     _check_data(cell, root)
-    where = torch.device(device) if device is not None else _device_of(model)
+    cell = ExternalCell(**_fields(cell), fingerprint=model_fingerprint(model))
     suite_dir = Path(results) / cell.suite if results is not None else None
+    if suite_dir is not None and suite_dir.exists() and not suite_dir.is_dir():
+        raise HarnessError([f"results: {suite_dir} is a file, not a folder"])
+    replaces = [] if suite_dir is None else colliding_records(
+        suite_dir, cell, suite_methods, overwrite
+    )  # fmt: skip
     try:
-        record, outcomes, folder = evaluate_external(model, cell, root, where, suite_dir, progress)
+        record, outcomes, folder = evaluate_external(
+            model, cell, root, where, suite_dir, progress, outputs=outputs, replaces=replaces
+        )
     except (TypeError, ValueError, DataMissingError) as exc:
         raise HarnessError([f"{name}: {exc}"]) from exc
     return Evaluated(record, folder, outcomes)
+
+
+def _fields(cell: Cell) -> dict[str, Any]:
+    """A cell's dataclass fields by name (to rebuild it as another cell type)."""
+    return {f.name: getattr(cell, f.name) for f in dataclasses.fields(cell)}
 
 
 def _external_cell(
@@ -140,18 +184,22 @@ def _external_cell(
     evaluation: Mapping[str, Any] | None,
     recipe: Mapping[str, Any] | None,
     seed: int,
-) -> Cell:
+) -> tuple[Cell, list[tuple[str, str]]]:
     """The configuration an outside model is evaluated under (M = 1 until the model shows its
-    own), checked as a suite is: every problem at once."""
+    own), checked as a suite is: every problem at once; and the suite's (method, backbone)
+    pairs, the names an outside model may not take."""
     from harness.contract import Cell, Evaluation, Recipe
+    from harness.contract.config import conformal_alpha_problem
     from harness.registry import DATASETS
     from harness.registry.core import RegistryError
 
     problems: list[str] = []
     base_recipe, base_eval, suite_name = Recipe(), Evaluation(), EXTERNAL_SUITE
+    pairs: list[tuple[str, str]] = []
     if suite is not None:
         loaded = _load_suite(suite, overrides)
         suite_name, base_recipe, base_eval = loaded.name, loaded.recipe, loaded.evaluation
+        pairs = [(me.name, b) for me in loaded.grid.methods for b in _backbone_names(loaded, me)]
         datasets = list(loaded.grid.datasets)
         if dataset is None and len(datasets) == 1:
             dataset = datasets[0]
@@ -170,9 +218,19 @@ def _external_cell(
     if ev.calibrate and not (ev.calibration or rec.validation):
         problems.append("evaluation.calibrate needs held-out images: set "
                         "evaluation.calibration or recipe.validation")  # fmt: skip
+    elif ev.calibrate and (
+        low := conformal_alpha_problem(ev.conformal_alpha, ev.calibration or rec.validation)
+    ):
+        problems.append(f"evaluation.conformal_alpha: {low}")
     if problems:
         raise HarnessError(problems)
-    return Cell(suite_name, str(dataset), backbone, {}, name, 1, {}, seed, rec, ev, {})
+    cell = Cell(suite_name, str(dataset), backbone, {}, name, 1, {}, seed, rec, ev, {})
+    return cell, pairs
+
+
+def _backbone_names(suite: Any, entry: Any) -> list[str]:
+    """The backbones a suite's method entry trains on (its own list, else the grid's)."""
+    return list(entry.backbones) if entry.backbones else [b.name for b in suite.grid.backbones]
 
 
 def _load_suite(suite: PathLike, overrides: Sequence[str]) -> Any:
@@ -217,15 +275,6 @@ def _check_data(cell: Cell, root: Path) -> None:
             problems.append(str(exc))
     if problems:
         raise HarnessError(problems)
-
-
-def _device_of(model: Any) -> torch.device:
-    """Where a module's parameters are; the CPU for a callable or a module without any."""
-    import torch
-
-    params = getattr(model, "parameters", None)
-    first = next(iter(params()), None) if callable(params) else None
-    return first.device if first is not None else torch.device("cpu")
 
 
 def load_model(cell: PathLike, device: str | torch.device = "cpu") -> EnsembleModel:

@@ -255,6 +255,7 @@ def calibration_problems(suite: Any) -> list[Problem]:
     """Post-hoc calibration needs held-out images of the training distribution, never the test
     set: the recipe's validation split (of every method) or ``evaluation.calibration`` images
     drawn from each dataset's spare images (which must hold that many)."""
+    from harness.contract.config import conformal_alpha_problem
     from harness.registry import DATASETS
 
     ev = suite.evaluation
@@ -271,13 +272,17 @@ def calibration_problems(suite: Any) -> list[Problem]:
                     + "hold out a validation split instead (recipe.validation: N)"
                 )
                 out.append(Problem("evaluation.calibration", text))
-    if not ev.calibrate or ev.calibration:
-        return out
     recipes = [("recipe", suite.recipe)] + [
         (f"grid.methods[{i}].recipe", suite.entry_recipe(me))
         for i, me in enumerate(suite.grid.methods)
         if me.recipe
     ]
+    if ev.calibrate:  # the sets fit on evaluation.calibration images, else on the validation split
+        for n_cal in dict.fromkeys(ev.calibration or r.validation for _, r in recipes):
+            if n_cal and (text := conformal_alpha_problem(ev.conformal_alpha, n_cal)):
+                out.append(Problem("evaluation.conformal_alpha", text))
+    if not ev.calibrate or ev.calibration:
+        return out
     for where, recipe in recipes:
         if not recipe.validation:
             text = (

@@ -35,13 +35,32 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+#: The words YAML 1.1 (PyYAML) reads as booleans when unquoted, by the boolean they become.
+_YAML_BOOL_WORDS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
+
+
+def _yaml_word(value: bool, choices: tuple[Any, ...]) -> str | None:
+    """The one choice of a Literal that an unquoted YAML word read as ``value`` spelled
+    (``off`` → False for ``Literal["auto", "off"]``), or None when none or several do."""
+    words = [c for c in choices if isinstance(c, str) and c.lower() in _YAML_BOOL_WORDS[value]]
+    return words[0] if len(words) == 1 else None
+
+
 def coerce(value: Any, tp: Any, where: str, errors: list[str]) -> Any:
     """Check ``value`` against annotation ``tp``; convert it (list → tuple, int → float)."""
     origin = get_origin(tp)
     if tp is Any:
         return value
     if origin is Literal:
-        if value in get_args(tp):
+        if isinstance(value, bool) and (word := _yaml_word(value, get_args(tp))):
+            return word  # YAML 1.1 read an unquoted `off`/`on` as a boolean: the word meant
+        if value in get_args(tp) and not isinstance(value, bool):
+            return value
+        if isinstance(value, bool):
+            errors.append(
+                f"{where}: {value!r} is not one of {list(get_args(tp))}: YAML reads unquoted "
+                "on/off/yes/no as true/false; quote the word you meant"
+            )
             return value
         sugg = closest(str(value), [str(a) for a in get_args(tp)])
         hint = f" (did you mean {sugg!r}?)" if sugg else ""
@@ -77,6 +96,12 @@ def coerce(value: Any, tp: Any, where: str, errors: list[str]) -> Any:
             return value
     elif tp is bool or tp is str:
         if isinstance(value, tp):
+            return value
+        if tp is str and isinstance(value, bool):
+            errors.append(
+                f"{where}: expected a string, got {value!r}: YAML reads unquoted "
+                "on/off/yes/no as true/false; quote it"
+            )
             return value
     elif isinstance(tp, type) and isinstance(value, tp):
         return value

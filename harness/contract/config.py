@@ -13,6 +13,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -171,6 +172,25 @@ class Evaluation:
             raise ValueError("conformal_alpha: an empty list (give one α or several)")
         if isinstance(alpha, tuple) and len(set(alpha)) != len(alpha):
             raise ValueError(f"conformal_alpha: {list(alpha)} repeats a value")
+
+
+def conformal_alpha_problem(alpha: float | tuple[float, ...], n_cal: int) -> str | None:
+    """Why ``alpha`` cannot mean what it says with ``n_cal`` calibration images, or None.
+
+    Split conformal prediction thresholds at the ``⌈(n + 1)(1 − α)⌉``-th smallest of n
+    calibration scores (Angelopoulos & Bates, 2021, §1.1); below ``α = 1/(n + 1)`` that rank
+    exceeds n, the threshold is infinite and every set is the whole label set: the coverage
+    figure would then describe no predictor at all. The rounding margin is the quantile's own
+    (:func:`harness.metrics.posthoc.conformal_quantile`)."""
+    alphas = alpha if isinstance(alpha, tuple) else (alpha,)
+    low = [a for a in alphas if math.ceil((n_cal + 1) * (1.0 - a) - 1e-9) > n_cal]
+    if not low or n_cal <= 0:
+        return None
+    return (
+        f"{low[0]} leaves every conformal set the whole label set with {n_cal} calibration "
+        f"images (the smallest usable α is 1/(n + 1) = {1 / (n_cal + 1):.3g}); raise α or "
+        "calibrate on more images"
+    )
 
 
 class HparamSetting(NamedTuple):
@@ -430,3 +450,28 @@ def cell_label(config: Mapping[str, Any], shown: Mapping[str, Any]) -> str:
         f"{config.get('dataset')}/{config.get('backbone')}/{config.get('method')}"
         f"(M={config.get('M')}{',' + hp if hp else ''})/seed{config.get('seed')}"
     )
+
+
+#: The prefix of an outside model's record id: a namespace no trained cell's id (16 hex digits)
+#: can enter, so an evaluation from outside never writes into a trained cell's folder.
+EXTERNAL_ID_PREFIX = "ext-"
+
+
+@dataclass(frozen=True)
+class ExternalCell(Cell):
+    """The configuration a model trained outside the harness is evaluated under
+    (:func:`harness.api.evaluate`).
+
+    Its id is :data:`EXTERNAL_ID_PREFIX` and 12 hex digits of the SHA-256 of the identity
+    configuration and the model's ``fingerprint`` (a hash of its weights): another model under
+    the same name gets another id, and no id can equal a trained cell's.
+    """
+
+    fingerprint: str = ""
+
+    @functools.cached_property
+    def cell_id(self) -> str:
+        """``ext-`` and 12 hex digits (see the class)."""
+        config = {"cell": self.identity_config(), "fingerprint": self.fingerprint}
+        blob = json.dumps(config, sort_keys=True, separators=(",", ":"))
+        return EXTERNAL_ID_PREFIX + hashlib.sha256(blob.encode()).hexdigest()[:12]

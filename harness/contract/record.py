@@ -257,9 +257,10 @@ def usable_record(cell_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def set_aside(path: Path, stamp: str | None = None) -> Path:
-    """Rename a damaged file out of the way, never deleting it: ``record.json`` →
-    ``record.json.damaged-<UTC time>`` (a counter is added if that name is taken).
+def set_aside(path: Path, stamp: str | None = None, why: str = "damaged") -> Path:
+    """Rename a file out of the way, never deleting it: ``record.json`` →
+    ``record.json.<why>-<UTC time>`` (a counter is added if that name is taken); ``why`` is
+    ``damaged`` for an unusable file, ``replaced`` for one an explicit overwrite replaces.
 
     Returns:
         The new path.
@@ -268,11 +269,11 @@ def set_aside(path: Path, stamp: str | None = None) -> Path:
 
     path = Path(path)
     stamp = stamp or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = path.with_name(f"{path.name}.damaged-{stamp}")
+    target = path.with_name(f"{path.name}.{why}-{stamp}")
     n = 1
     while target.exists() or target.is_symlink():
         n += 1
-        target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+        target = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
     path.rename(target)
     return target
 
