@@ -9,11 +9,13 @@ run, and the record rewritten atomically.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
-from harness.contract import Cell
+from harness.contract import Cell, set_aside
+from harness.contract.outcomes import DamagedOutcomes, record_image_count
 from harness.engine.build import (
     build_model,
     load_data,
@@ -24,7 +26,12 @@ from harness.engine.build import (
 )
 from harness.engine.environment import resolve_device
 from harness.engine.evaluate import evaluate_all
-from harness.metrics.outcomes import OUTCOMES_FILE, OutcomeAccumulator, save_outcomes
+from harness.metrics.outcomes import (
+    OUTCOMES_FILE,
+    OutcomeAccumulator,
+    read_outcomes,
+    save_outcomes,
+)
 from harness.storage.lease import LeaseHeld, acquire
 from harness.storage.records import write_record
 
@@ -43,17 +50,52 @@ def add_missing(old: Any, new: Any) -> Any:
     return old
 
 
+def _alphas(value: Any) -> list[float]:
+    """``conformal_alpha`` (one α or a list) as a list, to compare two blocks."""
+    return [float(a) for a in value] if isinstance(value, list | tuple) else [float(value)]
+
+
+def kept_calibration(
+    old: dict[str, Any] | None, new: dict[str, Any], old_metrics: dict[str, Any]
+) -> str | None:
+    """Why ``add_only`` keeps a record's calibration group whole, or None when it may add to it.
+
+    The group's temperatures, conformal thresholds and coverages were fitted with the old
+    block's ``calibration``, ``calibrate_members`` and ``conformal_alpha``; values computed with
+    other settings would sit beside them under one description, so a record that has the group
+    keeps it (and its settings) unless the settings are the same. A record without the group
+    gets the new one (``new``'s settings computed it)."""
+    if "calibration" not in old_metrics or not new.get("calibrate"):
+        return None
+    old = old or {}
+    changed = [
+        f"{key} {old.get(key)!r} → {new.get(key)!r}"
+        for key in ("calibration", "calibrate_members", "conformal_alpha")
+        if (_alphas(old[key]) != _alphas(new[key]) if key == "conformal_alpha" and key in old
+            else old.get(key) != new.get(key))
+    ]  # fmt: skip
+    if not changed:
+        return None
+    return (
+        f"the calibration group was fitted with other settings ({'; '.join(changed)}): kept "
+        "as it is (`harness evaluate` without --add-only recomputes it)"
+    )
+
+
 def added_evaluation(
     old: dict[str, Any] | None, new: dict[str, Any], old_metrics: dict[str, Any]
 ) -> dict[str, Any]:
     """The evaluation block of a record after ``add_only``: it names what the record's metrics
-    now hold. The old block, with ``new``'s calibration settings; ``ood`` extended by the sets
-    ``new`` adds (:func:`add_missing` adds them set by set); ``corruptions`` and ``severities``
-    taken from ``new`` only when the record had no corruption metrics (a corruption block that
-    exists is kept whole, so its settings stay too)."""
+    now hold, never a setting the run did not compute with. The old block; ``new``'s
+    calibration settings only when the record had no calibration group (they computed the one
+    added) or had one fitted with the same settings; ``ood`` extended by the sets ``new`` adds
+    (:func:`add_missing` adds them set by set); ``corruptions`` and ``severities`` taken from
+    ``new`` only when the record had no corruption metrics (a corruption block that exists is
+    kept whole, so its settings stay too)."""
     out = dict(old or new)
-    for key in CALIBRATION_FIELDS:
-        out[key] = new[key]
+    if "calibration" not in old_metrics and new.get("calibrate"):
+        for key in CALIBRATION_FIELDS:
+            out[key] = new[key]
     out["ood"] = [
         *out.get("ood", []),
         *(s for s in new.get("ood", []) if s not in out.get("ood", [])),
@@ -108,6 +150,18 @@ def check_same_model(cell_dir: Path, record: dict[str, Any], metrics: dict[str, 
             )
 
 
+def _outcomes_state(cell_dir: Path, record: dict[str, Any]) -> tuple[bool, bool]:
+    """(usable, damaged) of the cell's ``outcomes.npz``: a file that is there but unreadable,
+    of the wrong shape, or of another image count than the record's is damaged (named in one
+    warning line), and ``add_only`` writes it again."""
+    try:
+        usable = read_outcomes(cell_dir, record_image_count(record)) is not None
+    except DamagedOutcomes as exc:
+        logging.getLogger("harness").warning("%s", exc)
+        return False, True
+    return usable, False
+
+
 def reevaluate_cell(
     cell: Cell,
     cell_dir: Path,
@@ -149,12 +203,16 @@ def reevaluate_cell(
             model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes
         )
         evaluation = record_evaluation(cell)
-        had_outcomes = (cell_dir / OUTCOMES_FILE).is_file()
+        had_outcomes, damaged = _outcomes_state(cell_dir, record)
         if add_only:
             check_same_model(cell_dir, record, metrics)
             if not had_outcomes:  # the same weights: the outcomes the record's metrics come from
+                if damaged:  # renamed, never deleted: written again from the weights
+                    set_aside(cell_dir / OUTCOMES_FILE)
                 save_outcomes(cell_dir, outcomes.arrays())
             old_metrics = record.get("metrics") or {}
+            if kept_calibration(record.get("evaluation"), evaluation, old_metrics):
+                metrics = {**metrics, "calibration": old_metrics["calibration"]}
             record["metrics"] = add_missing(old_metrics, metrics)
             if metrics.get("declared"):  # a list add_missing keeps whole: merge it by key
                 known = {d.get("key") for d in old_metrics.get("declared") or []}
@@ -170,6 +228,8 @@ def reevaluate_cell(
             record["metrics"] = metrics
             record["evaluation"] = evaluation
             record["finished_at"] = now()
+            if damaged:
+                set_aside(cell_dir / OUTCOMES_FILE)
             save_outcomes(cell_dir, outcomes.arrays())
             changed = True
         if changed:  # a re-evaluation's cost is part of the cell's cost; a no-op adds nothing
