@@ -82,6 +82,8 @@ def test_record_contents(tiny, tmp_path):
     # what a seeded CPU cell's last digits depend on (docs/records.md)
     assert rec["environment"]["threads"] == torch.get_num_threads()
     assert rec["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    # and where it ran: the processor's kernel flags and the libraries (None where unknown)
+    assert {"cpu", "cpu_flags", "blas", "mkl", "onednn", "numpy_blas"} <= set(rec["environment"])
     assert (tmp_path / cell.cell_id / "final.pt").exists()
     assert not (tmp_path / cell.cell_id / "checkpoint.pt").exists()
 

@@ -195,7 +195,15 @@ def test_a_record_names_the_processor_model(tmp_path, monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", fake_open)
-    assert env.environment(torch.device("cpu"))["cpu"] == "AMD EPYC 7B13"
-    cpuinfo.unlink()  # macOS, Windows: no /proc/cpuinfo
-    monkeypatch.setattr(platform, "processor", lambda: "")
-    assert env.cpu_model() == platform.machine()
+    cached = (env._cpuinfo, env._process)  # read once per process: this test's machines
+    for reading in cached:
+        reading.cache_clear()
+    try:
+        assert env.environment(torch.device("cpu"))["cpu"] == "AMD EPYC 7B13"
+        cpuinfo.unlink()  # macOS, Windows: no /proc/cpuinfo
+        env._cpuinfo.cache_clear()
+        monkeypatch.setattr(platform, "processor", lambda: "")
+        assert env.cpu_model() == platform.machine()
+    finally:  # the next test reads the real machine
+        for reading in cached:
+            reading.cache_clear()
