@@ -2,18 +2,23 @@
 ``examples/claims_sections.py`` (paired t-test, Holm within each section) and the numbers the
 verdict table quotes, read from ``docs/results/claims_fmnist_study``; and its families,
 ``suites/claims_fmnist/families.yaml``, precede the records of every section not marked
-retrospective (checked against git and the records' ``finished_at``)."""
+retrospective (checked against git and the records' ``started_at`` and ``finished_at``), and
+none of those records was trained from a modified tree (``+dirty``) unless its folder's
+``disclosed.json`` lists it."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import math
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,6 +152,54 @@ def _history_or_skip() -> None:
         pytest.skip("a shallow clone: the families file's first commit is not in its history")
 
 
+#: A results folder's list of its records trained from a modified tree, and why.
+DISCLOSED = "disclosed.json"
+
+
+def disclosed(folder: Path) -> set[tuple[str, str, str]]:
+    """The records ``folder``'s :data:`DISCLOSED` lists, as ``(cell_id, started_at,
+    git_commit)``: one run of one cell, not every run of it. Empty without the file; a file not
+    laid out so fails the test (a disclosure nobody can read discloses nothing)."""
+    path = folder / DISCLOSED
+    if not path.is_file():
+        return set()
+    data = json.loads(path.read_text(encoding="utf-8"))
+    found = set()
+    for group in data["dirty"]:
+        assert group["git_commit"].endswith("+dirty"), f"{path}: {group['git_commit']} is clean"
+        assert group["reason"].strip(), f"{path}: a group without its reason"
+        found |= {(c["cell_id"], c["started_at"], group["git_commit"]) for c in group["cells"]}
+    return found
+
+
+def registration_problems(
+    records: Iterable[dict],
+    registered: datetime,
+    reused: Iterable[dict] = (),
+    listed: Iterable[tuple[str, str, str]] = (),
+) -> list[str]:
+    """What keeps a registered section's records from standing on its registration, one line
+    each: a record that finished before it (``early_records``) or started before it (a cell
+    under way when the section was committed was not chosen by it; no ``started_at``: nothing
+    dates it), neither for a verbatim copy of a ``reused`` record (same id, ``started_at`` and
+    ``finished_at``); and a record trained from a modified tree (``environment.git_commit`` ends
+    in ``+dirty``) that ``listed`` (its folders' :func:`disclosed`) does not name."""
+    records, reused, listed = list(records), list(reused), set(listed)
+    problems = [f"{e} finished before {registered.isoformat()}"
+                for e in _sections().early_records(records, registered, reused)]  # fmt: skip
+    copies = {(r.get("cell_id"), r.get("started_at"), r.get("finished_at")) for r in reused}
+    for record in records:
+        cell, started = record.get("cell_id"), record.get("started_at")
+        copy = (cell, started, record.get("finished_at")) in copies
+        if not copy and (not started or datetime.fromisoformat(started) < registered):
+            problems.append(f"{cell} {started} started before {registered.isoformat()}")
+        commit = str((record.get("environment") or {}).get("git_commit", ""))
+        if commit.endswith("+dirty") and (cell, started, commit) not in listed:
+            problems.append(f"{cell} {started} trained from a modified tree ({commit}), not in "
+                            f"its folder's {DISCLOSED}")  # fmt: skip
+    return sorted(problems)
+
+
 def test_the_families_file_holds_the_study_sections_the_tables_print():
     """The sections the script printed from its own code before the file, now read from it: the
     same titles, comparisons and metrics in the same order, S2–S9 all marked retrospective."""
@@ -214,6 +267,65 @@ def test_early_records_are_those_finished_before_the_registration_but_verbatim_c
     assert "c 2026-12-04T11:59:59+00:00" in cs.early_records(records, registered, reused=[moved])
 
 
+def test_a_record_that_started_before_the_registration_is_refused_though_it_finished_after():
+    """On fabricated records (issue 59 item 3): a cell under way when its section was committed
+    (started 1 s before, finished after) passes the ``finished_at`` check alone and is refused
+    now; one started after passes; one without ``started_at`` is refused (nothing dates it); a
+    verbatim copy of a reused record is not, a copy whose ``started_at`` moved is."""
+    registered = datetime.fromisoformat("2026-12-04T12:00:00+00:00")
+    clean = {"git_commit": "83192f3"}
+    under_way = {"cell_id": "a", "started_at": "2026-12-04T11:59:59+00:00",
+                 "finished_at": "2026-12-04T12:05:00+00:00", "environment": clean}  # fmt: skip
+    after = {"cell_id": "b", "started_at": "2026-12-04T12:00:01+00:00",
+             "finished_at": "2026-12-04T12:05:00+00:00", "environment": clean}  # fmt: skip
+    undated = {**after, "cell_id": "c", "started_at": None}
+    assert _sections().early_records([under_way, after], registered) == []  # the old check
+    assert registration_problems([under_way, after, undated], registered) == [
+        "a 2026-12-04T11:59:59+00:00 started before 2026-12-04T12:00:00+00:00",
+        "c None started before 2026-12-04T12:00:00+00:00",
+    ]
+    assert registration_problems([under_way], registered, reused=[under_way]) == []
+    moved = {**under_way, "started_at": "2026-12-04T11:00:00+00:00"}
+    assert registration_problems([under_way], registered, reused=[moved]) == [
+        "a 2026-12-04T11:59:59+00:00 started before 2026-12-04T12:00:00+00:00"
+    ]
+
+
+def test_a_record_from_a_modified_tree_stands_only_where_its_folder_discloses_it(tmp_path):
+    """On fabricated records and a fabricated ``disclosed.json`` (issue 59 item 3): a ``+dirty``
+    record is refused unless the folder lists that run (cell id, ``started_at`` and commit):
+    another run of the same cell, or the same run at another commit, is not excused, and a
+    verbatim copy of a reused record is not either (its disclosure travels with its folder)."""
+    registered = datetime.fromisoformat("2026-12-04T12:00:00+00:00")
+    dirty = "83192f3dbe28ff3aae9b69c46444e00f385ffb8b+dirty"
+    record = {"cell_id": "d", "started_at": "2026-12-04T13:00:00+00:00",
+              "finished_at": "2026-12-04T13:05:00+00:00",
+              "environment": {"git_commit": dirty}}  # fmt: skip
+    refused = [f"d 2026-12-04T13:00:00+00:00 trained from a modified tree ({dirty}), not in its "
+               f"folder's {DISCLOSED}"]  # fmt: skip
+    assert disclosed(tmp_path) == set()  # no file: nothing disclosed
+    assert registration_problems([record], registered) == refused
+    assert registration_problems([record], registered, reused=[record]) == refused
+
+    def disclose(started_at: str, commit: str) -> set[tuple[str, str, str]]:
+        cells = [{"cell_id": "d", "started_at": started_at}]
+        group = {"git_commit": commit, "reason": "the tree held X", "cells": cells}
+        (tmp_path / DISCLOSED).write_text(json.dumps({"dirty": [group]}), encoding="utf-8")
+        return disclosed(tmp_path)
+
+    listed = disclose("2026-12-04T13:00:00+00:00", dirty)
+    assert listed == {("d", "2026-12-04T13:00:00+00:00", dirty)}
+    assert registration_problems([record], registered, listed=listed) == []
+    other_run = disclose("2026-12-04T14:00:00+00:00", dirty)
+    assert registration_problems([record], registered, listed=other_run) == refused
+    other_commit = disclose("2026-12-04T13:00:00+00:00", "0a2a0c2+dirty")
+    assert registration_problems([record], registered, listed=other_commit) == refused
+    (tmp_path / DISCLOSED).write_text(json.dumps({"dirty": [{"git_commit": dirty, "reason": " ",
+                                      "cells": []}]}), encoding="utf-8")  # fmt: skip
+    with pytest.raises(AssertionError, match="a group without its reason"):
+        disclosed(tmp_path)
+
+
 def test_a_section_is_registered_from_the_commit_since_which_it_is_unchanged(tmp_path):
     """In a scratch repository: a section committed, then another added, then the first changed —
     each is registered at the commit of its present form, and an uncommitted change unregisters
@@ -257,14 +369,15 @@ def test_a_section_is_registered_from_the_commit_since_which_it_is_unchanged(tmp
     }  # fmt: skip
 
 
-def test_no_record_of_a_preregistered_section_finished_before_its_families_were_committed():
-    """Issue 49, item 3, on the committed records: every section of the families file not marked
-    ``retrospective: true`` is registered by a commit (its present form committed), never before
-    the file's first commit (``git log --diff-filter=A``), and no record it stands on — the
-    configurations it compares in its results folder, every record of its selection folder —
-    finished before that commit, except verbatim copies from the folder it names under
-    ``reuse``. Sections whose cells have not run yet pass as they are, and are checked once
-    their records are committed."""
+def test_the_records_of_a_preregistered_section_came_after_it_from_a_known_tree():
+    """Issue 49 item 3 and issue 59 item 3, on the committed records: every section of the
+    families file not marked ``retrospective: true`` is registered by a commit (its present form
+    committed), never before the file's first commit (``git log --diff-filter=A``), and no record
+    it stands on — the configurations it compares in its results folder, every record of its
+    selection folder — started or finished before that commit, except verbatim copies from the
+    folder it names under ``reuse``; nor was one trained from a modified tree (``+dirty``) unless
+    one of those folders' ``disclosed.json`` lists it. Sections whose cells have not run yet
+    pass as they are, and are checked once their records are committed."""
     _history_or_skip()
     cs = _sections()
     rel = FAMILIES.relative_to(REPO).as_posix()
@@ -282,9 +395,27 @@ def test_no_record_of_a_preregistered_section_finished_before_its_families_were_
             continue
         assert registered >= first
         reused = h.load_records(REPO / section.reuse) if section.reuse else []
-        early = cs.early_records(cs.section_records(section), registered, reused)
-        problems += [f"{section.id}: {e} finished before {registered.isoformat()}" for e in early]
+        # a copied record keeps its disclosure: the folder it was copied from is read too
+        folders = {f for f in (section.results, section.selection, section.reuse) if f}
+        listed = set().union(*(disclosed(REPO / f) for f in folders))
+        found = registration_problems(cs.section_records(section), registered, reused, listed)
+        problems += [f"{section.id}: {p}" for p in found]
     assert not problems, "\n".join(problems)
+
+
+def test_every_disclosure_names_a_committed_modified_tree_record():
+    """Each ``docs/results/*/disclosed.json`` lists records its folder holds, each of them
+    ``+dirty`` at the commit it gives: a disclosure of a record that is not there (renamed,
+    retrained, or never trained so) would excuse nothing and hide the slip."""
+    files = sorted((REPO / "docs" / "results").glob(f"*/{DISCLOSED}"))
+    stale = []
+    for path in files:
+        held = {(r.get("cell_id"), r.get("started_at"),
+                 (r.get("environment") or {}).get("git_commit"))
+                for r in h.load_records(path.parent)}  # fmt: skip
+        stale += [f"{path.parent.name}: {c} {s} {g}" for c, s, g in
+                  sorted(disclosed(path.parent) - held)]  # fmt: skip
+    assert not stale, "disclosed, not found:\n" + "\n".join(stale)
 
 
 @pytest.mark.skipif(not STUDY.is_dir(), reason="the study's records are not in this checkout")
