@@ -230,7 +230,9 @@ def _matches(frame: pd.DataFrame, config: str, variant: str = "") -> pd.Series:
     for item in filter(None, rest.split(",")):
         key, value = item.split("=")
         hp = frame["hparams"].fillna("")
-        if key == "pretrain_epochs" and value == "0":
+        if key == "M":  # the ensemble size, a column of its own (section M3)
+            mask &= frame["M"].astype(str) == value
+        elif key == "pretrain_epochs" and value == "0":
             mask &= ~hp.str.contains("pretrain_epochs=")
         else:
             mask &= hp.str.contains(rf"(?:^|, ){key}={value}(?:,|$)", regex=True)

@@ -119,10 +119,14 @@ def parse_reference(reference: str) -> tuple[str, dict[str, object]]:
 
 
 def reference_mask(cells: pd.DataFrame, reference: str) -> pd.Series:
-    """Which cells belong to the reference (a method, or a method with fixed hyper-parameters)."""
+    """Which cells belong to the reference (a method, or a method with fixed hyper-parameters;
+    ``M=4`` fixes the ensemble size: ``deep_ensemble:M=4`` against the method's other sizes)."""
     method, values = parse_reference(reference)
     mask = cells["method"] == method
     for key, value in values.items():
+        if key == "M":
+            mask &= cells["M"].astype(str) == str(value)
+            continue
         col = f"hp_{key}"
         if col not in cells:
             return mask & False
