@@ -23,8 +23,9 @@ The study's own sections (S2–S9) are marked `retrospective: true` there: they 
 the S2–S4 cells were committed (at 61f22c0, after 0a2a0c2), not before the final rows ran; only
 the test (paired t, Holm within each section) was stated before. The sections without the mark
 are registered by their commit before any of their cells run, which
-``tests/test_claims_study.py`` checks against the records' ``finished_at``
-(:func:`registration_times`, :func:`early_records`).
+``tests/test_claims_study.py`` checks against the records' ``finished_at`` (:func:`early_records`)
+and ``started_at`` (:func:`registration_times`), and refuses a record trained from a modified tree
+(``+dirty``) unless its folder's ``disclosed.json`` names that run.
 """
 
 from __future__ import annotations
