@@ -1,7 +1,8 @@
 """The ``harness`` command line: one module per command (``ls``, ``validate``, ``run``,
 ``status``/``cancel``, ``evaluate``, ``report``, ``bench``, ``data``), the parser in
-:mod:`harness.cli.parser`, and here :func:`main`: parse, load ``--plugin`` modules, run the
-command, and turn every error a user can fix into one line and exit status 2.
+:mod:`harness.cli.parser`, and here :func:`main`: parse, check the ``HARNESS_*`` environment
+variables (:mod:`harness.contract.env`), load ``--plugin`` modules, run the command, and turn
+every error a user can fix into one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)  # --help and bad flags exit here, importing little
     from harness.config.includes import SuiteError
+    from harness.contract.env import check_environment
     from harness.contract.errors import DamagedFile, UsageError
     from harness.executors.devices import ExecutorError
-    from harness.registry.core import RegistryError, load_plugins
+    from harness.registry.core import RegistryError, import_plugins, load_plugins
 
     # KEY=VALUE after an option (`run s.yaml --force recipe.epochs=1`) lands in `extra`:
     # overrides wherever they stand on the line.
@@ -38,9 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
+    # Before any command reads or writes anything: a bad value read deep inside a cell was a
+    # traceback (or an "unexpected error") minutes into a run.
+    if problems := check_environment():
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         if getattr(args, "plugin", None):
             load_plugins(args.plugin)
+        # $HARNESS_PLUGINS too, before the command: imported at the first registry lookup,
+        # a module that raised did so after `report` had refreshed its index.
+        import_plugins()
         return run_command(args)
     except SuiteError as exc:
         for problem in exc.problems:

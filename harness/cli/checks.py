@@ -14,11 +14,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from typing import Any, NoReturn
 
+#: harness.contract.env.DEBUG (its allowed values); named here for the messages, without the import.
 DEBUG_ENV = "HARNESS_DEBUG"
 
 
@@ -118,8 +118,17 @@ def run_flag_problems(executor: str, options: Any) -> list[str]:
 
 
 def debug_wanted(args: Any = None) -> bool:
-    """``--debug`` or ``$HARNESS_DEBUG`` set to anything but empty/0."""
-    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    """``--debug`` or ``$HARNESS_DEBUG`` set to a yes value (1, true, yes, on). Asked while an
+    error is being reported, so never raising: a value :mod:`harness.contract.env` does not
+    allow (refused at start-up) counts as yes, as any value but empty/0 did before."""
+    from harness.contract.env import DEBUG, EnvError
+
+    if getattr(args, "debug", False):
+        return True
+    try:
+        return bool(DEBUG.read(False))
+    except EnvError:
+        return True
 
 
 def unexpected_error(exc: BaseException) -> int:

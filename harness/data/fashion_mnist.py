@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -47,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from harness.contract.env import FASHION_MNIST_DIR
 from harness.data._machinery.base import (
     DATA_ROOT_ENV,
     DataFileError,
@@ -61,7 +61,7 @@ from harness.data._machinery.sources import Torchvision
 #: Debian's install location of ``dataset-fashion-mnist`` (``dpkg -L dataset-fashion-mnist``).
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 #: Replaces :data:`DEBIAN_DIR` when set (an empty value disables that location).
-DEBIAN_DIR_ENV = "HARNESS_FASHION_MNIST_DIR"
+DEBIAN_DIR_ENV = FASHION_MNIST_DIR.name
 APT_PACKAGE = "dataset-fashion-mnist"
 RAW_FOLDER = Path("FashionMNIST") / "raw"  # torchvision's layout under the data root
 
@@ -104,10 +104,7 @@ def fetch_hint(name: str = "fashion_mnist") -> str:
 
 def debian_dir() -> Path | None:
     """Where the Debian package's files are looked for (None when disabled by the variable)."""
-    value = os.environ.get(DEBIAN_DIR_ENV)
-    if value is None:
-        return DEBIAN_DIR
-    return Path(value).expanduser() if value.strip() else None
+    return FASHION_MNIST_DIR.read(DEBIAN_DIR)
 
 
 def candidate_folders(root: Path) -> list[Path]:

@@ -29,7 +29,6 @@ second; labels are the digit / letter index (photos: -1).
 
 from __future__ import annotations
 
-import os
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -37,13 +36,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from harness.contract.env import FONT_DIR as FONT_DIR_VARIABLE
 from harness.data._machinery.base import DatasetSpec, ImageSet, damaged_data_file, register_dataset
 from harness.data._machinery.sources import Torchvision
 
 SEED = 0
 BOX, SIDE = 20, 28  # MNIST's framing: the glyph fitted in a 20×20 box, centred in 28×28
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
-FONT_DIR_ENV = "HARNESS_FONT_DIR"
+FONT_DIR_ENV = FONT_DIR_VARIABLE.name
 FONT_PACKAGE = "fonts-dejavu-core"
 #: Faces present both in Debian's fonts-dejavu-core and in matplotlib's bundled copy.
 FONTS = tuple(
@@ -96,8 +96,8 @@ def load_digits_28(root: Path | None = None) -> dict[str, ImageSet]:
 def font_dir() -> Path:
     """Where the DejaVu faces are read: ``$HARNESS_FONT_DIR``, Debian's folder when it has them
     all, else matplotlib's bundled copy."""
-    if os.environ.get(FONT_DIR_ENV):
-        return Path(os.environ[FONT_DIR_ENV]).expanduser()
+    if (folder := FONT_DIR_VARIABLE.read(None)) is not None:
+        return folder
     if all((FONT_DIR / f).is_file() for f in FONTS):
         return FONT_DIR
     try:

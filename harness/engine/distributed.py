@@ -45,6 +45,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from harness.contract import Cell
+from harness.contract.env import DIST_TIMEOUT_S
 from harness.storage.lease import Lease, LeaseHeld, acquire
 
 log = logging.getLogger("harness")
@@ -53,7 +54,7 @@ log = logging.getLogger("harness")
 #: (any other cell, e.g. a pre-training cell, runs in one process or needs its own ranks).
 RANK_ENV = "HARNESS_CELL_RANK"
 #: Seconds a collective may wait (rank 0 evaluating the validation split while others wait).
-TIMEOUT_ENV = "HARNESS_DIST_TIMEOUT_S"
+TIMEOUT_ENV = DIST_TIMEOUT_S.name
 DEFAULT_TIMEOUT_S = 1800.0
 
 __all__ = [
@@ -115,7 +116,7 @@ def needs_launch(cell: Cell) -> bool:
 
 def collective_timeout() -> dt.timedelta:
     """How long a collective may wait for the other ranks (``$HARNESS_DIST_TIMEOUT_S``)."""
-    return dt.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
+    return dt.timedelta(seconds=DIST_TIMEOUT_S.read(DEFAULT_TIMEOUT_S))
 
 
 def uses_cuda(cell: Cell) -> bool:

@@ -176,12 +176,32 @@ def executor_class(name: str) -> type[Executor]:
 
     Raises:
         ExecutorError: an unknown executor name, listing the valid ones.
+        RegistryError: an installed distribution's executor whose module fails to import or
+            lacks the class (one line naming the entry point, its group and its module).
     """
-    target = _targets()[resolve_name(name, 0) if name != "auto" else AUTO[0]]
+    name = resolve_name(name, 0) if name != "auto" else AUTO[0]
+    target = _targets()[name]
     if isinstance(target, type):
         return target
     module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    if name in BUILT_IN:  # the harness's own: an error here is a bug, shown as one
+        return getattr(importlib.import_module(module), cls)
+    from importlib.metadata import entry_points
+
+    from harness.registry.core import RegistryError, entry_point_error, plugin_error
+
+    try:
+        found = getattr(importlib.import_module(module), cls, None)
+    except Exception as exc:  # a plugin may raise anything while importing
+        for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+            raise entry_point_error(ep, exc) from exc
+        raise plugin_error(module, exc, f"executor {name!r}: module") from exc
+    if not isinstance(found, type):
+        raise RegistryError(
+            f"executor {name!r} ({target}, group {ENTRY_POINT_GROUP}): module {module} has no "
+            f"class {cls}"
+        )
+    return found
 
 
 def options_read(name: str) -> set[str]:

@@ -23,17 +23,22 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from harness.contract.build import closest
+from harness.contract.env import PLUGINS, VARIABLES, Variable, module_names
 
 T = TypeVar("T")
 
 #: Comma-separated plugin modules every process imports before its first lookup.
-PLUGINS_ENV = "HARNESS_PLUGINS"
+PLUGINS_ENV = PLUGINS.name
 _imported_plugins: set[str] = set()
 
 
 def plugin_modules() -> list[str]:
-    """The modules named in ``$HARNESS_PLUGINS``, in order."""
-    return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    """The modules named in ``$HARNESS_PLUGINS``, in order.
+
+    Raises:
+        EnvError: an item is not a module name (``harness`` refuses it at start-up).
+    """
+    return PLUGINS.read([])
 
 
 def import_plugins() -> None:
@@ -84,18 +89,36 @@ def module_file_state(module: str) -> tuple[str, int, int]:
     return (spec.origin, st.st_mtime_ns, st.st_size)
 
 
-def plugin_error(module: str, exc: BaseException) -> RegistryError:
+def plugin_error(module: str, exc: BaseException, what: str = "plugin module") -> RegistryError:
     """One line for a plugin module that failed to import: its error and where it was raised
-    (the innermost frame, usually in the plugin's own file), without the traceback."""
+    (the innermost frame, usually in the plugin's own file), without the traceback. ``what``
+    names the thing that named the module (``"method package"``, an entry point)."""
+    return RegistryError(f"{what} {module!r} {import_failure(module, exc)}")
+
+
+def import_failure(module: str, exc: BaseException) -> str:
+    """``cannot be imported: <why>`` for a module that is not there, else ``raised <type> at
+    <file>:<line> while importing: <first line of its message>``."""
     import traceback
 
     if isinstance(exc, ModuleNotFoundError) and exc.name == module:
-        return RegistryError(f"plugin module {module!r} cannot be imported: {exc}")
+        return f"cannot be imported: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     first = (str(exc).strip().splitlines() or [""])[0]
+    return f"raised {type(exc).__name__}{where} while importing: {first}"
+
+
+def entry_point_error(ep: importlib.metadata.EntryPoint, exc: BaseException) -> RegistryError:
+    """One line for an installed distribution's entry point whose module failed to import: the
+    entry point, its group, its module, the error, and the distribution to fix or uninstall."""
+    module = ep.value.partition(":")[0].strip()
+    dist = getattr(ep, "dist", None)
+    name = getattr(dist, "name", None) or (getattr(dist, "metadata", None) or {}).get("Name")
+    fix = f"; fix or uninstall its distribution ({name})" if name else ""
     return RegistryError(
-        f"plugin module {module!r} raised {type(exc).__name__}{where} while importing: {first}"
+        f"entry point {ep.name!r} (group {ep.group}, module {module}) "
+        f"{import_failure(module, exc)}{fix}"
     )
 
 
@@ -166,6 +189,7 @@ class Registry(Generic[T]):
         self.group = group
         self._entry_points_loaded = False
         self._packages = list(packages)
+        self._built_in = frozenset(packages)
         self._scanned: set[str] = set()
         self._items: dict[str, T] = {}
 
@@ -176,9 +200,7 @@ class Registry(Generic[T]):
 
     def packages(self) -> list[str]:
         """The packages scanned: the built-in ones, then those added, then ``$env``'s."""
-        extra = os.environ.get(self.env, "") if self.env else ""
-        names = [p.strip() for p in extra.split(",") if p.strip()]
-        return list(dict.fromkeys([*self._packages, *names]))
+        return list(dict.fromkeys([*self._packages, *self._env_packages()]))
 
     def loaded(self) -> bool:
         """Whether this process scanned a package or registered an entry already."""
@@ -222,17 +244,42 @@ class Registry(Generic[T]):
                 continue
             self._scanned.add(package)  # before importing: a plugin may look names up
             try:
-                pkg = importlib.import_module(package)
-            except ImportError as exc:
-                raise RegistryError(
-                    f"{self.kind} package {package!r} cannot be imported: {exc}"
-                ) from exc
-            for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
-                if info.name.startswith("_") or not info.name.startswith(self.prefix):
-                    continue
-                importlib.import_module(f"{package}.{info.name}")
+                pkg = self._import_from(package, package)
+                for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
+                    if info.name.startswith("_") or not info.name.startswith(self.prefix):
+                        continue
+                    self._import_from(package, f"{package}.{info.name}")
+            except Exception:
+                self._scanned.discard(package)  # the next lookup says so again, never skips it
+                raise
         self._load_entry_points()
         import_plugins()
+
+    def _import_from(self, package: str, module: str) -> object:
+        """Import ``module`` of the scanned ``package``. A package that is not there, and any
+        error of a plugin package's module (from ``$env`` or :meth:`add_package`), is one
+        :class:`RegistryError` naming the package, where it was named, the module and the
+        error; a built-in module's own error (a bug) propagates as it is."""
+        try:
+            return importlib.import_module(module)
+        except Exception as exc:  # a plugin may raise anything while importing
+            from_env = package not in self._packages and package in self._env_packages()
+            what = f"{self.kind} package {package!r}" + (f" (from ${self.env})" if from_env else "")
+            if module == package and isinstance(exc, ImportError):
+                raise RegistryError(f"{what} cannot be imported: {exc}") from exc
+            if package in self._built_in:
+                raise
+            if module != package:
+                what += ": module"
+            raise plugin_error(module, exc, what) from exc
+
+    def _env_packages(self) -> list[str]:
+        """The packages ``$env`` names (the harness's variables are checked by their entry in
+        harness.contract.env; a plugin's own registry may name another variable)."""
+        if not self.env:
+            return []
+        var = VARIABLES.get(self.env) or Variable(self.env, "module names", module_names)
+        return var.read([])
 
     def _load_entry_points(self) -> None:
         """Import the modules installed distributions declare in this registry's group (a
@@ -254,10 +301,8 @@ class Registry(Generic[T]):
                 for info in pkgutil.iter_modules(getattr(obj, "__path__", [])):
                     if not info.name.startswith("_"):
                         importlib.import_module(f"{obj.__name__}.{info.name}")
-            except ImportError as exc:
-                raise RegistryError(
-                    f"{self.kind} plugin {key!r} (group {self.group}) cannot be imported: {exc}"
-                ) from exc
+            except Exception as exc:  # an installed plugin may raise anything while importing
+                raise entry_point_error(ep, exc) from exc
 
     def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
         """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted.
@@ -290,7 +335,7 @@ class Registry(Generic[T]):
                 except (ImportError, ValueError):  # the package itself is missing: _load says so
                     found = False
                 if found:
-                    importlib.import_module(f"{package}.{name}")
+                    self._import_from(package, f"{package}.{name}")
                     if name in self._items:
                         break
         import_plugins()

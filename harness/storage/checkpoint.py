@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.contract.env import TRUST_PICKLE
 from harness.contract.errors import DamagedFile
 from harness.storage.safe_files import atomic_write, weights_file_problem
 from harness.storage.space import naming_full_disk
 
-TRUST_ENV = "HARNESS_TRUST_PICKLE"
+TRUST_ENV = TRUST_PICKLE.name
 
 log = logging.getLogger("harness")
 
@@ -43,8 +44,7 @@ class UnsafeWeightsError(RuntimeError):
 
 def trusted_paths() -> set[Path]:
     """Files named in ``$HARNESS_TRUST_PICKLE`` (resolved), the only ones fully unpickled."""
-    raw = os.environ.get(TRUST_ENV, "")
-    return {Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()}
+    return {p.resolve() for p in TRUST_PICKLE.read([])}
 
 
 def load_weights(path: str | Path, map_location: Any = "cpu") -> Any:

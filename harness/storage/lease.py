@@ -34,18 +34,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.contract.env import LEASE_HEARTBEAT_S, LEASE_TIMEOUT_S
 from harness.storage.space import naming_full_disk
 
 LEASE_FILE = "lease.json"
 BREAK_SUFFIX = ".break"
-HEARTBEAT_S = 30.0
+HEARTBEAT_S = LEASE_HEARTBEAT_S  # $HARNESS_LEASE_TIMEOUT_S must be above it (contract.env)
 DEFAULT_TIMEOUT_S = 600.0
 BREAK_STALE_S = 60.0  # a breaker file is held for milliseconds; older means its holder died
 
 
 def lease_timeout_s() -> float:
     """Heartbeat age after which a lease from another host counts as abandoned."""
-    return float(os.environ.get("HARNESS_LEASE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    return LEASE_TIMEOUT_S.read(DEFAULT_TIMEOUT_S)
 
 
 def pid_alive(pid: int) -> bool:

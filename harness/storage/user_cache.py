@@ -16,14 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.contract.env import CACHE_DIR
+
 #: ``$HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME`` (or ``~/.cache``)/implicit-ensemble-harness.
-CACHE_ENV = "HARNESS_CACHE_DIR"
+CACHE_ENV = CACHE_DIR.name
 
 
 def cache_root() -> Path:
     """The folder holding every kind of cached answer."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
+    if (folder := CACHE_DIR.read(None)) is not None:
+        return folder
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "implicit-ensemble-harness"
 

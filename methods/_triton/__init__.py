@@ -19,21 +19,27 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 from collections.abc import Iterator
 from functools import cache
 
 import torch
 
+from harness.contract.env import SIGMA_KERNEL_MODES, SIGMA_KERNELS
+
+log = logging.getLogger("harness")
+
 #: "auto": the kernels on CUDA, the reference elsewhere; "triton": the kernels wherever Triton
 #: can run them (CUDA, or any device under TRITON_INTERPRET=1); "reference": never.
-MODES = ("auto", "triton", "reference")
+MODES = SIGMA_KERNEL_MODES
 #: The process's default: ``HARNESS_SIGMA_KERNELS`` (the GPU benchmark times the reference path
-#: with it, ``reference``), else "auto".
-ENV = "HARNESS_SIGMA_KERNELS"
-_mode = os.environ.get(ENV, "auto")
-if _mode not in MODES:
-    raise ValueError(f"${ENV} must be one of {MODES}, got {_mode!r}")
+#: with it, ``reference``), else "auto". A value outside MODES is an ``EnvError`` naming the
+#: variable (``harness`` refuses it before any command runs: harness.contract.env).
+ENV = SIGMA_KERNELS.name
+_mode: str = SIGMA_KERNELS.read("auto")
+#: Whether the fallback of a "triton" request this machine cannot honour was said (once).
+_fallback_said = False
 
 
 @cache
@@ -68,10 +74,34 @@ def kernels(mode: str) -> Iterator[None]:
 
 def use_kernels(x: torch.Tensor) -> bool:
     """Whether the σNorm layer seeing ``x`` runs the Triton kernels (module docstring)."""
-    if _mode == "reference" or not triton_available():
+    if _mode == "reference" or torch.compiler.is_compiling():
         return False
-    if torch.compiler.is_compiling():
-        return False
-    if x.is_cuda:
+    if triton_available() and x.is_cuda:
         return True
-    return _mode == "triton" and interpreted() and x.device.type == "cpu"
+    if triton_available() and _mode == "triton" and interpreted() and x.device.type == "cpu":
+        return True
+    if _mode == "triton":
+        _say_fallback(x)
+    return False
+
+
+def _say_fallback(x: torch.Tensor) -> None:
+    """Say once per process that "triton" was asked for and what runs instead: a request this
+    machine cannot honour (no Triton, no CUDA) is neither an error nor silently ignored."""
+    global _fallback_said
+    if _fallback_said:
+        return
+    _fallback_said = True
+    if not triton_available():
+        why = "Triton is not installed"
+    elif x.device.type == "cpu":
+        why = "the tensors are on the CPU (no CUDA; TRITON_INTERPRET=1 runs Triton on the CPU)"
+    else:
+        why = f"Triton has no kernels for {x.device.type} tensors"
+    source = f"{ENV}=triton" if SIGMA_KERNELS.raw() == "triton" else "kernels('triton')"
+    log.warning(
+        "%s asks for the σNorm Triton kernels, but %s: the σNorm layers run the PyTorch "
+        "reference path instead",
+        source,
+        why,
+    )

@@ -17,10 +17,11 @@ from typing import Any, Literal, Protocol, Union, runtime_checkable
 import torch
 from torch import Tensor
 
+from harness.contract.env import DATA_ROOT
 from harness.data._machinery.sources import PublishedCorruptions, Source
 from harness.registry import DATASETS
 
-DATA_ROOT_ENV = "HARNESS_DATA_ROOT"
+DATA_ROOT_ENV = DATA_ROOT.name
 
 
 class DataMissingError(FileNotFoundError):
@@ -308,8 +309,8 @@ def default_data_root(explicit: str | os.PathLike | None = None) -> Path:
     """Resolve where data lives: explicit flag, then $HARNESS_DATA_ROOT, then the user cache."""
     if explicit:
         return Path(explicit).expanduser()
-    if os.environ.get(DATA_ROOT_ENV):
-        return Path(os.environ[DATA_ROOT_ENV]).expanduser()
+    if (root := DATA_ROOT.read(None)) is not None:
+        return root
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "implicit-ensemble-harness" / "data"
 

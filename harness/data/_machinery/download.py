@@ -36,10 +36,11 @@ import zipfile
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
+from harness.contract.env import DOWNLOAD_MIRROR
 from harness.data._machinery.base import DATA_ROOT_ENV
 from harness.data._machinery.sources import Archive, Archives, Instructions, Source, Torchvision
 
-MIRROR_ENV = "HARNESS_DOWNLOAD_MIRROR"
+MIRROR_ENV = DOWNLOAD_MIRROR.name
 
 
 def declared() -> dict[str, Source]:
@@ -101,7 +102,7 @@ def one_line(text: object) -> str:
 
 def source_url(archive: Archive) -> str:
     """The URL an archive is fetched from: its own, or ``$HARNESS_DOWNLOAD_MIRROR/<file>``."""
-    mirror = os.environ.get(MIRROR_ENV, "").strip()
+    mirror = DOWNLOAD_MIRROR.read("")
     return f"{mirror.rstrip('/')}/{archive.filename}" if mirror else archive.url
 
 

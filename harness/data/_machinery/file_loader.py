@@ -50,15 +50,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from harness.contract.env import CONCURRENT_CELLS, LOADER_WORKERS
 from harness.data._machinery.base import BatchLoader, LoaderOptions, OptionsLoader
 
 #: Training augmentations a file split accepts (both mean RandomResizedCrop + flip here).
 TRAIN_AUGMENTS = ("imagenet", "crop_flip")
 #: Set by the local executor in its workers: how many cells run at once on this node.
-CONCURRENT_ENV = "HARNESS_CONCURRENT_CELLS"
+CONCURRENT_ENV = CONCURRENT_CELLS.name
 #: Splits this small are decoded in the main process (spawning workers costs more).
 SMALL_SPLIT = 512
-WORKERS_ENV = "HARNESS_LOADER_WORKERS"
+WORKERS_ENV = LOADER_WORKERS.name
 
 
 @dataclass(frozen=True)
@@ -169,13 +170,13 @@ def default_workers(n: int) -> int:
     overrides. The cores are shared by the ``$LOCAL_WORLD_SIZE`` ranks of a cell and by the
     ``$HARNESS_CONCURRENT_CELLS`` cells the local executor runs at once on the node (one
     decoder per core in every cell would oversubscribe the node)."""
-    if os.environ.get(WORKERS_ENV):
-        return int(os.environ[WORKERS_ENV])
+    if (workers := LOADER_WORKERS.read(None)) is not None:
+        return workers
     if n <= SMALL_SPLIT:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    cells = max(1, int(os.environ.get(CONCURRENT_ENV, "1")))
+    cells = CONCURRENT_CELLS.read(1)
     share = (cores or 1) // (ranks * cells)
     return max(0, min(16, share - 1))
 
