@@ -169,9 +169,13 @@ def _run_and_report(executor, todo: list, results: Path, options: RunOptions) ->
     print(f"finished in {time.perf_counter() - t0:.1f} s")
     report_leased(outcome.records)
     code = summary_or_full_disk(results)
-    # A cell that failed on its data or weights (missing, damaged) is the user's to fix: exit 2,
-    # as for the same problem found before the run.
-    missing = any((r.get("error") or {}).get("data_missing") for r in outcome.records)
+    # A cell that failed on its data or weights (missing, damaged), or on a plugin metric that
+    # raised or returned no number (MetricError), is the user's to fix: exit 2, as for the same
+    # problem found before the run.
+    missing = any(
+        (err := r.get("error") or {}).get("data_missing") or err.get("type") == "MetricError"
+        for r in outcome.records
+    )
     # A full file system stopped the run: cells are left pending, whatever the summary says.
     return 2 if missing else max(code, int(outcome.halted))
 

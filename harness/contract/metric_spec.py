@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.contract.errors import UsageError
 from harness.contract.record import ENSEMBLE_METRIC_KEYS
 
 KINDS = ("pct", "f3", "f2", "count", "int")
@@ -21,6 +22,13 @@ KINDS = ("pct", "f3", "f2", "count", "int")
 #: them would overwrite a measurement, so it is refused when declared. (The built-in columns,
 #: which have no ``compute``, are these keys.)
 ENGINE_CLEAN_KEYS = (*ENSEMBLE_METRIC_KEYS, "members", "reliability", "reliability_members")
+
+
+class MetricError(UsageError):
+    """A plugin's computed metric raised, or returned something that is not a number: one line
+    naming the metric, its function, the cell and what went wrong. In ``harness run`` it fails
+    that cell (recorded in its ``error``; the other cells go on, and a re-run re-evaluates the
+    trained weights without training); elsewhere it is a ``UsageError`` (exit status 2)."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.contract import Evaluation, Recipe
-from harness.contract.metric_spec import MetricSpec
+from harness.contract.metric_spec import MetricError, MetricSpec
 from harness.data._machinery.base import DatasetSpec, ImageSet, LoaderOptions, Split
 from harness.data._machinery.loader import make_loader
 from harness.engine.train import autocast
@@ -153,12 +153,13 @@ def _evaluate(
     shift: bool = False,
     outcomes: OutcomeAccumulator | None = None,
     extra: Sequence[MetricSpec] = (),
+    cell: str = "",
 ) -> tuple[dict[str, Any], _Views]:
     """One pass over a split: the raw metrics (with the reliability bins) and the views
     (``shift``: of a corruption cell, see :class:`_Views`); with ``outcomes``, each image's
     outcome, raw and calibrated, is collected too; ``extra``: registered metrics with a
     ``compute`` (plugins'), each computed on the whole split's (M, N, K) probabilities and
-    written beside the built-in keys."""
+    written beside the built-in keys (``cell``: the cell's label, for their errors)."""
     # torchmetrics costs seconds to import (it loads torchvision, transformers and scipy.signal):
     # imported when a cell first evaluates, not before its first training step.
     from harness.metrics.collection import EnsembleMetrics
@@ -178,10 +179,47 @@ def _evaluate(
         probs = torch.cat([p for p, _ in kept], dim=1)  # (M, N, K)
         labels = torch.cat([y for _, y in kept])  # (N,)
         for metric in extra:
-            raw[metric.key] = float(metric.compute(probs, labels))
+            raw[metric.key] = plugin_metric(metric, probs, labels, cell)
     raw["reliability"] = acc.reliability()
     raw["reliability_members"] = acc.member_reliability()
     return raw, views
+
+
+def plugin_metric(metric: MetricSpec, probs: Tensor, labels: Tensor, cell: str = "") -> float:
+    """``metric.compute(probs, labels)`` as a float: a real number (Python, NumPy, or a
+    one-element tensor; NaN and infinities are values, as for the built-in metrics).
+
+    Raises:
+        MetricError: it raised, or returned anything else (a string such as ``"nan"``, None,
+            a bool, a tensor of several values): one line naming the metric, its function and
+            the cell, where ``float()`` would have said nothing or "could not convert".
+    """
+    import numbers
+
+    fn = metric.compute
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    where = f"on the clean test set of cell {cell}" if cell else "on the clean test set"
+    try:
+        value = fn(probs, labels)  # type: ignore[misc]  # compute is set for every `extra`
+    except Exception as exc:  # a plugin may raise anything
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise MetricError(
+            f"metric {metric.key!r} ({name}) raised {type(exc).__name__}{at} {where}: {first}; "
+            "fix it and run again (a trained cell is re-evaluated, not retrained)"
+        ) from exc
+    if isinstance(value, Tensor) and value.numel() == 1 and not value.dtype.is_complex:
+        value = value.item()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    raise MetricError(
+        f"metric {metric.key!r} ({name}) returned {shown} ({type(value).__name__}) {where}, not "
+        "a number; compute(probs, targets) must return a float (NaN is allowed)"
+    )
 
 
 def evaluate_split(
@@ -365,13 +403,15 @@ def evaluate_all(
     data_root: Path,
     outcomes: OutcomeAccumulator | None = None,
     progress: bool = False,
+    cell: str = "",
 ) -> dict[str, Any]:
     """The ``metrics`` block of a result record (docs/records.md): ``clean``, ``val`` (with a
     validation split), ``corruption``, ``ood`` and, when the evaluation asks for post-hoc
     calibration, ``calibration``. With ``outcomes``, the test set's per-image outcomes
     (:mod:`harness.metrics.outcomes`) are collected into it on the same pass. ``progress``:
     a bar over the passes (held-out fit, test, validation, each corruption × severity, each OOD
-    set), shown only when standard error is a terminal."""
+    set), shown only when standard error is a terminal. ``cell``: its label, which a plugin
+    metric's error names (:func:`plugin_metric`)."""
     with _Passes(splits, evaluation, spec, progress) as bar:
         # the library's import is not the calibration's cost (OOD needs it)
         if evaluation.calibrate:
@@ -388,8 +428,9 @@ def evaluate_all(
         _step(bar, "test")
         extra = computed_metrics()  # plugins' metric columns, on the clean test set
         clean, views = _evaluate(
-            model, splits["test"], spec, recipe, device, post, outcomes=outcomes, extra=extra
-        )
+            model, splits["test"], spec, recipe, device, post, outcomes=outcomes, extra=extra,
+            cell=cell,
+        )  # fmt: skip
         metrics: dict[str, Any] = {"clean": clean}
         if extra:  # how the reporter shows them, from the record alone
             metrics["declared"] = [m.declaration() for m in extra]

@@ -435,6 +435,7 @@ def evaluated(job: CellJob, model: EnsembleModel, data_root: Path) -> dict[str, 
     metrics = evaluate_all(
         model, job.splits, job.spec, cell.evaluation, cell.recipe, job.device, data_root,
         outcomes, progress=job.progress,  # the evaluation's bar, on a terminal only
+        cell=cell.label,  # named by a plugin metric's error
     )  # fmt: skip
     save_outcomes(job.cell_dir, outcomes.arrays())
     return metrics
