@@ -381,8 +381,17 @@ def render_one(spec: FigureSpec, cells: pd.DataFrame) -> RenderedFigure:
                 fig.set_layout_engine("none")  # (a third of its cost at 1,000 configurations)
         note = "" if png else f"skipped: needs {spec.needs}"
     except Exception as e:  # one broken plot must not cost the whole report; it is shown
-        log.exception("figure %s failed", spec.id)
-        fig, png, note = None, None, f"failed: {type(e).__name__}: {e}"
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        fn = spec.draw
+        drawn_by = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+        # One line on the terminal (and the page's note), not a traceback: the rest of the
+        # report is still made. The traceback goes to the DEBUG level, for whoever enables it.
+        log.warning(
+            "figure %s (%s) failed: %s: %s; the rest of the report is made without it",
+            spec.id, drawn_by, type(e).__name__, first,
+        )  # fmt: skip
+        log.debug("figure %s failed", spec.id, exc_info=True)
+        fig, png, note = None, None, f"failed: {type(e).__name__}: {first}"
     return RenderedFigure(spec.id, spec.title, spec.caption + restricted, png, note, fig)
 
 
