@@ -6,31 +6,35 @@ difference on the distribution the test set was drawn from, so the sampling of t
 second source of error (on a 10,000-image test set, 0.34 pp of binomial standard error per model
 at 88% accuracy), shared by every seed because every cell is scored on the same images.
 
-Seeds and images are *crossed* (every seed scores every image), so the two are resampled
-independently: Owen's pigeonhole bootstrap (Owen 2007, for crossed random effects). One replicate
-draws n seeds with replacement from the n paired seeds and N images with replacement from the N
-test images (one draw of images for every seed and both configurations: the images are one
-sample); its statistic is the mean over the drawn seeds of
-``metric(configuration on the drawn images) − metric(reference on the drawn images)``. Any
-metric computed from per-image outcomes works the same way: the means (accuracy, NLL, Brier, and
-their temperature-scaled versions) and the 15-bin ECE, which is not a mean of per-image values and
-is the reason this is a bootstrap rather than a closed-form variance sum.
+Seeds and images are *crossed* (every seed scores every image). :func:`bootstrap_rows` builds,
+per paired-table row, the R × C matrix of per-image differences (configuration − reference, seed
+by seed: :func:`difference_matrix`) and reports the unbiased variance-components estimate of the
+mean difference's variance with Satterthwaite's degrees of freedom
+(:mod:`reports.stats.variance`: the model, the estimator, the df). Accuracy, NLL and Brier (and
+their ``ts/`` versions) are means of per-image values; the 15-bin ECE is not, and enters through
+its exact linearisation into per-image values whose mean *is* the ECE
+(:func:`reports.stats.variance.ece_influence`). The interval is ``mean ± t_{df} · SE`` and the
+p-value the two-sided t p-value of ``mean / SE`` with df; where marks rest on those p-values they
+are Holm-adjusted over the table like the t-marks (:func:`image_marks`).
 
-From B replicates the standard error is their standard deviation, inflated by ``√(n/(n−1))``:
-resampling n seeds underestimates the variance of a mean of n by the factor (n−1)/n, and the
-correction makes the result *equal to the paired t-interval when the images contribute nothing*
-(tested). The interval is ``mean ± t_{n−1} · SE`` and the p-value the two-sided t p-value of
-``mean / SE`` with n − 1 degrees of freedom: with 4–6 seeds a percentile interval would be far
-too narrow (see :mod:`reports.stats.paired`), and n − 1 degrees of freedom are conservative when
-the image term dominates. Owen (2007) shows the pigeonhole bootstrap's variance is mildly
-conservative for crossed designs (it counts the seed × image interaction twice).
+Until issue 59 these columns came from Owen's (2007) pigeonhole bootstrap (:func:`paired_bootstrap`,
+kept to document it and for comparison): it resamples seeds and images independently, and its
+variance, with the √(n/(n−1)) seed correction applied here, has expectation ≈ σ_A²/R +
+σ_B²/C · R/(R−1) + σ_E²/(RC) · (3R−2)/(R−1): the seed × image interaction counted 3.33 times at
+R = 4 seeds and 3.2 times at R = 6 (this docstring said "twice"), and on real records the
+interaction dominates, so its intervals were 1.1–3.6× too wide
+(:func:`reports.stats.variance.naive_bootstrap_variance`, docs/methods.md).
 
-The point estimate is the mean difference of the records' own metrics (the paired table's
-``mean_diff``); outcomes are needed only for the spread. A cell without ``outcomes.npz``
-(recorded before they were kept) gives no bootstrap (NaN columns and a reason).
+The columns keep the bootstrap's names (``boot_se``, ``boot_lo``, ``boot_hi``, ``boot_p``,
+``n_images``, ``boot_note``) so that CSVs, scripts and the claims' citations of them keep
+working; ``df`` is new. The point estimate is the mean difference of the records' own metrics
+(the paired table's ``mean_diff``); outcomes are needed only for the spread. A cell without
+``outcomes.npz`` (recorded before they were kept) gives no interval (NaN columns and a reason).
 
 References:
     Owen, A. B. (2007). The pigeonhole bootstrap. Annals of Applied Statistics 1(2), 386–411.
+    Satterthwaite, F. E. (1946). Biometrics Bulletin 2(6), 110–114.
+    Searle, S. R., Casella, G. & McCulloch, C. E. (1992). Variance Components. Wiley, ch. 4.
     Efron, B. & Tibshirani, R. J. (1993). An Introduction to the Bootstrap, ch. 6 (standard
     errors) and §8.3 (paired data).
 """
@@ -40,17 +44,22 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from reports.stats.variance import N_BINS, bin_of, crossed_interval, ece_influence
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Metric → (outcome array(s) it needs, without a view prefix). ``ts/…`` reads the ``ts/``
 #: arrays; ``correct`` is shared (a temperature does not change the top label).
 SUPPORTED = {"acc": "correct", "nll": "nll", "brier": "brier", "ece": "ece"}
 
-#: The ECE's equal-width bins (harness.metrics.calibration.N_BINS; not imported: no torch here).
-N_BINS = 15
-
-#: Bootstrap replicates by default: the SE's own relative error is about 1/√(2B) ≈ 1.6%.
+#: :func:`paired_bootstrap`'s replicates by default: the SE's own relative error is about
+#: 1/√(2B) ≈ 1.6%. The report's columns draw nothing; ``replicates`` is still accepted (and
+#: checked) there so that existing calls keep working.
 DEFAULT_REPLICATES = 2000
 
 _CHUNK = 250
@@ -98,13 +107,6 @@ def _arrays(outcomes: Mapping[str, np.ndarray], metric: str) -> dict[str, np.nda
     return {"value": np.asarray(outcomes[f"{view}{SUPPORTED[base]}"], np.float64)}
 
 
-def _bin_of(confidence: np.ndarray) -> np.ndarray:
-    """The equal-width bin ``(b/15, (b+1)/15]`` of each confidence (an edge goes lower), as
-    :func:`harness.metrics.calibration.calibration_bins` bins them."""
-    edges = np.arange(N_BINS + 1, dtype=np.float64) / N_BINS
-    return np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, N_BINS - 1)
-
-
 def weighted_metric(
     arrays: Mapping[str, np.ndarray], weights: np.ndarray, metric: str
 ) -> np.ndarray:
@@ -121,7 +123,7 @@ def weighted_metric(
     if "value" in arrays:
         return weights @ arrays["value"] / n
     one_hot = np.zeros((len(arrays["confidence"]), N_BINS))
-    one_hot[np.arange(len(one_hot)), _bin_of(arrays["confidence"])] = 1.0
+    one_hot[np.arange(len(one_hot)), bin_of(arrays["confidence"])] = 1.0
     conf = weights @ (one_hot * arrays["confidence"][:, None])
     correct = weights @ (one_hot * arrays["correct"][:, None])
     return np.abs(conf - correct).sum(axis=1) / n  # Σ_b |Σ conf − Σ correct| / N
@@ -157,7 +159,16 @@ def paired_bootstrap(
     replicates: int = DEFAULT_REPLICATES,
     seed: int = 0,
 ) -> Bootstrap:
-    """The pigeonhole bootstrap of ``metric(config) − metric(reference)``, paired by seed.
+    """The pigeonhole bootstrap of ``metric(config) − metric(reference)``, paired by seed: what
+    the report used before issue 59, kept to document it (the report now uses
+    :func:`bootstrap_rows`'s variance components).
+
+    Each of B replicates draws n seeds with replacement and, independently, N images with
+    replacement (one draw for every seed and both sides), and takes the mean over the drawn seeds
+    of the metric difference on the drawn images; the SE is the replicates' SD × √(n/(n−1)), the
+    interval ``mean ± t_{n−1} · SE``. Its variance over-counts the seed × image interaction
+    ((3n−2)/(n−1) times; :func:`reports.stats.variance.naive_bootstrap_variance` is its B → ∞
+    value for the per-image means) and n − 1 df ignore the images' share.
 
     Args:
         config, reference: per paired seed (same order on both sides), the cell's per-image
@@ -216,6 +227,84 @@ def paired_bootstrap(
     return Bootstrap(se, mean_diff - t * se, mean_diff + t * se, p, n_images, replicates)
 
 
+def per_image(arrays: Mapping[str, np.ndarray], metric: str) -> np.ndarray:
+    """``(N,)`` values whose mean is the cell's ``metric``: the per-image correct/NLL/Brier, or
+    for the ECE its exact linearisation (:func:`reports.stats.variance.ece_influence`).
+
+    Args:
+        arrays: :func:`_arrays` of the cell for ``metric``.
+    """
+    if "value" in arrays:
+        return arrays["value"]
+    return ece_influence(arrays["confidence"], arrays["correct"])
+
+
+def difference_matrix(
+    config: Sequence[Mapping[str, np.ndarray]],
+    reference: Sequence[Mapping[str, np.ndarray]],
+    metric: str,
+) -> np.ndarray:
+    """``(R, C)`` per-image differences, configuration − reference, one row per paired seed.
+
+    Row i's mean is seed i's metric difference (exactly, for the ECE too), so the matrix's mean
+    is the paired table's ``mean_diff`` up to how the records rounded their metrics.
+
+    Args:
+        config, reference: per paired seed (same order on both sides), the cell's per-image
+            outcomes, the same C test images in the same order everywhere.
+        metric: a :func:`supports` metric.
+
+    Raises:
+        ValueError: an unsupported metric, no seeds or a different number on the two sides,
+            cells scored on different numbers of images.
+        KeyError: a cell's outcomes lack the arrays the metric needs (e.g. no ``ts/``).
+    """
+    if not supports(metric):
+        raise ValueError(f"{metric!r} is not computed from per-image outcomes")
+    if len(config) != len(reference) or not config:
+        raise ValueError(f"need the same seeds on both sides, at least one (got {len(config)}, "
+                         f"{len(reference)})")  # fmt: skip
+    a = [_arrays(o, metric) for o in config]
+    b = [_arrays(o, metric) for o in reference]
+    sizes = {len(next(iter(x.values()))) for x in (*a, *b)}
+    if len(sizes) != 1:
+        raise ValueError(f"cells scored on different numbers of test images: {sorted(sizes)}")
+    return np.stack([per_image(x, metric) - per_image(y, metric)
+                     for x, y in zip(a, b, strict=True)])  # fmt: skip
+
+
+#: The columns :func:`bootstrap_rows` adds (the names are the former bootstrap's: module docstring).
+COLUMNS = ("boot_se", "boot_lo", "boot_hi", "boot_p", "df", "n_images", "boot_note")
+
+
+def crossed_row(d: np.ndarray, mean_diff: float, level: float = 0.95) -> dict[str, object]:
+    """The columns of one comparison from its ``(R, C)`` difference matrix ``d``, centred on
+    ``mean_diff`` (:func:`reports.stats.variance.crossed_interval`).
+
+    Degenerate designs get defined outputs: V̂ = 0 (every seed and image give one difference)
+    a zero-width interval, p 1 at a difference of 0 and 0 otherwise, df NaN; one seed, where the
+    seed-to-seed variance cannot be estimated, NaN columns and a note giving what can be (the
+    test images' share given that seed, s_cols/√C); one image NaN and a note.
+    """
+    r, c = d.shape
+    row: dict[str, object] = dict.fromkeys(COLUMNS[:5], np.nan)
+    row.update(n_images=c, boot_note="")
+    if r < 2:
+        se = float(np.std(d[0], ddof=1) / np.sqrt(c)) if c > 1 else np.nan
+        row["boot_note"] = (
+            "one seed: the seed-to-seed variance cannot be estimated, so no interval (the test "
+            f"images alone, given this seed: SE {se:.3g})"
+        )
+        return row
+    if c < 2:
+        row["boot_note"] = "one test image: the images' variance cannot be estimated"
+        return row
+    got = crossed_interval(d, mean_diff, level)
+    row.update(boot_se=float(got.se), boot_lo=float(got.lo), boot_hi=float(got.hi),
+               boot_p=float(got.p_value), df=float(got.df))  # fmt: skip
+    return row
+
+
 def bootstrap_rows(
     rows: Sequence[Mapping[str, object]],
     outcomes_of: Callable[[Mapping[str, object], bool], list[Mapping[str, np.ndarray] | None]],
@@ -223,16 +312,19 @@ def bootstrap_rows(
     level: float = 0.95,
     replicates: int = DEFAULT_REPLICATES,
 ) -> list[dict[str, object]]:
-    """The bootstrap columns of a paired table's rows.
+    """The seeds × images columns of a paired table's rows (the name is the former bootstrap's).
 
     Args:
         rows: the paired table's rows (``metric``, ``mean_diff``, ``n_pairs`` …).
         outcomes_of: ``(row, reference side?)`` → the outcomes of that side's cells at the row's
             paired seeds, in seed order (None for a cell without them).
+        level: the intervals' level.
+        replicates: accepted and checked for existing callers; nothing is drawn.
 
     Returns:
-        Per row ``boot_se``, ``boot_lo``, ``boot_hi``, ``boot_p``, ``n_images`` and
-        ``boot_note`` (why a row has none: an unsupported metric, a cell without outcomes).
+        Per row the :data:`COLUMNS`: ``boot_se`` (√V̂), ``boot_lo``, ``boot_hi``, ``boot_p``,
+        ``df`` (Satterthwaite's), ``n_images`` and ``boot_note`` (why a row has none: an
+        unsupported metric, a cell without outcomes, one seed; :func:`crossed_row`).
 
     Raises:
         ValueError: a level or replicates :func:`argument_problems` refuses (before any row;
@@ -241,9 +333,8 @@ def bootstrap_rows(
     if problems := argument_problems(level, replicates):
         raise ValueError("; ".join(problems))
     out = []
+    empty = dict.fromkeys(COLUMNS[:6], np.nan)
     for row in rows:
-        empty = {"boot_se": np.nan, "boot_lo": np.nan, "boot_hi": np.nan, "boot_p": np.nan,
-                 "n_images": np.nan}  # fmt: skip
         metric = str(row["metric"])
         if not supports(metric):
             out.append({**empty, "boot_note": "not a per-image metric"})
@@ -253,14 +344,30 @@ def bootstrap_rows(
             out.append({**empty, "boot_note": "a cell has no outcomes.npz"})
             continue
         try:
-            b = paired_bootstrap(mine, theirs, metric, float(row["mean_diff"]), level=level,
-                                 replicates=replicates)  # fmt: skip
+            d = difference_matrix(mine, theirs, metric)
         except KeyError as exc:  # e.g. ts/nll of a cell evaluated without calibration
             out.append({**empty, "boot_note": f"the outcomes lack {exc.args[0]}"})
             continue
         except ValueError as exc:
             out.append({**empty, "boot_note": str(exc)})
             continue
-        out.append({"boot_se": b.se, "boot_lo": b.ci_lo, "boot_hi": b.ci_hi,
-                    "boot_p": b.p_value, "n_images": b.n_images, "boot_note": ""})  # fmt: skip
+        out.append(crossed_row(d, float(row["mean_diff"]), level))
     return out
+
+
+def image_marks(
+    table: pd.DataFrame, holm: bool, alpha: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(boot_p_adjusted, boot_significant)`` for a table with ``boot_p``: the marks that rest
+    on the seeds × images test, adjusted as the t-marks are (:mod:`reports.stats.paired`).
+
+    With ``holm``, Holm's (1979) step-down adjustment over every row of the table with a
+    ``boot_p`` (rows without one are not counted, as :func:`reports.stats.significance.holm`
+    treats NaN): the family is the table's, the one the ``p_adjusted`` of the t-marks is
+    adjusted over. A row is significant where its (adjusted) p ≤ ``alpha``.
+    """
+    from reports.stats.significance import holm as holm_adjust
+
+    p = table["boot_p"].to_numpy(dtype=float)
+    adjusted = holm_adjust(p) if holm else p
+    return adjusted, np.asarray(adjusted <= alpha)  # NaN compares False: no mark
