@@ -169,11 +169,14 @@ def paired(
         level: the t-interval's level, a fraction in (0, 1) (0.95, not 95).
         test: ``"signflip"`` (exact) or ``"t"``.
         holm: Holm's adjustment over every row.
-        images: also the comparison that counts the test set's sampling: the seeds × images
-            bootstrap (:mod:`reports.stats.bootstrap`) from each cell's ``outcomes.npz``,
-            as the columns ``boot_se``, ``boot_lo``, ``boot_hi`` (at ``level``), ``boot_p``,
-            ``n_images`` and ``boot_note`` (why a row has none).
-        replicates: the bootstrap's replicates, a whole number ≥ 2.
+        images: also the comparison that counts the test set's sampling, seeds × images
+            crossed, from each cell's ``outcomes.npz``: the unbiased variance-components
+            interval, Satterthwaite's df (:mod:`reports.stats.bootstrap`, docs/methods.md), as
+            ``boot_se``, ``boot_lo``, ``boot_hi`` (at ``level``), ``boot_p``, ``df``,
+            ``n_images``, ``boot_note`` (why a row has none; the names are the former
+            bootstrap's), ``boot_p_adjusted`` (Holm over the table when ``holm``) and
+            ``boot_significant``.
+        replicates: a whole number ≥ 2, still checked; the images' interval draws nothing.
 
     Returns:
         :func:`reports.stats.paired.paired_differences`'s frame (``mean_diff``, ``ci_lo``,
@@ -218,7 +221,9 @@ def paired(
         from reports.records.outcomes import with_image_bootstrap
 
         try:
-            table = with_image_bootstrap(Path(path), cells, reference, table, level, replicates)
+            table = with_image_bootstrap(
+                Path(path), cells, reference, table, level, replicates, holm=holm
+            )
         except (DamagedFile, UsageError) as exc:  # a damaged outcomes.npz, counts that differ
             raise HarnessError([str(exc)]) from exc
     return table

@@ -78,6 +78,7 @@ def image_table_of(results: Path, args: argparse.Namespace) -> pd.DataFrame:
     from harness.contract.errors import UsageError
     from reports.records.index import load_results
     from reports.render.images import image_table
+    from reports.stats.bootstrap import image_marks
     from reports.stats.paired import default_reference, missing_reference
 
     cells = load_results(results).cells
@@ -90,7 +91,10 @@ def image_table_of(results: Path, args: argparse.Namespace) -> pd.DataFrame:
             "--images: no reference to compare with: neither deep_ensemble nor single has done "
             "cells here; name one with --reference METHOD"
         )
-    return image_table(results, args.reference, test=args.test, holm=args.holm)
+    table = image_table(results, args.reference, test=args.test, holm=args.holm)
+    # The image marks adjusted as --holm says (image_table infers it from the t-marks).
+    table["boot_p_adjusted"], table["boot_significant"] = image_marks(table, args.holm)
+    return table
 
 
 def report_kwargs(args: argparse.Namespace) -> dict[str, Any]:

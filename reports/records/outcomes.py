@@ -192,11 +192,22 @@ def with_image_bootstrap(
     table: pd.DataFrame,
     level: float = 0.95,
     replicates: int = 2000,
+    *,
+    holm: bool | None = None,
+    alpha: float = 0.05,
 ) -> pd.DataFrame:
     """``table`` (a paired table of the results in ``path``, :func:`paired_differences
     <reports.stats.paired.paired_differences>` of ``cells`` against ``reference``) with the seeds
-    × images bootstrap's columns: ``boot_se``, ``boot_lo``, ``boot_hi``, ``boot_p``, ``n_images``
-    and ``boot_note`` (:func:`reports.stats.bootstrap.bootstrap_rows`).
+    × images columns (:func:`reports.stats.bootstrap.bootstrap_rows`: the variance-components
+    interval, issue 59): ``boot_se``, ``boot_lo``, ``boot_hi``, ``boot_p``, ``df``,
+    ``n_images`` and ``boot_note``, and the marks resting on ``boot_p``: ``boot_p_adjusted`` and
+    ``boot_significant`` (:func:`reports.stats.bootstrap.image_marks`).
+
+    Args:
+        replicates: accepted and checked for existing callers; nothing is drawn.
+        holm: Holm-adjust ``boot_p`` over the table; None: as the table's t-marks were
+            (its ``p_adjusted`` differs from ``p_value``, or would not change under Holm).
+        alpha: the marks' level (the paired table's default).
 
     Raises:
         DamagedOutcomes: a compared cell's ``outcomes.npz`` is damaged or holds another number
@@ -205,13 +216,33 @@ def with_image_bootstrap(
         ValueError: a level or replicates the bootstrap cannot use
             (:func:`reports.stats.bootstrap.argument_problems`).
     """
-    from reports.stats.bootstrap import argument_problems, bootstrap_rows
+    from reports.stats.bootstrap import COLUMNS, argument_problems, bootstrap_rows, image_marks
     from reports.stats.paired import parse_reference
 
     if problems := argument_problems(level, replicates):  # before any file is read
         raise ValueError("; ".join(problems))
     finder = OutcomesFinder(path, cells, parse_reference(reference)[0])
     rows = table.to_dict("records")
-    finder.check_counts(rows)  # every file read and checked before the first replicate
-    extra = bootstrap_rows(rows, finder.find, level=level, replicates=replicates)
-    return pd.concat([table, pd.DataFrame(extra, index=table.index)], axis=1)
+    finder.check_counts(rows)  # every file read and checked before the first interval
+    extra = pd.DataFrame(bootstrap_rows(rows, finder.find, level=level, replicates=replicates),
+                         index=table.index, columns=list(COLUMNS))  # fmt: skip
+    out = pd.concat([table, extra], axis=1)
+    if holm is None:
+        holm = _holm_applied(table)
+    out["boot_p_adjusted"], out["boot_significant"] = image_marks(out, holm, alpha)
+    return out
+
+
+def _holm_applied(table: pd.DataFrame) -> bool:
+    """Whether the paired table's ``p_adjusted`` is Holm's adjustment of its ``p_value`` (for a
+    caller that did not say): True unless it equals the raw p-values where Holm would have
+    changed them. Where Holm changes none of them (one row, or every p 0 or 1) either reading
+    fits, and the adjusted one is taken: it can only raise the image p-values."""
+    from reports.stats.significance import holm
+
+    if "p_adjusted" not in table or "p_value" not in table or table.empty:
+        return False
+    raw = table["p_value"].to_numpy(dtype=float)
+    given = table["p_adjusted"].to_numpy(dtype=float)
+    return not (np.allclose(given, raw, equal_nan=True)
+                and not np.allclose(holm(raw), raw, equal_nan=True))  # fmt: skip
