@@ -216,7 +216,7 @@ def evaluate_external(
     t0 = time.perf_counter()
     rec["metrics"] = evaluate_all(
         wrapped, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes,
-        progress=progress,
+        progress=progress, cell=cell.label,
     )  # fmt: skip
     eval_s = time.perf_counter() - t0
     rec["cost"] = {"device": device_name(device), **parameters_of(model)}

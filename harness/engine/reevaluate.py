@@ -200,8 +200,9 @@ def reevaluate_cell(
         record = dict(record)
         outcomes = OutcomeAccumulator()
         metrics = evaluate_all(
-            model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes
-        )
+            model, splits, spec, cell.evaluation, cell.recipe, device, data_root, outcomes,
+            cell=cell.label,
+        )  # fmt: skip
         evaluation = record_evaluation(cell)
         had_outcomes, damaged = _outcomes_state(cell_dir, record)
         if add_only:
