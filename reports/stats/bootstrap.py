@@ -22,7 +22,7 @@ kept to document it and for comparison): it resamples seeds and images independe
 variance, with the √(n/(n−1)) seed correction applied here, has expectation ≈ σ_A²/R +
 σ_B²/C · R/(R−1) + σ_E²/(RC) · (3R−2)/(R−1): the seed × image interaction counted 3.33 times at
 R = 4 seeds and 3.2 times at R = 6 (this docstring said "twice"), and on real records the
-interaction dominates, so its intervals were 1.1–3.6× too wide
+interaction dominates, so its intervals were 1.08–3.8× too wide for the means
 (:func:`reports.stats.variance.naive_bootstrap_variance`, docs/methods.md).
 
 The columns keep the bootstrap's names (``boot_se``, ``boot_lo``, ``boot_hi``, ``boot_p``,
