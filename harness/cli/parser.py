@@ -313,7 +313,7 @@ def _add_report_options(parser) -> None:
     parser.add_argument(
         "--images",
         action="store_true",
-        help="also compare counting the test set's sampling: the seeds × images bootstrap of "
+        help="also compare counting the test set's sampling: the seeds × images interval of "
         "accuracy, NLL, ECE and Brier (raw and after TS) from each cell's outcomes.npz, printed "
         "beside the t-interval and written to paired_images.csv (docs/methods.md)",
     )

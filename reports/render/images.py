@@ -1,5 +1,5 @@
-"""``harness report --images``: the paired table with the seeds × images bootstrap beside the
-t-interval (:mod:`reports.stats.bootstrap`), printed and written as ``paired_images.csv``."""
+"""``harness report --images``: the paired table with the seeds × images interval beside the
+t-interval (:mod:`reports.stats.variance`), printed and written as ``paired_images.csv``."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def format_images(table: pd.DataFrame, level: float = 0.95) -> str:
                      f"{span(r.ci_lo, r.ci_hi):>20} {boot:>20} {p:>6}")  # fmt: skip
     lines.append(
         f"configuration − {table['reference'].iloc[0]}; accuracy and ECE in percentage points, "
-        "NLL in nats; seeds×images: Owen's pigeonhole bootstrap over the paired seeds and the "
-        "test images, SE × √(n/(n−1)), t with n−1 df (docs/methods.md)"
+        "NLL in nats; seeds×images: variance components over the paired seeds and the test "
+        "images (each noise source counted once), t with Satterthwaite df (docs/methods.md)"
     )
     return "\n".join(lines)
 
