@@ -1,7 +1,8 @@
 """Evaluation metrics of ensembles: calibration, classification, diversity and OOD detection.
 
-Inputs are member probabilities ``(M, B, K)`` and integer labels ``(B,)``; the ensemble
-prediction is the mean of member probabilities. Every metric exists as a function on full tensors
+Inputs are member probabilities ``(M, B, K)`` and integer labels ``(B,)`` (the energy and
+max-logit OOD scores: member logits ``(M, B, K)``); the ensemble prediction is the mean of member
+probabilities. Every metric exists as a function on full tensors
 and inside a streaming accumulator whose ``compute()`` equals the function on the concatenation
 of the batches. :class:`EnsembleMetrics` and :class:`OODScores` are what the evaluator uses.
 """
@@ -45,15 +46,19 @@ from harness.metrics.diversity import (
 )
 from harness.metrics.ood import (
     FPR_POSITIVE,
+    LOGIT_OOD_SCORES,
     OOD_CONVENTION,
     OOD_METRICS,
     OOD_SCORES,
     OODScores,
+    as_logits,
     aupr_in,
     aupr_out,
     auroc,
+    energy_score,
     entropy_score,
     fpr_at_tpr,
+    max_logit_score,
     mi_score,
     msp_score,
     ood_metrics,
@@ -62,6 +67,7 @@ from harness.metrics.ood import (
 __all__ = [
     "ENSEMBLE_METRIC_KEYS",
     "FPR_POSITIVE",
+    "LOGIT_OOD_SCORES",
     "MEMBER_METRIC_KEYS",
     "NLL_EPS",
     "N_BINS",
@@ -77,6 +83,7 @@ __all__ = [
     "adaptive_ece",
     "adaptive_ece_from_confidences",
     "as_ensemble",
+    "as_logits",
     "aupr_in",
     "aupr_out",
     "aurc",
@@ -90,9 +97,11 @@ __all__ = [
     "ece",
     "ece_from_bins",
     "ece_from_confidences",
+    "energy_score",
     "ensemble_mean",
     "entropy_score",
     "fpr_at_tpr",
+    "max_logit_score",
     "member_accuracy",
     "member_brier",
     "member_ece",

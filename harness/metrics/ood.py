@@ -31,6 +31,16 @@ Scores of an ensemble ``(M, B, K)`` with mean ``p̄``:
   entropy that torch-uncertainty's ``Entropy`` returns on ``(B, M, K)``);
 - ``mi``: negative mutual information, ``−(H(p̄) − mean_m H(p_m))``.
 
+Scores of the member logits ``z`` ``(M, B, K)``, where the model returns logits (every built-in
+method; an outside model declared ``outputs="probs"`` has none: its log-probabilities would give
+an energy of 0 for every input), each a member's score averaged over the members (see
+docs/methods.md, "OOD detectors"):
+
+- ``energy``: negative free energy at T = 1, ``mean_m logsumexp_k z_{m,k}`` (Liu et al., 2020;
+  pytorch-ood's ``EnergyBased.score``, negated);
+- ``max_logit``: ``mean_m max_k z_{m,k}`` (Hendrycks et al., 2022; pytorch-ood's
+  ``MaxLogit.score``, negated).
+
 Implementations: AUROC and both AUPRs are torchmetrics' exact (``thresholds=None``)
 ``binary_auroc`` / ``binary_average_precision``. torchmetrics applies a sigmoid to scores outside
 [0, 1]; to keep the ranking exact (a float sigmoid can tie distinct large scores) scores are
@@ -47,6 +57,11 @@ References:
     Neural Networks (ODIN). ICLR 2018.
     Lakshminarayanan, Pritzel & Blundell. Simple and Scalable Predictive Uncertainty Estimation
     using Deep Ensembles. NeurIPS 2017.
+    Liu, Wang, Owens & Li. Energy-based Out-of-distribution Detection. NeurIPS 2020.
+    Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song. Scaling
+    Out-of-Distribution Detection for Real-World Settings. ICML 2022.
+    Kirchheim, Filax & Ortmeier. PyTorch-OOD: A Library for Out-of-Distribution Detection based
+    on PyTorch. CVPR Workshops 2022.
 """
 
 from __future__ import annotations
@@ -110,6 +125,75 @@ def mi_score(probs: Tensor) -> Tensor:
     return _neg_mi(as_ensemble(probs))
 
 
+def energy_score(logits: Tensor) -> Tensor:
+    """Negative free energy (T = 1) of each member's logits, averaged over the members:
+    ``mean_m logsumexp_k z_{m,k}`` — pytorch-ood's ``EnergyBased.score`` negated.
+
+    Args:
+        logits: Member logits ``(M, B, K)`` or ``(B, K)``.
+
+    Returns:
+        ``(B,)`` float64; higher = more in-distribution.
+    """
+    return _neg_energy(as_logits(logits))
+
+
+def max_logit_score(logits: Tensor) -> Tensor:
+    """Maximum logit of each member, averaged over the members: ``mean_m max_k z_{m,k}`` —
+    pytorch-ood's ``MaxLogit.score`` negated.
+
+    Args:
+        logits: Member logits ``(M, B, K)`` or ``(B, K)``.
+
+    Returns:
+        ``(B,)`` float64; higher = more in-distribution.
+    """
+    return _max_logit(as_logits(logits))
+
+
+def as_logits(logits: Tensor, *, validate: bool = True) -> Tensor:
+    """Check member logits and return them as float64 ``(M, B, K)``.
+
+    Args:
+        logits: ``(M, B, K)``, or a single model's ``(B, K)`` (read as M = 1).
+        validate: Also check that every value is finite (one device-host synchronisation).
+
+    Raises:
+        ValueError: On a wrong shape or dtype, or (with ``validate``) NaN or infinite values.
+    """
+    if not isinstance(logits, Tensor) or not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point tensor, got {type(logits).__name__}")
+    if logits.ndim == 2:
+        logits = logits.unsqueeze(0)  # (B, K) -> (1, B, K)
+    if logits.ndim != 3 or logits.shape[0] < 1 or logits.shape[2] < 1:
+        raise ValueError(f"logits must have shape (M, B, K) or (B, K), got {tuple(logits.shape)}")
+    if logits.device.type == "mps":  # MPS has no float64
+        logits = logits.cpu()
+    logits = logits.to(torch.float64)
+    if validate and not bool(torch.isfinite(logits).all()):
+        raise ValueError("logits contain NaN or infinite values")
+    return logits
+
+
+def _per_member(score: Callable[[Tensor], Tensor], logits: Tensor) -> Tensor:
+    """A pytorch-ood outlier score (``(N, K)`` → ``(N,)``, higher = OOD) of every member's
+    logits ``(M, B, K)``, negated and averaged over the members: ``(B,)``."""
+    m, b, k = logits.shape
+    return -score(logits.reshape(m * b, k)).view(m, b).mean(dim=0)
+
+
+def _neg_energy(logits: Tensor) -> Tensor:
+    from pytorch_ood.detector import EnergyBased  # 0.4 s on first use: not at import
+
+    return _per_member(lambda z: EnergyBased.score(z, t=1.0), logits)
+
+
+def _max_logit(logits: Tensor) -> Tensor:
+    from pytorch_ood.detector import MaxLogit
+
+    return _per_member(MaxLogit.score, logits)
+
+
 def _msp(probs: Tensor) -> Tensor:
     return ensemble_mean(probs).amax(dim=-1)  # (M, B, K) -> (B,)
 
@@ -133,6 +217,16 @@ OOD_SCORES: dict[str, Callable[[Tensor], Tensor]] = {
     "msp": msp_score,
     "entropy": entropy_score,
     "mi": mi_score,
+}
+#: Logit score name → function of float64 ``(M, B, K)`` logits returning ``(B,)`` scores.
+_LOGIT_SCORE_FNS: dict[str, Callable[[Tensor], Tensor]] = {
+    "energy": _neg_energy,
+    "max_logit": _max_logit,
+}
+#: Logit score name → public score function of member logits (validates its input).
+LOGIT_OOD_SCORES: dict[str, Callable[[Tensor], Tensor]] = {
+    "energy": energy_score,
+    "max_logit": max_logit_score,
 }
 
 
@@ -262,20 +356,23 @@ def ood_metrics(id_scores: Tensor, ood_scores: Tensor) -> dict[str, float]:
 class OODScores(Metric):
     """Accumulates per-sample OOD scores of ID and OOD batches; computes every metric per score.
 
-    Stores three float64 scores per sample (never the probabilities). For several OOD sets
-    against one ID set, call :meth:`reset_ood` between OOD sets to reuse the ID scores.
+    Stores one float64 score per sample and score (never the probabilities or logits): the three
+    probability scores always, the two logit scores (``energy``, ``max_logit``) when every batch
+    came with its logits. For several OOD sets against one ID set, call :meth:`reset_ood`
+    between OOD sets to reuse the ID scores.
 
     Example::
 
         scores = OODScores()
-        for probs in id_batches:  # (M, B, K) member probabilities
-            scores.update_id(probs)
-        for probs in ood_batches:
-            scores.update_ood(probs)
-        scores.compute()["msp"]["auroc"]
+        for logits in id_batches:  # (M, B, K) member logits
+            scores.update_id(logits.softmax(-1), logits)
+        for logits in ood_batches:
+            scores.update_ood(logits.softmax(-1), logits)
+        scores.compute()["energy"]["auroc"]
 
     Args:
-        validate: Check each batch with :func:`~harness.metrics.classification.as_ensemble`.
+        validate: Check each batch with :func:`~harness.metrics.classification.as_ensemble`
+            and :func:`as_logits`.
         **kwargs: Passed to :class:`torchmetrics.Metric`.
     """
 
@@ -287,32 +384,46 @@ class OODScores(Metric):
         super().__init__(**kwargs)
         self.validate = validate
         for split in ("id", "ood"):
-            for name in _SCORE_FNS:
+            for name in (*_SCORE_FNS, *_LOGIT_SCORE_FNS):
                 self.add_state(f"{split}_{name}", default=[], dist_reduce_fx="cat")
 
-    def update(self, probs: Tensor, *, ood: bool) -> None:
-        """Add a batch of ID (``ood=False``) or OOD (``ood=True``) member probabilities.
+    def update(self, probs: Tensor, logits: Tensor | None = None, *, ood: bool) -> None:
+        """Add a batch of ID (``ood=False``) or OOD (``ood=True``) member outputs.
 
         Args:
             probs: Member probabilities ``(M, B, K)`` or ``(B, K)``.
+            logits: The member logits ``probs`` are the softmax of, same shape, or None where
+                the model gives probabilities only (no energy or max-logit score then).
             ood: Whether the batch comes from the OOD set.
+
+        Raises:
+            ValueError: ``logits`` of another shape than ``probs`` (or see :func:`as_logits`).
         """
         probs = as_ensemble(probs, validate=self.validate)
         split = "ood" if ood else "id"
+        if logits is not None:
+            logits = as_logits(logits, validate=self.validate)
+            if logits.shape != probs.shape:
+                raise ValueError(
+                    f"logits of shape {tuple(logits.shape)} do not match probs of shape "
+                    f"{tuple(probs.shape)}: pass the logits whose softmax the probs are"
+                )
+            for name, fn in _LOGIT_SCORE_FNS.items():
+                getattr(self, f"{split}_{name}").append(fn(logits))  # (B,)
         for name, fn in _SCORE_FNS.items():
             getattr(self, f"{split}_{name}").append(fn(probs))  # (B,)
 
-    def update_id(self, probs: Tensor) -> None:
-        """Add a batch of in-distribution member probabilities ``(M, B, K)``."""
-        self.update(probs, ood=False)
+    def update_id(self, probs: Tensor, logits: Tensor | None = None) -> None:
+        """Add a batch of in-distribution member probabilities ``(M, B, K)`` (and logits)."""
+        self.update(probs, logits, ood=False)
 
-    def update_ood(self, probs: Tensor) -> None:
-        """Add a batch of out-of-distribution member probabilities ``(M, B, K)``."""
-        self.update(probs, ood=True)
+    def update_ood(self, probs: Tensor, logits: Tensor | None = None) -> None:
+        """Add a batch of out-of-distribution member probabilities ``(M, B, K)`` (and logits)."""
+        self.update(probs, logits, ood=True)
 
     def reset_ood(self) -> None:
         """Forget the OOD scores but keep the ID ones (to score another OOD set)."""
-        for name in _SCORE_FNS:
+        for name in (*_SCORE_FNS, *_LOGIT_SCORE_FNS):
             setattr(self, f"ood_{name}", [])
         self._computed = None  # invalidate torchmetrics' cached compute()
 
@@ -320,18 +431,37 @@ class OODScores(Metric):
         """Compute the five OOD metrics for each score.
 
         Returns:
-            ``{"msp": {...}, "entropy": {...}, "mi": {...}}``, each inner dict with the keys
+            ``{"msp": {...}, "entropy": {...}, "mi": {...}}``, and ``"energy"``, ``"max_logit"``
+            when every batch came with its logits; each inner dict with the keys
             ``"auroc", "aupr_in", "aupr_out", "fpr95", "fpr95_id"`` as Python floats.
 
         Raises:
-            ValueError: If no ID or no OOD sample was seen.
+            ValueError: If no ID or no OOD sample was seen, or logits came with some batches
+                only (a score of part of a set is no score of the set).
         """
         out = {}
+        counts = {}
         for name in _SCORE_FNS:
             id_s, ood_s = _cat(getattr(self, f"id_{name}")), _cat(getattr(self, f"ood_{name}"))
             if id_s.numel() == 0 or ood_s.numel() == 0:
                 raise ValueError("OODScores.compute() needs at least one ID and one OOD sample")
+            counts = {"ID": id_s.numel(), "OOD": ood_s.numel()}
             out[name] = ood_metrics(id_s, ood_s)
+        logit = {
+            split: {n: _cat(getattr(self, f"{split}_{n}")) for n in _LOGIT_SCORE_FNS}
+            for split in ("id", "ood")
+        }
+        seen = {k: logit[k.lower()]["energy"].numel() for k in counts}
+        if not any(seen.values()):
+            return out  # probabilities only
+        for split, n in seen.items():
+            if n != counts[split]:
+                raise ValueError(
+                    f"logits came with {n} of the {counts[split]} {split} samples: pass them "
+                    "with every batch or with none"
+                )
+        for name in _LOGIT_SCORE_FNS:
+            out[name] = ood_metrics(logit["id"][name], logit["ood"][name])
         return out
 
 
