@@ -34,7 +34,9 @@ ENSEMBLE_METRIC_KEYS = ("acc", "nll", "brier", "ece", "aece", "aurc", "disagreem
 #: How OOD metrics are to be read; stored in every result record and shown in reports.
 OOD_CONVENTION = (
     "scores are higher for more in-distribution samples (msp = max p̄, entropy = −H(p̄), "
-    "mi = −(H(p̄) − mean_m H(p_m)), p̄ = mean of member probabilities); "
+    "mi = −(H(p̄) − mean_m H(p_m)), p̄ = mean of member probabilities; energy = "
+    "mean_m logsumexp_k z_m,k (negative free energy, T = 1), max_logit = mean_m max_k z_m,k, "
+    "z_m = member m's logits, left out for a model that gives probabilities only); "
     "auroc = P(score_ID > score_OOD) + ½P(tie); aupr_in = average precision (step-wise, as "
     "scikit-learn) with ID positive; aupr_out = average precision with OOD positive on negated "
     "scores; fpr95 = OpenOOD/torch-uncertainty convention, OOD positive: fraction of ID samples "

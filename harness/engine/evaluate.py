@@ -59,6 +59,34 @@ def member_probs(
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (probs (M, B, K) float32 on CPU, labels (B,)) in eval mode (evaluation transforms,
     the split's order)."""
+    for logits, y in _member_logits(model, data, spec, recipe, device):
+        yield logits.float().softmax(-1).cpu(), y.cpu()
+
+
+def member_probs_and_logits(
+    model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
+) -> Iterator[tuple[Tensor, Tensor | None]]:
+    """Yield (probs, logits) as :func:`member_probs` gives the probabilities, with the member
+    logits (M, B, K) float32 on CPU beside them, or None where the model's outputs are
+    probabilities (:func:`gives_logits`): log-probabilities carry no energy or max-logit."""
+    keep = gives_logits(model)
+    for logits, _ in _member_logits(model, data, spec, recipe, device):
+        logits = logits.float()
+        yield logits.softmax(-1).cpu(), logits.cpu() if keep else None
+
+
+def gives_logits(model: EnsembleModel) -> bool:
+    """Whether ``model``'s outputs are logits: every method's are; an outside model declared
+    ``outputs="probs"`` (:class:`harness.engine.external.ExternalEnsemble`) returns
+    log-probabilities, whose energy is 0 for every input and whose max is the log of a member's
+    top probability."""
+    return getattr(model, "outputs", "logits") != "probs"
+
+
+def _member_logits(
+    model: EnsembleModel, data: Split, spec: DatasetSpec, recipe: Recipe, device: torch.device
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Yield (member logits (M, B, K) on ``device``, in the autocast precision; labels (B,))."""
     model.eval()
     loader = make_loader(
         data,
@@ -75,7 +103,7 @@ def member_probs(
         # the forward pass alive until the batch's probabilities were dropped).
         with torch.no_grad(), autocast(device, recipe):
             logits = model(x)  # (M, B, K)
-        yield logits.float().softmax(-1).cpu(), y.cpu()
+        yield logits, y
 
 
 class _Views:
@@ -332,9 +360,12 @@ def evaluate_ood(
     post: PosthocCalibration | None = None,
     bar: _Passes | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """OOD detection metrics of every declared OOD set against the ID test set; with ``post``,
-    those of the scores that depend on the calibrated probabilities (MSP and entropy of the
-    pool-then-calibrate distribution; the mutual information is a property of the members).
+    """OOD detection metrics of every declared OOD set against the ID test set: the probability
+    scores and, where the model gives logits (:func:`gives_logits`), the energy and max-logit
+    scores of the member logits; with ``post``, those of the scores that depend on the
+    calibrated probabilities (MSP and entropy of the pool-then-calibrate distribution; the
+    mutual information is a property of the members, and the calibration scales probabilities,
+    not logits).
 
     Returns:
         ``(raw block, {"ts": block, "time_s": s})``, or None when no OOD set is asked for.
@@ -348,9 +379,9 @@ def evaluate_ood(
     ts_scores = OODScores(validate=False) if post is not None else None
     seconds = 0.0
 
-    def feed(p: Tensor, ood: bool) -> None:
+    def feed(p: Tensor, logits: Tensor | None, ood: bool) -> None:
         nonlocal seconds
-        scores.update(p, ood=ood)  # ID scores are kept across OOD sets; only (B,) are stored
+        scores.update(p, logits, ood=ood)  # ID scores are kept across OOD sets; only (B,) stored
         if ts_scores is not None:
             from harness.metrics.posthoc import one_thread
 
@@ -360,8 +391,8 @@ def evaluate_ood(
             seconds += time.perf_counter() - t0
 
     _step(bar, "OOD: test scores")
-    for p, _ in member_probs(model, test, spec, recipe, device):
-        feed(p, False)
+    for p, logits in member_probs_and_logits(model, test, spec, recipe, device):
+        feed(p, logits, False)
     out: dict[str, Any] = {}
     ts_out: dict[str, Any] = {}
     for name in evaluation.ood:
@@ -379,8 +410,8 @@ def evaluate_ood(
         scores.reset_ood()
         if ts_scores is not None:
             ts_scores.reset_ood()
-        for p, _ in member_probs(model, ood, spec, recipe, device):
-            feed(p, True)
+        for p, logits in member_probs_and_logits(model, ood, spec, recipe, device):
+            feed(p, logits, True)
         out[name] = scores.compute()
         if ts_scores is not None:
             t0 = time.perf_counter()
@@ -389,7 +420,8 @@ def evaluate_ood(
     return out, {"ts": ts_out, "time_s": seconds}
 
 
-#: OOD scores that a temperature changes (the MI of the pooled distribution is zero).
+#: OOD scores that a temperature changes (the MI of the pooled distribution is zero; the energy
+#: and max-logit are of the raw member logits, which the calibration does not scale).
 _TS_OOD_SCORES = ("msp", "entropy")
 
 

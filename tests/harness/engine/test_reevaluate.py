@@ -48,7 +48,9 @@ def test_added_ood_set_is_evaluated_from_saved_weights(tmp_path, capsys):
     assert after["cell_id"] == before["cell_id"] and after["history"] == before["history"]
     assert weights.stat().st_mtime_ns == mtime  # no retraining
     assert after["metrics"]["clean"] == before["metrics"]["clean"]  # same weights, same numbers
-    assert set(after["metrics"]["ood"]["digits_heldout"]) == {"msp", "entropy", "mi"}
+    assert set(after["metrics"]["ood"]["digits_heldout"]) == {
+        "msp", "entropy", "mi", "energy", "max_logit"
+    }  # fmt: skip
     assert [c["severity"] for c in after["metrics"]["corruption"]["cells"]] == [1, 5]
     assert after["evaluation"]["ood"] == ["digits_heldout"]
 

@@ -61,9 +61,11 @@ def test_record_contents(tiny, tmp_path):
         ("gaussian_noise", 5),
     }
     ood = rec["metrics"]["ood"]["sklearn_photos"]
-    assert set(ood) == {"msp", "entropy", "mi"} and 0 <= ood["msp"]["auroc"] <= 1
+    assert list(ood) == ["msp", "entropy", "mi", "energy", "max_logit"]
+    assert 0 <= ood["msp"]["auroc"] <= 1 and 0 <= ood["energy"]["auroc"] <= 1
     assert rec["conventions"] == CONVENTIONS  # the one conventions text, written into each record
     assert "msp = max" in rec["conventions"]["ood"]
+    assert "energy = mean_m logsumexp_k z_m,k" in rec["conventions"]["ood"]
     cost = rec["cost"]
     assert cost["params_total"] == 2 * cost["params_single"]
     assert cost["params_overhead"] == cost["params_single"]
