@@ -40,6 +40,8 @@ LAYERS = {
     "harness.config": "config",
     "harness.engine": "engine",
     "harness.executors": "executors",
+    "harness.session": "session",
+    "harness.plugins": "plugins",
     "reports": "reporter",
     "harness.cli": "cli",
     "harness.api": "api",
@@ -54,6 +56,8 @@ MAY_IMPORT = {
     "config": {"contract", "registry", "storage", "components"},
     "engine": {"contract", "registry", "storage", "components"},
     "executors": {"contract", "registry", "storage", "config", "engine"},
+    # The run layer below both faces: check, run, plan; it prints nothing and renders nothing.
+    "session": {"contract", "registry", "storage", "components", "config", "engine", "executors"},
     "reporter": {"contract", "registry"},
     "cli": {
         "contract",
@@ -63,9 +67,11 @@ MAY_IMPORT = {
         "config",
         "engine",
         "executors",
+        "session",
         "reporter",
     },
-    # The Python face: the same commands and readers as the CLI, as functions (harness/api/).
+    # The Python face: the run layer and the reporter's readers, as functions (harness/api/);
+    # never the command line, which is a rendering of the same results.
     "api": {
         "contract",
         "registry",
@@ -74,10 +80,17 @@ MAY_IMPORT = {
         "config",
         "engine",
         "executors",
+        "session",
         "reporter",
-        "cli",
     },
+    # The extension face (harness.plugins): re-exports what a plugin registers and the types it
+    # builds, from the layers that define them; nothing imports it.
+    "plugins": {"contract", "registry", "storage", "components", "executors", "reporter"},
 }
+
+#: The command line is a top: no module outside harness/cli imports it (the faces share the run
+#: layer, harness.session, and the command line renders its results).
+CLI = "harness.cli"
 
 #: Layer → third-party packages it never imports: the engine runs one cell in this process, so
 #: the scheduler's library (submitit) is the executors' alone, like starting processes.
@@ -205,7 +218,9 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
             continue
         for dep in sorted(deps):
             top = dep.split(".")[0]
-            if top in PACKAGES:
+            if (dep == CLI or dep.startswith(CLI + ".")) and layer != "cli":
+                out.append(f"{mod} -> {dep}: only harness/cli imports the command line")
+            elif top in PACKAGES:
                 target = layer_of(dep)
                 if target is not None and target != layer and target not in MAY_IMPORT[layer]:
                     out.append(
@@ -227,8 +242,10 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_graph_reads_function_level_type_checking_and_string_imports(graph):
-    # Function-level imports count: the run command imports the executors only inside cmd_run.
-    assert "harness.executors" in graph["harness.cli.run"]
+    # Function-level imports count: the run command imports the run layer's runner only inside
+    # cmd_run, the run layer the executors only inside run_suite.
+    assert "harness.session.run" in graph["harness.cli.run"]
+    assert "harness.executors" in graph["harness.session.run"]
     assert "harness.contract.build" in graph["harness.contract.config"]
     assert {"torch", "methods._base"} <= graph["harness.engine.runner"]
     # TYPE_CHECKING imports count: the backbones name torch's nn only for a type.
@@ -253,6 +270,8 @@ def test_checker_finds_a_planted_cycle_and_each_forbidden_import(tmp_path):
         "harness/engine/runner.py": "def f():\n    from reports import page\n    import submitit\n",
         "harness/cli/__init__.py": "TABLE = {'x': 'harness.executors.sub:Thing'}\n",
         "harness/executors/__init__.py": "",
+        "harness/api/__init__.py": "def run():\n    from harness.cli.run import run_suite\n",
+        "harness/cli/run.py": "",
         "harness/executors/sub.py": (
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness import cli\n"
         ),
@@ -269,12 +288,13 @@ def test_checker_finds_a_planted_cycle_and_each_forbidden_import(tmp_path):
     g = import_graph(tmp_path)
     assert cycles(g) == [["harness.cli", "harness.executors.sub"]]
     assert violations(g) == [
+        "harness.api -> harness.cli.run: only harness/cli imports the command line",
         "harness.contract -> harness.engine.runner: the contract layer never imports the engine "
         "layer",
         "harness.contract -> torch: the contract layer imports only the stdlib",
         "harness.engine.runner -> reports.page: the engine layer never imports the reporter layer",
         "harness.engine.runner -> submitit: the engine layer never imports submitit",
-        "harness.executors.sub -> harness.cli: the executors layer never imports the cli layer",
+        "harness.executors.sub -> harness.cli: only harness/cli imports the command line",
         "harness.loose: in no layer's folder (see LAYERS)",
         "harness.storage -> methods.m: the storage layer never imports the components layer",
         "reports.page -> harness.engine.train: the reporter layer never imports the engine layer",

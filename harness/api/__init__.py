@@ -5,6 +5,7 @@
 
     h.validate("suites/smoke.yaml", ["recipe.epochs=1"])          # every problem, or the cells
     out = h.run("suites/smoke.yaml", ["recipe.epochs=1"], executor="inprocess")
+    out.exit_code, out.done, out.failed      # what became of each cell (h.RunResult)
     df = h.load_results(out.results_dir)     # one row per cell, documented columns
     df.groupby("method")["acc"].mean()       # docs/results.md; long tables: h.ood_table …
     h.leaderboard(out.results_dir)           # mean / std / n per configuration
@@ -17,10 +18,10 @@
 
     net = h.sigma_ensemble(my_resnet, num_members=4)   # methods._sigma_public
 
-Everything here goes through the code the CLI and the reporter use (suite loading and
-validation, ``harness run``, ``reports.records``, ``reports.stats``); nothing is computed a
-second way. Reading results imports no torch; :func:`run`, the model functions
-(:mod:`harness.api.models`) and the σN-Ens functions do.
+Everything here goes through the code the CLI and the reporter use (the run layer
+:mod:`harness.session` below both faces, ``reports.records``, ``reports.stats``); nothing is
+computed a second way, and nothing here prints. Reading results imports no torch; :func:`run`,
+the model functions (:mod:`harness.api.models`) and the σN-Ens functions do.
 """
 
 from __future__ import annotations
@@ -41,13 +42,16 @@ from harness.api.results import (
 )
 from harness.api.running import RunResult, Validation, run, validate
 from harness.api.sigma import diversity_loss, k_eff, sigma_ensemble
+from harness.session.result import CellFailure, SkippedCell
 
 __all__ = [
+    "CellFailure",
     "Evaluated",
     "HarnessError",
     "PathLike",
     "Predictions",
     "RunResult",
+    "SkippedCell",
     "Validation",
     "compare",
     "conformal_table",

@@ -235,9 +235,9 @@ def _backbone_names(suite: Any, entry: Any) -> list[str]:
 
 def _load_suite(suite: PathLike, overrides: Sequence[str]) -> Any:
     """The loaded suite (validation's problems raised as :class:`HarnessError`)."""
-    from harness.cli.validate import load_suite_arg
     from harness.config.includes import SuiteError
     from harness.registry.core import RegistryError
+    from harness.session.checks import load_suite_arg
 
     try:
         return load_suite_arg(str(suite), list(overrides), check_files=False)

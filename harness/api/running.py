@@ -1,47 +1,16 @@
-"""Check and run suites from Python (:func:`validate`, :func:`run`), as ``harness validate`` and
-``harness run`` do."""
+"""Check and run suites from Python (:func:`validate`, :func:`run`): the functions ``harness
+validate`` and ``harness run`` call (:mod:`harness.session`), with keyword arguments for the
+flags, their problems raised as :class:`HarnessError`, and their typed results handed back."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.api._common import HarnessError, PathLike
+from harness.session.result import RunResult, Validation
 
-if TYPE_CHECKING:
-    from harness.contract import Cell
-
-
-@dataclass(frozen=True)
-class Validation:
-    """A suite that passed every check.
-
-    Attributes:
-        suite: the suite's name (its results go to ``<results>/<suite>``).
-        cells: the cells it expands to (after ``only``): ``cell.cell_id``, ``cell.label``,
-            ``cell.config()``.
-        left_out: ``(method, why)`` for each method ``methods: [all]`` leaves out.
-    """
-
-    suite: str
-    cells: list[Cell]
-    left_out: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What :func:`run` did.
-
-    Attributes:
-        exit_code: ``harness run``'s: 0 every cell done (or handed to Slurm), 1 a cell failed
-            (its record says why), 2 a problem found before anything ran or missing data.
-        results_dir: the suite's results folder; read it with :func:`load_results`.
-    """
-
-    exit_code: int
-    results_dir: Path
+__all__ = ["RunResult", "Validation", "run", "validate"]
 
 
 def _suite_problems(exc: Exception) -> list[str]:
@@ -66,29 +35,25 @@ def validate(
         data_root: where the data lives (default: ``$HARNESS_DATA_ROOT``, else the user cache).
 
     Returns:
-        The suite's name and cells.
+        The suite's name and cells (:class:`harness.session.Validation`).
 
     Raises:
         HarnessError: every problem, each naming its file and key or the override.
     """
-    from harness.cli.validate import check_data as data_problems
-    from harness.cli.validate import load_suite_arg
     from harness.config.includes import SuiteError
-    from harness.config.overrides import CellFilter
     from harness.registry.core import RegistryError
+    from harness.session import ValidateOptions, validate_suite
 
+    options = ValidateOptions(
+        overrides=tuple(overrides),
+        only=tuple(only),
+        check_data=check_data,
+        data_root=Path(data_root) if data_root is not None else None,
+    )
     try:
-        loaded = load_suite_arg(str(suite), list(overrides), check_files=check_data)
-        cells = CellFilter(list(only)).select(loaded.cells())
+        return validate_suite(suite, options)
     except (SuiteError, RegistryError, FileNotFoundError) as exc:
         raise HarnessError(_suite_problems(exc)) from None
-    if check_data:
-        from harness.data._machinery.base import default_data_root
-
-        root = default_data_root(Path(data_root) if data_root else None)
-        if problems := data_problems(loaded, root):
-            raise HarnessError([f"{suite}: {p}" for p in problems])
-    return Validation(loaded.name, cells, list(loaded.left_out))
 
 
 def run(
@@ -115,8 +80,9 @@ def run(
     plugins: Sequence[str] = (),
     progress: bool = False,
 ) -> RunResult:
-    """Run a suite's pending cells: :func:`harness.cli.run.run_suite`, the function ``harness
-    run`` calls, with the same checks, executors, records and printed summary.
+    """Run a suite's pending cells: :func:`harness.session.run_suite`, the function ``harness
+    run`` calls, with the same checks, executors and records. Nothing is printed (progress bars
+    with ``progress``); the summary table is :func:`leaderboard`'s.
 
     Args:
         suite: a suite YAML file.
@@ -144,7 +110,9 @@ def run(
         progress: show progress bars (off by default in a notebook).
 
     Returns:
-        The exit code and the results folder. The summary table is printed as the CLI prints it.
+        What the run did (:class:`harness.session.RunResult`): ``exit_code`` (``harness
+        run``'s), ``results_dir`` (read it with :func:`load_results`), the cells ``done``,
+        ``skipped`` and ``failed`` (each with its reason), the executor's ``messages``.
 
     Raises:
         HarnessError: the problems that stop a run before it starts (the suite, overrides,
@@ -152,15 +120,15 @@ def run(
     """
     # Length: one keyword per `harness run` option, each documented above, mapped onto the
     # RunOptions the command line builds; split, the mapping would repeat the signature.
-    from harness.cli.run import RunOptions, run_suite
     from harness.config.includes import SuiteError
     from harness.contract.errors import UsageError
     from harness.executors.base import ExecutorOptions
     from harness.executors.devices import ExecutorError
     from harness.registry.core import RegistryError
+    from harness.session import RunOptions
+    from harness.session import run as session_run
     from harness.storage.tracker_options import TrackerOptions
 
-    name = validate(suite, overrides, only=only, check_data=False).suite
     trackers = TrackerOptions.of(
         loggers,
         tags or {},
@@ -189,9 +157,8 @@ def run(
         ),
     )
     try:
-        code = run_suite(suite, options)
+        return session_run.run_suite(suite, options)
     except SuiteError as exc:
         raise HarnessError(_suite_problems(exc)) from None
     except (RegistryError, ExecutorError, UsageError) as exc:
         raise HarnessError([str(exc)]) from None
-    return RunResult(code, Path(results) / name)

@@ -3,9 +3,6 @@
 - :class:`Parser`: argparse, with its error printed as one line (argparse prints the usage block
   first) and exit status 2; the sub-command parsers inherit it.
 - Argument types with the valid range in their message (:func:`positive_int`, :func:`gpu_ids`).
-- :func:`run_flag_problems`: options that the chosen executor would ignore (``--executor
-  inprocess --workers 3`` ran in one process without a word; ``--logger`` with an executor
-  that does not hand trackers to its cells).
 - :func:`unexpected_error`: the last resort of ``harness``'s ``main``: an exception no layer
   turned into a message becomes one line naming it and how to see the traceback (``--debug`` or
   ``HARNESS_DEBUG=1``), never a traceback by default.
@@ -79,42 +76,6 @@ def gpu_ids(text: str) -> tuple[str, ...]:
             f"{shown}: not a GPU id (a device index such as 0, or a GPU-/MIG- UUID)"
         )
     return tuple(dict.fromkeys(parts))
-
-
-#: ExecutorOptions field → the ``run`` flag that sets it.
-_FLAGS = {
-    "workers": "--workers",
-    "gpus": "--gpus",
-    "cells_per_gpu": "--cells-per-gpu",
-    "profile": "--profile",
-    "slurm_overrides": "--slurm",
-    "wait": "--wait",
-    "trackers": "--logger",
-}
-
-
-def run_flag_problems(executor: str, options: Any) -> list[str]:
-    """Options of ``harness run`` (an :class:`harness.executors.base.ExecutorOptions`) that the
-    executor called ``executor`` would silently ignore: each executor declares the options it
-    reads (``reads``), and one set to anything but its default for any other is refused."""
-    from harness.executors import executor_names, options_read
-    from harness.executors.base import ExecutorOptions
-
-    names = ["auto", *executor_names()]
-    defaults = ExecutorOptions()
-    problems = []
-    for field, flag in _FLAGS.items():
-        value = getattr(options, field)
-        if field == "workers" and value == 1 and executor == "inprocess":
-            continue  # one worker is what inprocess is: consistent, not ignored
-        if value == getattr(defaults, field) or field in options_read(executor):
-            continue
-        readers = [n for n in names if field in options_read(n)]
-        problems.append(
-            f"{flag}: only for --executor {' or '.join(readers)}; "
-            f"--executor {executor} does not use it"
-        )
-    return problems
 
 
 def debug_wanted(args: Any = None) -> bool:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cli.validate import load_suite_arg
+from harness.session.checks import load_suite_arg
 
 if TYPE_CHECKING:
     import pandas as pd

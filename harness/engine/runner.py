@@ -427,7 +427,7 @@ def evaluated(job: CellJob, model: EnsembleModel, data_root: Path) -> dict[str, 
     """The record's ``metrics`` of the trained ``model``, with its per-image outcomes written
     beside the record first (a done record's ``outcomes.npz`` is on disk before it)."""
     # harness.metrics loads torchmetrics (and scipy): when a cell first evaluates, not when the
-    # runner is imported (tests/harness/cli/test_startup.py).
+    # runner is imported (test_startup.py, under the command line's tests).
     from harness.metrics.outcomes import OutcomeAccumulator, save_outcomes
 
     cell = job.cell

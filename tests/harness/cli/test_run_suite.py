@@ -1,5 +1,5 @@
 """One way to run a suite: ``harness run`` and :func:`harness.api.run` both call
-:func:`harness.cli.run.run_suite` and leave the same records; the trackers a run asks for are an
+:func:`harness.session.run_suite` and leave the same records; the trackers a run asks for are an
 option handed to every cell's process (in this process, a local worker's task, a Slurm task's
 pickled payload), never an environment variable; validating changes nothing; ``harness report``
 without a folder says what it needs."""
@@ -14,6 +14,7 @@ import pytest
 
 import harness.api as h
 import harness.cli.run as cli_run
+import harness.session.run as session_run
 from harness.cli import main
 from harness.config.parse import load_suite
 from harness.contract import read_record
@@ -48,14 +49,14 @@ def test_the_api_and_the_command_line_run_the_same_function_and_write_the_same_r
 ):
     suite = tmp_path / "tiny.yaml"
     suite.write_text(TINY)
-    calls: list[tuple[str, cli_run.RunOptions]] = []
-    real = cli_run.run_suite
+    calls: list[tuple[str, session_run.RunOptions]] = []
+    real = session_run.run_suite
 
-    def spy(path, options):
+    def spy(path, options, on_start=None):
         calls.append((str(path), options))
-        return real(path, options)
+        return real(path, options, on_start)
 
-    monkeypatch.setattr(cli_run, "run_suite", spy)
+    monkeypatch.setattr(session_run, "run_suite", spy)
     out = h.run(suite, executor="inprocess", results=tmp_path / "api")
     code = main(["run", str(suite), "--executor", "inprocess", "-q",
                  "--results", str(tmp_path / "cli")])  # fmt: skip
@@ -86,8 +87,9 @@ def test_validation_and_a_run_set_no_environment_variable(tmp_path, monkeypatch)
     assert main(["run", str(suite), "--dry-run", *flags, "--tag", "a=b"]) == 0
     assert h.validate(suite, check_data=False).suite == "one_way"
     assert dict(os.environ) == before
-    source = (REPO / "harness" / "cli" / "validate.py").read_text()
-    assert "os.environ[" not in source and "environ.update" not in source
+    for module in ("cli/validate.py", "session/validate.py", "session/checks.py"):
+        source = (REPO / "harness" / module).read_text()
+        assert "os.environ[" not in source and "environ.update" not in source
 
 
 def test_tracker_flags_become_the_executors_options(tmp_path):

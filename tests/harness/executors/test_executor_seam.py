@@ -13,10 +13,10 @@ import pytest
 
 import harness.executors as executors
 from harness.cli import main
-from harness.cli.checks import run_flag_problems
 from harness.config.parse import load_suite
 from harness.executors import options_read, runs_here
 from harness.executors.base import ExecutorOptions, RunOutcome
+from harness.session.checks import run_flag_problems
 
 SUITE = """
 name: seam
