@@ -11,7 +11,7 @@ import functools
 import json
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -199,7 +199,16 @@ def collapsed(disagreement: Any, m: Any) -> Any:
     return bool(members > 1 and d < COLLAPSE_DISAGREEMENT)  # NaN compares False
 
 
-OOD_SCORES = {"msp": "MSP", "entropy": "entropy", "mi": "MI"}
+#: OOD scores (record keys → labels), in the table's order: the probability scores of the pooled
+#: prediction, the mutual information, then the logit scores (records since issue 60 item 7;
+#: none for a model that gives probabilities only).
+OOD_SCORES = {
+    "msp": "MSP",
+    "entropy": "entropy",
+    "mi": "MI",
+    "energy": "energy",
+    "max_logit": "max-logit",
+}
 OOD_METRICS = {
     "auroc": "AUROC",
     "aupr_in": "AUPR-In",
@@ -208,6 +217,9 @@ OOD_METRICS = {
     "fpr95_id": "FPR95-ID",
 }
 OOD_SHOWN = {("msp", "auroc"), ("msp", "fpr95")}  # the rest waits in the column picker
+#: Shown on the near/far means only (on each set where no record groups its sets), so that the
+#: default table grows by one column per score and group, not per set.
+OOD_SHOWN_MEANS = {("energy", "auroc"), ("max_logit", "auroc")}
 # The near-/far-OOD mean columns (reports.records.flatten.ood_group_columns).
 NEAR_FAR_COLUMNS = {"ood_near": "near", "ood_far": "far"}
 
@@ -221,16 +233,35 @@ def ood_sets(frame: pd.DataFrame) -> list[str]:
     return list(seen)
 
 
+def ood_score_labels(keys: Iterable[str]) -> list[str]:
+    """The labels of the OOD scores that column keys (``ood/<set>/<score>/<metric>``,
+    ``ood_near/<score>/<metric>``, a summary's ``…_mean``) hold, in :data:`OOD_SCORES` order."""
+    prefixes = ("ood/", *(f"{p}/" for p in NEAR_FAR_COLUMNS))
+    present = {str(k).split("/")[-2] for k in keys if str(k).startswith(prefixes)}
+    return [label for score, label in OOD_SCORES.items() if score in present]
+
+
 def ood_columns(summary: pd.DataFrame) -> list[Column]:
-    """Near/far means, then each OOD set: every score × metric (MSP AUROC/FPR95 shown)."""
+    """Near/far means, then each OOD set: every score × metric (MSP AUROC/FPR95 shown; the
+    energy and max-logit AUROC on the near/far means, or on each set where there are none)."""
     sources = [*NEAR_FAR_COLUMNS.items(), *((f"ood/{s}", s) for s in ood_sets(summary))]
+    grouped = any(
+        c.startswith(tuple(f"{p}/" for p in NEAR_FAR_COLUMNS)) and summary[c].notna().any()
+        for c in summary.columns
+    )
+
+    def shown(prefix: str, score: str, metric: str) -> bool:
+        if (score, metric) in OOD_SHOWN:
+            return True
+        return (score, metric) in OOD_SHOWN_MEANS and (prefix in NEAR_FAR_COLUMNS or not grouped)
+
     return [
         Column(
             f"{prefix}/{score}/{m}",
             f"{mlabel} {name} ({slabel})",
             "OOD",
             "pct",
-            hidden=(score, m) not in OOD_SHOWN,
+            hidden=not shown(prefix, score, m),
         )
         for prefix, name in sources
         for score, slabel in OOD_SCORES.items()

@@ -28,6 +28,7 @@ from reports.columns import (
     leaderboard_columns,
     m_text,
     metric_columns,
+    ood_score_labels,
 )
 from reports.records.flatten import CONVENTION as OOD_GROUP_CONVENTION
 from reports.records.results import Results
@@ -178,6 +179,9 @@ def header_groups(header: list[dict[str, Any]], devices: str) -> list[dict[str, 
             title = GROUP_TITLES.get(h["group"], h["group"])
             if h["group"] == "Cost":
                 title = f"Cost (measured on {devices})"
+            if h["group"] == "OOD":  # each score the table holds, named
+                keys = (x["key"] for x in header if x["group"] == "OOD")
+                title = f"{title[:-1]}; scores: {', '.join(ood_score_labels(keys))})"
             groups.append({"name": h["group"], "span": 0, "title": title, "run": len(groups)})
         h["run"] = groups[-1]["run"]
         groups[-1]["span"] += 0 if h["hidden"] else 1
@@ -372,6 +376,7 @@ def report_conventions(
 ) -> dict[str, str]:
     """The report's own conventions (the records' are listed apart)."""
     baseline = results.mce_baseline
+    ood_labels = ood_score_labels(results.cells.columns) or ["MSP", "entropy", "MI"]
     over = sorted({str(x) for x in results.cells.get("corruption_mean_over", []) if x})
     out = {
         "cells": interval_words(options.interval) + " (toggle above the table)",
@@ -389,7 +394,7 @@ def report_conventions(
         ),
         "cAcc over": "; ".join(over) if over else "the corruptions evaluated (see the records)",
         "OOD": "AUROC, AUPR-In, AUPR-Out, FPR95 (OOD positive, OpenOOD) and FPR95-ID (ID "
-        "positive, Hendrycks & Gimpel 2017) for the MSP, entropy and MI scores; "
+        f"positive, Hendrycks & Gimpel 2017) for the {_words(ood_labels)} scores; "
         + OOD_GROUP_CONVENTION,
         "device-hours": "training wall time × 1 device per cell, on the device named in the "
         "Cost header (GPU-hours on a GPU)",
@@ -400,6 +405,11 @@ def report_conventions(
     if any(str(c).startswith("cp/") for c in results.cells.columns):
         out["conformal sets"] = CONFORMAL_CONVENTION
     return out
+
+
+def _words(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 # Cells as HTML, written in Python rather than in the template: at 1,000 configurations the page
