@@ -1,14 +1,23 @@
-"""The three registries of the harness. Each finds its plugins by scanning a package: a new
-method is one new module in ``methods/``, a new dataset one in ``harness/data/``, a new backbone
-one module in ``harness/backbones/`` — no list to edit. Extra packages: ``Registry.add_package``
-or the environment variables ``HARNESS_METHOD_PACKAGES``, ``HARNESS_BACKBONE_PACKAGES``,
-``HARNESS_DATASET_PACKAGES`` (comma-separated importable package names). Installed plugins:
-entry points in the groups ``harness.methods``, ``harness.backbones``, ``harness.datasets``;
-single modules: ``--plugin MODULE`` (``$HARNESS_PLUGINS``). See :mod:`harness.registry.core`.
+"""The registries of the harness: seven, each a :class:`harness.registry.core.Registry`.
 
-Also here: the metric columns (``METRICS``, ``register_metric``), whose built-ins one module
-registers (:mod:`harness.registry.metric_columns`), and :func:`resolved`, a cell with what its
-method's registration gives it.
+Here, in the one layer every other may import: the three whose entries a suite names —
+``METHODS`` (a new method is one module in ``methods/``), ``BACKBONES`` (one module in
+``harness/backbones/``), ``DATASETS`` (one module in ``harness/data/``), each found by scanning
+its package, no list to edit — and the metric columns, ``METRICS`` (``register_metric``; the
+built-ins registered by :mod:`harness.registry.metric_columns`). The other three live with the
+layer that uses them: the executors (``harness.executors.EXECUTORS``, ``register_executor``),
+the experiment trackers (``harness.storage.loggers.TRACKERS``, ``register_tracker``) and the
+report's figures (``reports.figures.base.FIGURES``, ``register_figure``). A plugin imports
+every ``register_*`` function and the types it builds from :mod:`harness.plugins`.
+
+Extra packages scanned like the built-in ones: ``Registry.add_package`` or the variables
+``HARNESS_METHOD_PACKAGES``, ``HARNESS_BACKBONE_PACKAGES``, ``HARNESS_DATASET_PACKAGES``
+(comma-separated importable package names). Installed plugins: entry points in the groups
+``harness.methods``, ``harness.backbones``, ``harness.datasets``, ``harness.metrics``,
+``harness.executors``, ``harness.trackers``, ``harness.figures``; single modules: ``--plugin
+MODULE`` (``$HARNESS_PLUGINS``). See :mod:`harness.registry.core`.
+
+Also here: :func:`resolved`, a cell with what its method's registration gives it.
 """
 
 from __future__ import annotations

@@ -7,9 +7,12 @@ torch-uncertainty/timm imports only happen when a name is actually used).
 
 Plugins from outside the package come three ways, all honoured in worker processes and Slurm
 tasks: installed distributions' entry points (groups ``harness.methods``, ``harness.backbones``,
-``harness.datasets``; each names a module, or a package whose modules are all imported), modules
-named with ``--plugin MODULE`` (:func:`load_plugins`, which also puts them in ``$HARNESS_PLUGINS``
-so spawned workers and Slurm tasks import them too), and the ``HARNESS_*_PACKAGES`` variables.
+``harness.datasets``, ``harness.metrics``, ``harness.trackers``, ``harness.figures``: each names a
+module, or a package whose modules are all imported; ``harness.executors``: ``"module:Class"``,
+imported when picked), modules named with ``--plugin MODULE`` (:func:`load_plugins`, which also
+puts them in ``$HARNESS_PLUGINS`` so spawned workers and Slurm tasks import them too), and the
+``HARNESS_METHOD_PACKAGES`` / ``_BACKBONE_`` / ``_DATASET_`` variables. The seven registries are
+listed in :mod:`harness.registry`; what a plugin registers with, in :mod:`harness.plugins`.
 """
 
 from __future__ import annotations

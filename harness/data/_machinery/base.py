@@ -301,6 +301,8 @@ class DatasetSpec:
 
 
 def register_dataset(spec: DatasetSpec) -> DatasetSpec:
+    """Register a dataset spec in the global dataset registry (what a dataset module or plugin
+    calls at import). Raises ``DuplicateNameError`` for a name already registered."""
     DATASETS.register(spec.name, spec)
     return spec
 

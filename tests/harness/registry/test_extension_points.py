@@ -24,7 +24,7 @@ from tests.harness.cli.test_download import server  # noqa: F401  (the 127.0.0.1
 
 METHOD = '''
 """A plugin method: the single network, under its own name."""
-from methods._base import MethodSpec, NoHparams, register_method
+from harness.plugins import MethodSpec, NoHparams, register_method
 from methods.single import SingleModel
 
 register_method(MethodSpec(name="plug_single", build=lambda ctx, hp: SingleModel(ctx),
@@ -70,8 +70,7 @@ register_dataset(DatasetSpec(name="plug_noise", in_shape=(1, 6, 6), num_classes=
 EXECUTOR = '''
 """A plugin executor: the cells in this process, newest first, each record marked."""
 from harness.engine.runner import run_cell
-from harness.executors import register_executor
-from harness.executors.base import RunOutcome
+from harness.plugins import RunOutcome, register_executor
 
 
 class Backwards:
@@ -201,8 +200,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.data import DatasetSpec, ImageSet, register_dataset
-from harness.data._machinery.sources import Archive, Archives
+from harness.plugins import Archive, Archives, DatasetSpec, ImageSet, register_dataset
 
 
 def load(root):
