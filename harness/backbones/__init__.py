@@ -1,11 +1,15 @@
 """Backbones: the networks every method is built on, one module per family of sources.
 
-Every module of this package is imported on the backbone registry's first lookup
-(:data:`harness.registry.BACKBONES`), so a new backbone is one new file here calling
-:func:`register_backbone` at import. ``vision`` holds the CIFAR-style ResNets/WideResNet
+``ls harness/backbones`` is the list of backbone modules: every module of this package whose
+name does not start with ``_`` registers backbones and is imported on the backbone registry's
+first lookup (:data:`harness.registry.BACKBONES`), so a new backbone is one new file here
+calling :func:`register_backbone` at import (a plugin outside the repository imports both from
+:mod:`harness.plugins`). ``vision`` holds the CIFAR-style ResNets/WideResNet
 (torch-uncertainty), torchvision's ResNet-18, the 32×32 ViT (timm) and the digits CNN;
-``imagenet`` the ImageNet-sized ones; ``text`` the text transformer; ``weights`` resolves
-``pretrained: timm:NAME`` / ``torchvision:ENUM.VALUE`` from those libraries' caches.
+``grey28`` the 28×28 CNNs of Fashion-MNIST; ``imagenet`` the ImageNet-sized ones; ``text`` the
+text transformer. The private ``_weights`` registers nothing: it resolves ``pretrained:
+timm:NAME`` / ``torchvision:ENUM.VALUE`` from those libraries' caches and fits weight files to
+a backbone.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class BackboneSpec:
 
 
 def register_backbone(spec: BackboneSpec) -> BackboneSpec:
+    """Register a backbone spec in the global backbone registry (what a backbone module or
+    plugin calls at import). Raises ``DuplicateNameError`` for a name already registered."""
     BACKBONES.register(spec.name, spec)
     return spec
 

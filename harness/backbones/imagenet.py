@@ -12,7 +12,7 @@
   (``pretrained: torchvision:ResNet50_Weights.IMAGENET1K_V2``).
 - ``vit_b16``: timm's ``vit_base_patch16_224`` (ViT-B/16, LayerNorm, 86.6 M parameters at
   K=1000), built offline without weights; pre-trained weights come through ``pretrained:
-  timm:vit_base_patch16_224.augreg2_in21k_ft_in1k`` (:mod:`harness.backbones.weights`).
+  timm:vit_base_patch16_224.augreg2_in21k_ft_in1k`` (:mod:`harness.backbones._weights`).
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def weights_errors() -> tuple[type[BaseException], ...]:
     exception of a module never imported cannot have been raised."""
     found = []
     for module, name in (
-        ("harness.backbones.weights", "WeightsError"),
+        ("harness.backbones._weights", "WeightsError"),
         ("harness.storage.checkpoint", "UnsafeWeightsError"),
     ):
         if module in sys.modules:

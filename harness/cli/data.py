@@ -8,7 +8,7 @@ import sys
 def cmd_data(args) -> int:
     """Fetch each name in turn; 0 when every one is ready, 2 at the first that cannot be
     fetched (its one error line, and with several names one line naming those not fetched)."""
-    from harness.backbones.weights import download_named, is_named
+    from harness.backbones._weights import download_named, is_named
     from harness.data._machinery.base import default_data_root
     from harness.data._machinery.download import DownloadError, download
 

@@ -297,7 +297,7 @@ def calibration_problems(suite: Any) -> list[Problem]:
 
 def _pretrained_problems(pretrained: Any, i: int, check_files: bool) -> list[str]:
     """``grid.methods[i].hparams.pretrained``: a known weights name, and its file when asked."""
-    from harness.backbones.weights import WeightsError, is_named, named_problem, parse_pretrained
+    from harness.backbones._weights import WeightsError, is_named, named_problem, parse_pretrained
     from harness.storage.safe_files import weights_file_problem
 
     problems = []
@@ -321,7 +321,7 @@ def _pretrained_fit_problems(suite: Any, i: int, entry: Any) -> list[str]:
     """``pretrained:`` files of ``grid.methods[i]`` that do not fit the backbone of a cell they
     initialise (another architecture, or no tensor of the backbone's shape): the cell would fail
     when it starts, so the file is named now. Names and shapes only (``meta`` device)."""
-    from harness.backbones.weights import file_fit_problem, is_named
+    from harness.backbones._weights import file_fit_problem, is_named
     from harness.registry import BACKBONES, DATASETS
     from harness.storage.safe_files import weights_file_problem
 

@@ -94,9 +94,9 @@ def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split
 def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:
     """A plain backbone's state dict from a harness ``final.pt``/``checkpoint.pt`` of a `single`
     cell (keys prefixed ``net.``) or from any state dict the backbone accepts
-    (:func:`harness.backbones.weights.backbone_file_state`). Loaded without running code from
+    (:func:`harness.backbones._weights.backbone_file_state`). Loaded without running code from
     the file: one that needs full unpickling raises ``UnsafeWeightsError``."""
-    from harness.backbones.weights import backbone_file_state
+    from harness.backbones._weights import backbone_file_state
 
     return backbone_file_state(path)
 

@@ -120,7 +120,7 @@ def pretrained_state(cell: Cell, results_dir: Path, spec: Any) -> dict[str, Any]
     if not METHODS.get(cell.method).pretrained_conversion:
         return None
     if given := resolved(cell).typed_hparams.pretrained:
-        from harness.backbones.weights import backbone_state
+        from harness.backbones._weights import backbone_state
 
         # Named weights and files alike are fitted to the backbone: a tensor of another shape
         # keeps the seeded initialisation; another architecture fails in one line.

@@ -204,7 +204,7 @@ def downloadable() -> list[str]:
 
 def download(name: str, root: Path) -> Path:
     """Download one dataset into the data root (named pretrained weights are
-    :func:`harness.backbones.weights.download_named`'s; ``harness data download`` takes both).
+    :func:`harness.backbones._weights.download_named`'s; ``harness data download`` takes both).
 
     Args:
         name: a dataset that declares its download (:func:`downloadable`: cifar10, svhn,

@@ -60,9 +60,9 @@ def test_shipped_suites_validate_with_their_data_present(tmp_path, capsys, monke
     the real on-disk formats). Named published weights (imagenet_vit's timm ViT-B/16) cannot be
     fabricated in a library's cache here: they count as present (their check has its own test in
     test_weights.py)."""
-    import harness.backbones.weights
+    import harness.backbones._weights
 
-    monkeypatch.setattr(harness.backbones.weights, "named_problem", lambda value: None)
+    monkeypatch.setattr(harness.backbones._weights, "named_problem", lambda value: None)
     fabricate.write_cifar10(tmp_path)
     fabricate.write_cifar100(tmp_path)
     fabricate.write_cifar_c(tmp_path, "CIFAR-10-C", corruptions=ALL_CORRUPTIONS)

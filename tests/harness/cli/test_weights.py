@@ -15,7 +15,7 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
-from harness.backbones import weights as W
+from harness.backbones import _weights as W
 from harness.cli import main
 from harness.config.parse import load_suite
 from harness.engine.build import build_model

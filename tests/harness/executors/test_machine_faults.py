@@ -368,7 +368,7 @@ def test_pretrained_file_fitted_like_named_weights(tmp_path, caplog):
     """A file whose classifier has another shape keeps the seeded head (logged); one with the
     right names but no tensor of the backbone's shape is refused in one line, at validate and
     when the cell runs."""
-    from harness.backbones.weights import WeightsError, file_fit_problem, fit_to_backbone
+    from harness.backbones._weights import WeightsError, file_fit_problem, fit_to_backbone
     from harness.registry import BACKBONES
 
     spec = BACKBONES.get("digits_cnn")
