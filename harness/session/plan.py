@@ -40,9 +40,7 @@ def _verdict(
     return "run", "pending", "pending"
 
 
-def plan_cells(
-    all_cells: list, selected: list, results: Path, force: bool
-) -> list[PlannedCell]:
+def plan_cells(all_cells: list, selected: list, results: Path, force: bool) -> list[PlannedCell]:
     """Every cell of ``all_cells`` with its verdict: ``selected`` are those ``--only`` keeps;
     ``results`` the suite's results folder (absent: every selected cell is pending)."""
     from harness.storage.lease import live_leases
