@@ -85,8 +85,9 @@ def corruption_table(path: PathLike) -> pd.DataFrame:
 
 def ood_table(path: PathLike) -> pd.DataFrame:
     """Per cell × OOD set × score × metric, long: the cell's keys (as :func:`corruption_table`),
-    ``calibration`` (``raw`` or ``ts``), ``ood_set``, ``score`` (``msp``, ``entropy``, ``mi``:
-    higher for more in-distribution inputs), ``metric`` (``auroc``, ``aupr_in``, ``aupr_out``,
+    ``calibration`` (``raw`` or ``ts``), ``ood_set``, ``score`` (``msp``, ``entropy``, ``mi``,
+    and the raw ``energy`` and ``max_logit`` where the model gave logits: higher for more
+    in-distribution inputs), ``metric`` (``auroc``, ``aupr_in``, ``aupr_out``,
     ``fpr95`` with OOD positive, ``fpr95_id`` with ID positive) and ``value`` (a fraction).
     :func:`harness.api.load_results`' ``ood_auroc`` is the mean of the raw MSP AUROC over the
     sets."""
