@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
     from harness.contract import Cell
 
+#: The recipe fields that matter to evaluating a model trained elsewhere (the held-out split
+#: post-hoc calibration fits on, the evaluation batch, precision and memory layout).
+EVAL_RECIPE = ("validation", "eval_batch_size", "amp", "channels_last")
+
 #: What a model may return (``outputs=``): logits (softmax gives the probabilities) or the
 #: probabilities themselves.
 OUTPUTS = ("logits", "probs")
@@ -51,12 +55,16 @@ def argument_problems(
     ):
         out.append(f"overrides: {overrides!r}: pass a list of 'KEY=VALUE' strings")
     for arg, value in (("name", name), ("backbone", backbone)):
-        if not isinstance(value, str) or not value.strip() or any(c in value for c in "/\\\n"):
-            out.append(f"{arg}: {value!r}: pass a non-empty string without '/' (it names the "
-                       "record's row on the page)")  # fmt: skip
+        if (not isinstance(value, str) or not value.strip() or value != value.strip()
+                or any(c in value for c in "/\\\n")):  # fmt: skip
+            out.append(f"{arg}: {value!r}: pass a non-empty string without '/' or surrounding "
+                       "spaces (it names the record's row on the page)")  # fmt: skip
     for arg, value in (("evaluation", evaluation), ("recipe", recipe)):
         if value is not None and not isinstance(value, Mapping):
             out.append(f"{arg}: {value!r}: pass a mapping of fields ({{'ood': [...]}})")
+    if isinstance(recipe, Mapping) and (training := sorted(set(recipe) - set(EVAL_RECIPE))):
+        out.append(f"recipe: {training} do not apply to a model trained elsewhere (nothing is "
+                   f"trained here); the fields evaluation reads: {list(EVAL_RECIPE)}")  # fmt: skip
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         out.append(f"seed: {seed!r}: pass an integer >= 0")
     if outputs not in OUTPUTS:
@@ -65,6 +73,10 @@ def argument_problems(
     for arg, value in (("results", results), ("data_root", data_root)):
         if value is not None and Path(value).exists() and not Path(value).is_dir():
             out.append(f"{arg}: {value} is a file, not a folder")
+    if results is not None and (Path(results) / "suite.json").is_file():
+        out.append(f"results: {results} is a suite's results folder (it holds suite.json); pass "
+                   f"the results root above it ({Path(results).parent}): the record goes to "
+                   "<results>/<suite name>")  # fmt: skip
     return out
 
 
@@ -168,7 +180,8 @@ def colliding_records(
         HarnessError: naming every collision.
     """
     problems, replaced = [], []
-    suite_method = (cell.method, cell.backbone) in suite_methods
+    fold = str.casefold
+    suite_method = (fold(cell.method), cell.backbone) in {(fold(m), b) for m, b in suite_methods}
     if suite_method:
         problems.append(_trained(cell, f"the suite's method on backbone {cell.backbone!r}"))
     for path in sorted(Path(suite_dir).glob("*/record.json")) if suite_dir.is_dir() else []:
@@ -177,9 +190,9 @@ def colliding_records(
             config, external = rec["config"], (rec.get("diagnostics") or {}).get("external")
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a damaged record is not this one's to judge (`harness status` names it)
-        same = (config.get("dataset"), config.get("backbone"), config.get("method"))
-        if same != (cell.dataset, cell.backbone, cell.method):
-            continue
+        same = (config.get("dataset"), config.get("backbone"), fold(str(config.get("method"))))
+        if same != (cell.dataset, cell.backbone, fold(cell.method)):
+            continue  # names that differ in case only are one row to a reader: compared folded
         if not external:
             if not suite_method:  # said once, as the suite's method
                 problems.append(_trained(cell, f"the trained cell {path.parent}"))

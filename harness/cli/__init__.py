@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)  # --help and bad flags exit here, importing little
     from harness.config.includes import SuiteError
-    from harness.contract.env import check_environment
+    from harness.contract.env import check_environment, misspelled_variables
     from harness.contract.errors import DamagedFile, UsageError
     from harness.executors.devices import ExecutorError
     from harness.registry.core import RegistryError, import_plugins, load_plugins
@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
+    for warning in misspelled_variables():
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         if getattr(args, "plugin", None):
             load_plugins(args.plugin)

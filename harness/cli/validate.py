@@ -48,7 +48,8 @@ def cmd_validate(args: Any) -> int:
     grid = checked.definition.grid
     shape = (
         f"{len(grid.datasets)} datasets × {len(grid.backbones)} backbones × "
-        f"{len(grid.methods)} methods × M {list(grid.M)} × {len(grid.seeds)} seeds"
+        f"{len(grid.methods)} methods × M {sorted({c.M for c in checked.cells})} × "
+        f"{len(grid.seeds)} seeds"  # the Ms the cells have (a method's own M, single's 1)
     )
     # With --only the count is of the selected cells; the grid they are taken from says so.
     if len(checked.cells) != checked.grid_cells:

@@ -300,3 +300,20 @@ def check_environment(environ: Mapping[str, str] | None = None) -> list[str]:
     """One line per variable of :data:`VARIABLES` set to a value it does not allow (what
     ``harness``'s ``main`` prints, then exits 2, before any command runs)."""
     return [p for v in VARIABLES.values() if (p := v.problem(environ)) is not None]
+
+
+def misspelled_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning line per ``HARNESS_*`` variable that is set, is not in :data:`VARIABLES`,
+    and is one letter or so from one that is (``HARNESS_LOADER_WORKER``): set, it would be
+    ignored without a word. Names far from every known one (a test's own switches) pass."""
+    import difflib
+
+    env = os.environ if environ is None else environ
+    known = list(VARIABLES)
+    out = []
+    for name in sorted(n for n in env if n.startswith("HARNESS_") and n not in VARIABLES):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            out.append(f"environment variable {name} is not one the harness reads (did you mean "
+                       f"{close[0]}?); it is ignored")  # fmt: skip
+    return out

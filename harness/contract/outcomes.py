@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import struct
+import sys
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -120,9 +122,12 @@ def _npy_header(blob: bytes) -> dict[str, Any]:
     return header
 
 
-def _members(path: Path, data: bytes) -> dict[str, dict[str, Any]]:
+def _members(
+    path: Path, data: bytes, blobs: dict[str, bytes] | None = None
+) -> dict[str, dict[str, Any]]:
     """Field name → ``.npy`` header of every member of the archive ``data``; each member is read
-    whole (its CRC checked). DamagedOutcomes when the bytes are not a sound archive of arrays."""
+    whole (its CRC checked), and kept in ``blobs`` when given. DamagedOutcomes when the bytes
+    are not a sound archive of arrays."""
     if not data:
         raise DamagedOutcomes(path, "empty file (0 bytes)")
     if not data.startswith(_ZIP_MAGIC):
@@ -134,7 +139,10 @@ def _members(path: Path, data: bytes) -> dict[str, dict[str, Any]]:
                 if not name.endswith(".npy"):
                     raise DamagedOutcomes(path, f"member {name!r} is not an array (.npy)")
                 try:
-                    headers[name.removesuffix(".npy")] = _npy_header(archive.read(name))
+                    blob = archive.read(name)
+                    headers[name.removesuffix(".npy")] = _npy_header(blob)
+                    if blobs is not None:
+                        blobs[name.removesuffix(".npy")] = blob
                 except (
                     ValueError,
                     TypeError,
@@ -176,7 +184,69 @@ def _problem(headers: Mapping[str, Mapping[str, Any]]) -> str | None:
     return None
 
 
-def check_outcomes(cell_dir: Path, n_images: int | None = None) -> OutcomesFile | None:
+#: Each field's range (``nll`` is at most −log 1e-12, the clamp it is computed with; a Brier
+#: score of K classes is at most 2), with a rounding margin.
+_RANGES = {"correct": (0.0, 1.0), "nll": (0.0, 27.7), "brier": (0.0, 2.0), "confidence": (0.0, 1.0)}
+
+#: How far a field's mean may be from the record's metric (the record's accuracy is rounded to
+#: 4 decimals; NLL and Brier are float32 means against float64 ones) and still be its file.
+_MEAN_TOL = {"acc": 5.1e-5, "nll": 1e-4, "brier": 1e-4}
+
+
+def _values(blob: bytes, header: Mapping[str, Any]) -> list[float]:
+    """The values of a checked 1-D ``.npy`` member (bool or float32), as Python floats.
+
+    The standard library's ``array`` reads them: the contract layer imports no NumPy."""
+    import array
+
+    data = blob[len(blob) - header["shape"][0] * int(header["descr"][2:]) :]
+    if header["descr"] == "|b1":
+        return [float(b != 0) for b in data]
+    values = array.array("f")
+    values.frombytes(data)
+    if (header["descr"][0] == ">") == (sys.byteorder == "little"):
+        values.byteswap()
+    return list(values)
+
+
+def _value_problem(
+    headers: Mapping[str, Mapping[str, Any]],
+    blobs: Mapping[str, bytes],
+    record: Mapping[str, Any] | None,
+) -> str | None:
+    """What makes well-formed outcomes untrue, or None: a value that is not finite or outside
+    its field's range, or a mean that is not the record's metric (a file of another cell or
+    run, or edited by hand) — the raw view against ``metrics.clean``, the ``ts/`` view against
+    ``metrics.calibration.ts.clean``."""
+    metrics = (record or {}).get("metrics") or {}
+    calibrated = ((metrics.get("calibration") or {}).get("ts") or {}).get("clean") or {}
+    views = {"": metrics.get("clean") or {}, "ts/": calibrated}
+    for name, header in headers.items():
+        values = _values(blobs[name], header)
+        if not all(map(math.isfinite, values)):
+            bad = sum(1 for v in values if not math.isfinite(v))
+            return f"field {name!r} holds {bad} NaN or infinite values"
+        base = name.removeprefix("ts/")
+        lo, hi = _RANGES.get(base, (-math.inf, math.inf))
+        if min(values) < lo - 1e-6 or max(values) > hi + 1e-6:
+            return (f"field {name!r} holds values in [{min(values):.4g}, {max(values):.4g}], "
+                    f"outside [{lo:g}, {hi:g}]")  # fmt: skip
+        metric = {"correct": "acc", "nll": "nll", "brier": "brier"}.get(base)
+        recorded = views["ts/" if name.startswith("ts/") else ""].get(metric or "")
+        if metric and isinstance(recorded, int | float) and math.isfinite(recorded):
+            mean = math.fsum(values) / len(values)
+            tol = _MEAN_TOL[metric] * (1.0 if metric == "acc" else max(1.0, abs(recorded)))
+            if abs(mean - recorded) > tol:
+                where = "calibration.ts.clean" if name.startswith("ts/") else "clean"
+                return (f"field {name!r} averages {mean:.6g}, but the record's "
+                        f"metrics.{where}.{metric} is {recorded:.6g}: outcomes of another cell "
+                        "or run")  # fmt: skip
+    return None
+
+
+def check_outcomes(
+    cell_dir: Path, n_images: int | None = None, record: Mapping[str, Any] | None = None
+) -> OutcomesFile | None:
     """The cell's ``outcomes.npz``, read once and checked (:class:`OutcomesFile`), or None when
     it has none.
 
@@ -184,6 +254,9 @@ def check_outcomes(cell_dir: Path, n_images: int | None = None) -> OutcomesFile 
         cell_dir: the cell's folder (beside ``record.json``).
         n_images: the test set's size the file must hold (:func:`record_image_count` of the
             cell's record); None: any, as long as every field agrees.
+        record: the cell's record: with it, every value must also be finite and in its
+            field's range, and each field's mean the record's metric (``correct`` → ``acc``,
+            ``nll``, ``brier``; the ``ts/`` view against the calibrated metrics).
 
     Raises:
         DamagedOutcomes: the file is there but not an archive of the fields of :data:`FIELDS`
@@ -196,7 +269,8 @@ def check_outcomes(cell_dir: Path, n_images: int | None = None) -> OutcomesFile 
     if not path.is_file():
         raise DamagedOutcomes(path, "not a file (a folder or a dangling link)")
     data = path.read_bytes()
-    headers = _members(path, data)
+    blobs: dict[str, bytes] = {}
+    headers = _members(path, data, blobs)
     problem = _problem(headers)
     if problem:
         raise DamagedOutcomes(path, problem)
@@ -207,4 +281,6 @@ def check_outcomes(cell_dir: Path, n_images: int | None = None) -> OutcomesFile 
             f"holds {count} images, but the cell's record.json was scored on {n_images} "
             "(metrics.clean.reliability.count)",
         )
+    if record is not None and (problem := _value_problem(headers, blobs, record)):
+        raise DamagedOutcomes(path, problem)
     return OutcomesFile(path, data, count, tuple(headers))

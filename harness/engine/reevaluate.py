@@ -155,7 +155,7 @@ def _outcomes_state(cell_dir: Path, record: dict[str, Any]) -> tuple[bool, bool]
     of the wrong shape, or of another image count than the record's is damaged (named in one
     warning line), and ``add_only`` writes it again."""
     try:
-        usable = read_outcomes(cell_dir, record_image_count(record)) is not None
+        usable = read_outcomes(cell_dir, record_image_count(record), record) is not None
     except DamagedOutcomes as exc:
         logging.getLogger("harness").warning("%s", exc)
         return False, True

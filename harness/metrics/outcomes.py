@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -98,7 +99,9 @@ def save_outcomes(cell_dir: Path, arrays: dict[str, np.ndarray]) -> Path:
     return path
 
 
-def read_outcomes(cell_dir: Path, n_images: int | None = None) -> dict[str, np.ndarray] | None:
+def read_outcomes(
+    cell_dir: Path, n_images: int | None = None, record: dict[str, Any] | None = None
+) -> dict[str, np.ndarray] | None:
     """The cell's per-image outcomes (``{"correct": (N,), "nll": (N,), …}``), or None when it
     has no ``outcomes.npz``.
 
@@ -107,11 +110,15 @@ def read_outcomes(cell_dir: Path, n_images: int | None = None) -> dict[str, np.n
         n_images: the N the file must hold (:func:`record_image_count` of the cell's record;
             None: any).
 
+        record: the cell's record, to check the values against (finite, in range, each
+            field's mean the record's metric); None: the form only.
+
     Raises:
-        DamagedOutcomes: the file is there but damaged, or of another length than ``n_images``
-            (:func:`harness.contract.outcomes.check_outcomes` says which).
+        DamagedOutcomes: the file is there but damaged, its values untrue to ``record``, or
+            of another length than ``n_images`` (:func:`harness.contract.outcomes.check_outcomes`
+            says which).
     """
-    checked = check_outcomes(cell_dir, n_images)
+    checked = check_outcomes(cell_dir, n_images, record)
     if checked is None:
         return None
     # The bytes the check read (not the file again: a rewrite in between would go unchecked).

@@ -69,6 +69,12 @@ def load_plugins(modules: Iterable[str]) -> None:
     for module in modules:
         if module in _imported_plugins:
             continue
+        if module.endswith(".py") or os.sep in module or "/" in module:  # a path, not a name
+            stem = os.path.splitext(os.path.basename(module))[0]
+            raise RegistryError(
+                f"--plugin {module!r}: a file path, not a module name: put its folder on "
+                f"PYTHONPATH and pass --plugin {stem}"
+            )
         try:
             importlib.import_module(module)
         except Exception as exc:  # a plugin may raise anything while importing

@@ -18,7 +18,9 @@ from harness.contract.errors import UsageError
 from harness.contract.outcomes import OUTCOMES_FILE, check_outcomes, record_image_count
 
 
-def read_outcomes(cell_dir: Path, n_images: int | None = None) -> dict[str, np.ndarray] | None:
+def read_outcomes(
+    cell_dir: Path, n_images: int | None = None, record: dict[str, Any] | None = None
+) -> dict[str, np.ndarray] | None:
     """The cell's per-image outcomes (``{"correct": (N,), "nll": (N,), …}``), or None when it
     has no ``outcomes.npz``. Decoded without unpickling (``allow_pickle=False``).
 
@@ -27,11 +29,15 @@ def read_outcomes(cell_dir: Path, n_images: int | None = None) -> dict[str, np.n
         n_images: the N the file must hold (the record's test-set size,
             :func:`harness.contract.outcomes.record_image_count`; None: any).
 
+        record: the cell's record, to check the values against (finite, in range, each
+            field's mean the record's metric); None: the form only.
+
     Raises:
-        DamagedOutcomes: the file is there but damaged, or holds another number of images than
-            ``n_images`` (:func:`harness.contract.outcomes.check_outcomes`).
+        DamagedOutcomes: the file is there but damaged, its values untrue to ``record``, or
+            holds another number of images than ``n_images``
+            (:func:`harness.contract.outcomes.check_outcomes`).
     """
-    checked = check_outcomes(cell_dir, n_images)
+    checked = check_outcomes(cell_dir, n_images, record)
     if checked is None:
         return None
     # The bytes the check read (not the file again: a rewrite in between would go unchecked).
@@ -108,7 +114,7 @@ class OutcomesFinder:
                 folder = self.folder(key)
                 record = usable_record(folder)
                 count = record_image_count(record) if record is not None else None
-                self._cache[key] = read_outcomes(folder, count)
+                self._cache[key] = read_outcomes(folder, count, record)
         return self._cache[key]
 
     def found(

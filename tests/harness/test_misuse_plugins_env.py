@@ -411,3 +411,24 @@ def test_triton_kernels_without_cuda_say_once_what_runs_instead(monkeypatch, cap
     assert len(said) == 1, said
     assert said[0].startswith("HARNESS_SIGMA_KERNELS=triton asks for the σNorm Triton kernels")
     assert said[0].endswith("the σNorm layers run the PyTorch reference path instead")
+
+
+def test_a_misspelled_variable_is_named_with_the_one_meant(results, monkeypatch, capsys):
+    monkeypatch.setenv("HARNESS_LOADER_WORKER", "abc")
+    before = tree_hashes(results)
+    assert main(["status", str(results)]) == 0  # a warning, not a refusal: the command runs
+    _, err = no_traceback(capsys)
+    assert ("warning: environment variable HARNESS_LOADER_WORKER is not one the harness reads "
+            "(did you mean HARNESS_LOADER_WORKERS?)") in err  # fmt: skip
+    assert tree_hashes(results) == before
+
+
+def test_a_plugin_given_as_a_file_path_says_how_to_name_it(results, capsys, tmp_path):
+    plugin = tmp_path / "sideplug.py"
+    plugin.write_text("X = 1\n")
+    before = tree_hashes(results)
+    assert main(["report", str(results), "--plugin", str(plugin)]) == 2
+    _, err = no_traceback(capsys)
+    (line,) = err.strip().splitlines()
+    assert "a file path, not a module name" in line and "--plugin sideplug" in line
+    assert tree_hashes(results) == before

@@ -162,6 +162,8 @@ def test_outputs_of_the_wrong_type_or_classes(results):
         ({"evaluation": {"ood": ["nope"]}}, r"OOD set: .*nope"),
         ({"evaluation": {"conformal_alpha": 0.001}}, r"conformal_alpha: 0.001 .*1/\(n \+ 1\)"),
         ({"model": "model.pt"}, r"model: a str is not callable"),
+        ({"name": "single "}, r"name: 'single ': pass a non-empty string without '/' or surr"),
+        ({"recipe": {"epochs": 5}}, r"recipe: \['epochs'\] do not apply to a model trained"),
     ],
 )
 def test_arguments_are_checked_before_any_evaluation(results, monkeypatch, kwargs, match):
@@ -207,3 +209,11 @@ def test_the_record_states_its_fingerprint_and_the_page_shows_it(results):
     }
     table = h.load_results(folder)
     assert set(table.loc[table["method"] == "shown", "cell_id"]) == {out.path.name}
+
+
+def test_a_suites_own_results_folder_and_a_name_in_another_case_are_refused(results):
+    suite, root, folder = results
+    refused(r"results: .*tiny is a suite's results folder \(it holds suite.json\); pass the "
+            r"results root", root, suite=suite, results=folder)  # fmt: skip
+    refused(r"name: 'Single' on digits/digits_cnn is the suite's method", root, suite=suite,
+            name="Single", backbone="digits_cnn", results=root)  # fmt: skip

@@ -113,7 +113,16 @@ def test_a_full_re_evaluation_recomputes_at_the_new_alpha(results, tmp_path, cap
     assert cell["evaluation"]["conformal_alpha"] == [0.2, 0.3]  # the cell's evaluation now
 
 
-@pytest.mark.parametrize("damage", ["truncate", "length"])
+#: Well-formed files whose values are untrue (hostile review, 2026-12-06): each is damaged.
+UNTRUE = {
+    "nan": lambda a: a["nll"].__setitem__(3, np.nan),
+    "all_correct": lambda a: a["correct"].__setitem__(slice(None), True),
+    "negative_nll": lambda a: a["nll"].__setitem__(0, -5.0),
+    "confidence_7": lambda a: a["confidence"].__setitem__(0, 7.0),
+}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "length", *UNTRUE])
 def test_add_only_names_a_damaged_outcomes_file_and_writes_it_again(
     results, capsys, caplog, damage
 ):
@@ -122,13 +131,17 @@ def test_add_only_names_a_damaged_outcomes_file_and_writes_it_again(
     good = {k: v.copy() for k, v in np.load(path).items()}
     if damage == "truncate":
         path.write_bytes(path.read_bytes()[:200])
-    else:  # a well-formed file of 50 images where the record has more
+    elif damage == "length":  # a well-formed file of 50 images where the record has more
         np.savez_compressed(path, **{k: v[:50] for k, v in good.items()})
+    else:  # the right form, untrue values
+        edited = {k: v.copy() for k, v in good.items()}
+        UNTRUE[damage](edited)
+        np.savez_compressed(path, **edited)
     bad = path.read_bytes()
     record_before = (cell / "record.json").read_text()
     assert main(["evaluate", str(results), "--add-only"]) == 0
     assert str(path) in caplog.text  # named: the file and what is wrong with it
-    assert ("50" in caplog.text) == (damage == "length")
+    assert ("holds 50 images" in caplog.text) == (damage == "length")
     aside = list(cell.glob("outcomes.npz.damaged-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == bad  # kept, never deleted
     with np.load(path) as now:
@@ -147,3 +160,18 @@ def test_a_results_path_that_is_a_file_or_missing(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "nope")]) == 2
     _, err = no_traceback(capsys)
     assert "nope" in err
+
+
+@pytest.mark.parametrize("damage", list(UNTRUE))
+def test_paired_on_images_refuses_outcomes_that_contradict_their_record(results, damage):
+    import harness.api as h
+
+    cell = sorted(p.parent for p in results.glob("*/outcomes.npz"))[0]
+    path = cell / "outcomes.npz"
+    edited = dict(np.load(path).items())
+    UNTRUE[damage](edited)
+    np.savez_compressed(path, **edited)
+    before = tree_hashes(results)
+    with pytest.raises(h.HarnessError, match=r"outcomes\.npz: field '(nll|correct|confidence)'"):
+        h.paired(results, "single", ["acc", "nll"], images=True)
+    assert tree_hashes(results) == before
