@@ -91,6 +91,41 @@ def direction(column: str) -> Direction | None:
     return DIRECTIONS.get(base) or directions().get(base)
 
 
+#: Scores only an ensemble has (M > 1): the members' disagreement, their mutual information
+#: (H(p̄) minus the expected member entropy) and pairwise KL, as metrics, and MI as an OOD score
+#: (``ood…/mi/<metric>``). A single model's are 0 by construction (its MI-AUROC a coin's 50%):
+#: the tables leave them blank and the figures leave them out (:func:`without_ensemble_only`).
+ENSEMBLE_ONLY_METRICS = frozenset({"disagreement", "mi", "kl"})
+ENSEMBLE_ONLY_SCORES = frozenset({"mi"})
+
+
+def ensemble_only(column: str) -> bool:
+    """Whether ``column`` (a cell column or a summary column's key) is a score only M > 1 has."""
+    parts = column.split("/")
+    if parts[0].startswith("ood") and len(parts) >= 3:
+        return parts[-2] in ENSEMBLE_ONLY_SCORES
+    return len(parts) == 1 and column in ENSEMBLE_ONLY_METRICS
+
+
+def without_ensemble_only(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (per cell, or a summary's ``<key>_mean/_std/_ci/_n``) with every
+    :func:`ensemble_only` value of a row with M ≤ 1 missing (NaN; n 0): what M = 1 cannot have
+    is not drawn or shown as a number. The same frame when there is nothing left to blank."""
+    if "M" not in frame or not len(frame):
+        return frame
+    single = (pd.to_numeric(frame["M"], errors="coerce") <= 1).to_numpy()
+    stats = ("_mean", "_std", "_ci", "_n")
+    cols = [c for c in frame.columns
+            if ensemble_only(next((c[: -len(s)] for s in stats if c.endswith(s)), c))]  # fmt: skip
+    values = [c for c in cols if not c.endswith("_n")]
+    if not single.any() or not values or not frame.loc[single, values].notna().any().any():
+        return frame
+    out = frame.copy()
+    for c in cols:
+        out.loc[single, c] = 0 if c.endswith("_n") else math.nan
+    return out
+
+
 @dataclass(frozen=True)
 class Column:
     """A leaderboard column: key in the frames, header label, header group, number format.

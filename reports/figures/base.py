@@ -22,7 +22,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from harness.registry.core import Registry
-from reports.columns import m_text
+from reports.columns import m_text, without_ensemble_only
+from reports.figures.colors import DASHES, HATCHES, MARKERS, RGB, config_styles
 
 log = logging.getLogger("reports.figures.draw")
 
@@ -62,7 +63,10 @@ def _literal(text: pd.Series) -> pd.Series:
 
 
 def _done(cells: pd.DataFrame) -> pd.DataFrame:
+    """The done cells, labelled, without the scores a single model cannot have (its MI-AUROC,
+    disagreement: :func:`reports.columns.without_ensemble_only`), so no figure draws them."""
     d = cells[cells["status"] == "done"] if "status" in cells else cells
+    d = without_ensemble_only(d)
     setting = _literal(d["dataset"].astype(str) + " / " + d["backbone"].astype(str))
     return d.assign(label=_labels(d), setting=setting)
 
@@ -149,10 +153,28 @@ def _figure_legend(fig: Figure, axes: Iterable) -> None:
         )
 
 
-def _palette(labels: Iterable[str]) -> dict[str, tuple[float, float, float]]:
-    """One colour per distinct label, in sorted order: tab10 up to 10, else husl (distinct)."""
-    uniq = sorted(set(labels))
-    return dict(zip(uniq, sns.color_palette("tab10" if len(uniq) <= 10 else "husl", len(uniq))))
+def _styles(labels: Iterable[str], methods: Iterable[str]) -> dict[str, tuple[RGB, int]]:
+    """:func:`reports.figures.colors.config_styles` of ``labels`` and their ``methods`` (two
+    series of one frame, row by row)."""
+    return config_styles(dict(zip(labels, methods, strict=True)))
+
+
+def _hatch_bars(ax, styles: dict[str, tuple[RGB, int]], order: Sequence[str]) -> None:
+    """Bars of one method's second, third, … configuration hatched (:data:`HATCHES`), in the
+    bars and in the legend: the colour says the method, the hatch the configuration. Bars are
+    seaborn's containers, one per hue level of ``order``."""
+    hatch = {label: HATCHES[styles[label][1] % len(HATCHES)] for label in order}
+    for container, label in zip(ax.containers, order, strict=False):
+        for bar in container.patches:
+            bar.set_hatch(hatch[label])
+            bar.set_edgecolor("white")
+    handles, names = ax.get_legend_handles_labels()
+    for handle, name in zip(handles, names, strict=True):
+        if name in hatch and hasattr(handle, "set_hatch"):
+            handle.set_hatch(hatch[name])
+            handle.set_edgecolor("white")
+    if ax.get_legend() is not None:  # the figure's legend is made from the handles above
+        ax.get_legend().remove()
 
 
 def _finite(d: pd.DataFrame, *cols: str) -> pd.DataFrame:
@@ -173,13 +195,27 @@ def pareto_front(acc: Sequence[float], ece: Sequence[float]) -> list[int]:
     return front
 
 
-def _lines(panels, settings, x: str, ys, pal, xlabel: str) -> None:
+def line_style(styles: dict[str, tuple[RGB, int]], drawn: Iterable[str]) -> dict:
+    """seaborn ``lineplot`` keyword arguments for the ``drawn`` labels (hue and style both the
+    ``label`` column): its method's colour, and the dashes and marker of its rank among that
+    method's labels (``styles``: :func:`_styles`)."""
+    drawn = set(drawn)
+    order = [label for label in styles if label in drawn]
+    return {
+        "hue": "label", "hue_order": order, "style": "label", "style_order": order,
+        "palette": {label: styles[label][0] for label in order},
+        "dashes": {label: DASHES[styles[label][1] % len(DASHES)] for label in order},
+        "markers": {label: MARKERS[styles[label][1] % len(MARKERS)] for label in order},
+    }  # fmt: skip
+
+
+def _lines(panels, settings, x: str, ys, styles: dict[str, tuple[RGB, int]], xlabel: str) -> None:
     """Per panel, the mean of each y over the seeds per ``x``, one line per label with its ± sd
-    band (seaborn's lineplot)."""
+    band (seaborn's lineplot), styled by :func:`line_style`."""
     for row, (title, s) in zip(panels, settings):
         for ax, (y, name) in zip(row, ys):
-            sns.lineplot(data=s, x=x, y=y, hue="label", hue_order=list(pal), palette=pal,
-                         marker="o", errorbar="sd", ax=ax)  # fmt: skip
+            sns.lineplot(data=s, x=x, y=y, errorbar="sd", ax=ax,
+                         **line_style(styles, s["label"]))  # fmt: skip
             ax.set(title=title, xlabel=xlabel, ylabel=name)
 
 

@@ -37,19 +37,22 @@ from reports.figures.base import (
     _done,
     _figure_legend,
     _finite,
+    _hatch_bars,
     _labels,
     _lines,
     _literal,
     _m_text,
-    _palette,
     _panels,
     _png,
     _settings,
     _style,
+    _styles,
     _tau,
+    line_style,
     pareto_front,
     register_figure,
 )
+from reports.figures.colors import method_color
 from reports.figures.reliability import reliability
 
 log = logging.getLogger(__name__)
@@ -142,7 +145,7 @@ def quality_vs_members(cells: pd.DataFrame) -> Figure | None:
     ys = (("acc100", "Accuracy (%)  ↑"), ("nll", "NLL  ↓"))
     with _style():
         fig, panels = _panels(len(settings), 2)
-        _lines(panels, settings, "M", ys, _palette(d["label"]), "ensemble size M")
+        _lines(panels, settings, "M", ys, _styles(d["label"], d["method"]), "ensemble size M")
         ms = sorted(d["M"].unique())
         for ax in (ax for row in panels for ax in row):
             ax.set_xscale("log", base=2)
@@ -159,8 +162,8 @@ def corruption_severity(cells: pd.DataFrame) -> Figure | None:
     for s in range(6):
         acc, ece = ("acc", "ece") if s == 0 else (f"sev{s}_acc", f"sev{s}_ece")
         if acc in d and ece in d:
-            part = d[["setting", "label", acc, ece]].set_axis(
-                ["setting", "label", "acc", "ece"], axis=1
+            part = d[["setting", "label", "method", acc, ece]].set_axis(
+                ["setting", "label", "method", "acc", "ece"], axis=1
             )
             rows.append(part.assign(severity=s))
     if len(rows) < 2:
@@ -173,8 +176,8 @@ def corruption_severity(cells: pd.DataFrame) -> Figure | None:
     ys = (("acc100", "Accuracy (%)  ↑"), ("ece100", "ECE (%)  ↓"))
     with _style():
         fig, panels = _panels(len(settings), 2)
-        pal = _palette(long["label"])
-        _lines(panels, settings, "severity", ys, pal, "corruption severity")
+        styles = _styles(long["label"], long["method"])
+        _lines(panels, settings, "severity", ys, styles, "corruption severity")
         for ax in (ax for row in panels for ax in row):
             ax.set_xticks(range(6), ["clean", "1", "2", "3", "4", "5"])
         _figure_legend(fig, (ax for row in panels for ax in row))
@@ -187,7 +190,9 @@ def ood_auroc(cells: pd.DataFrame) -> Figure | None:
     cols = [c for c in d.columns if c.startswith("ood/") and c.endswith("/auroc")]
     if not cols:
         return None
-    long = d.melt(id_vars=["setting", "label"], value_vars=cols, var_name="col", value_name="auroc")
+    long = d.melt(
+        id_vars=["setting", "label", "method"], value_vars=cols, var_name="col", value_name="auroc"
+    )
     long = _finite(long, "auroc")
     if long.empty:
         return None
@@ -197,7 +202,8 @@ def ood_auroc(cells: pd.DataFrame) -> Figure | None:
     )
     order = {"msp": 0, "entropy": 1, "mi": 2}
     scores = sorted(long["score"].unique(), key=lambda s: (order.get(s, 9), s))
-    pal = _palette(long["label"])
+    styles = _styles(long["label"], long["method"])
+    pal = {label: colour for label, (colour, _) in styles.items()}
     settings = _settings(long)
     with _style():
         fig, panels = _panels(len(settings), len(scores), width=4.0)
@@ -208,9 +214,10 @@ def ood_auroc(cells: pd.DataFrame) -> Figure | None:
                     ax.set_axis_off()
                     continue
                 drawn = set(sc["label"])
-                sns.barplot(data=sc, x="ood_set", y="auroc100", hue="label",
-                            hue_order=[h for h in pal if h in drawn], palette=pal,
-                            errorbar="sd", ax=ax)  # fmt: skip
+                order = [h for h in pal if h in drawn]
+                sns.barplot(data=sc, x="ood_set", y="auroc100", hue="label", hue_order=order,
+                            palette=pal, saturation=1, errorbar="sd", ax=ax)  # fmt: skip
+                _hatch_bars(ax, styles, order)
                 ax.axhline(50, ls=":", color="0.4", lw=1)
                 ax.set_ylim(max(0.0, sc["auroc100"].min() - 10), 100)
                 ax.set(title=f"{title} · {score}", xlabel="OOD set", ylabel="AUROC (%)  ↑")
@@ -230,10 +237,10 @@ def quality_vs_cost(cells: pd.DataFrame) -> Figure | None:
         return None
     agg = {"acc": ("acc", "mean"), **{c: (c, "mean") for c, _ in costs}}
     pts = d.groupby(["setting", "method", "M", "hparams"], dropna=False).agg(**agg).reset_index()
+    pal = {lit: method_color(m) for m, lit in sorted(zip(pts["method"], _literal(pts["method"])))}
     pts = pts.assign(
         acc100=100 * pts["acc"], size=pts["M"].map(_m_text), method=_literal(pts["method"])
     )
-    pal = _palette(pts["method"])
     sizes = [_m_text(m) for m in sorted(pts["M"].unique())]
     settings = _settings(pts)
     with _style():
@@ -275,8 +282,8 @@ def training_curves(cells: pd.DataFrame) -> Figure | None:
     cols = [c for c in d.columns if c.startswith("curve/")]
     if d.empty or not cols:
         return None
-    long = d[["setting", "label", "seed", *cols]].melt(
-        id_vars=["setting", "label", "seed"], var_name="column", value_name="value"
+    long = d[["setting", "label", "method", "seed", *cols]].melt(
+        id_vars=["setting", "label", "method", "seed"], var_name="column", value_name="value"
     )
     long = long[np.isfinite(pd.to_numeric(long["value"], errors="coerce"))]
     parts = long["column"].str.split("/", expand=True)
@@ -285,21 +292,20 @@ def training_curves(cells: pd.DataFrame) -> Figure | None:
     if long["epoch"].nunique() < 2 or not shown:
         return None
     wide = long.pivot_table(
-        index=["setting", "label", "seed", "epoch"], columns="key", values="value"
+        index=["setting", "label", "method", "seed", "epoch"], columns="key", values="value"
     ).reset_index()
     for key, _, scale in shown:
         wide[key] = wide[key] * scale
     settings = _settings(wide)
     ys = [(key, name) for key, name, _ in shown]
-    pal = _palette(wide["label"])  # one colour per configuration in every panel
+    styles = _styles(wide["label"], wide["method"])  # the method's colour in every panel
     with _style():
         fig, panels = _panels(len(settings), len(ys))
         for row, (title, s) in zip(panels, settings):
             for ax, (y, name) in zip(row, ys):
                 part = s[s[y].notna()]
-                order = [k for k in pal if k in set(part["label"])]
-                sns.lineplot(data=part, x="epoch", y=y, hue="label", hue_order=order,
-                             palette=pal, errorbar="sd", ax=ax)  # fmt: skip
+                sns.lineplot(data=part, x="epoch", y=y, errorbar="sd", ax=ax,
+                             **line_style(styles, part["label"]))  # fmt: skip
                 ax.set(title=title, xlabel="epoch", ylabel=name)
         _figure_legend(fig, (ax for row in panels for ax in row))
         return fig
