@@ -17,7 +17,7 @@ import pandas as pd
 
 from reports.columns import Column, format_number, iter_rows, leaderboard_columns, m_text
 from reports.records.results import Results
-from reports.render.page import ReportOptions
+from reports.render.page import ReportOptions, shown_results
 from reports.render.paired import PairedStats, bold_cells
 from reports.stats.significance import TEST_NAMES
 
@@ -124,7 +124,8 @@ def dataset_table(
         r"\centering",
         rf"\caption{{{escape(dataset)}: {_INTERVAL_TEX[interval]} over seeds (n). "
         rf"Bold: the best per column and every configuration the {escape(TEST_NAMES[paired.test])} "
-        rf"cannot tell apart from it at $p \le {paired.alpha:g}$.}}",
+        rf"cannot tell apart from it at $p \le {paired.alpha:g}$; none in a column whose "
+        rf"comparisons all have too few seeds to reach that level.}}",
         rf"\label{{tab:{''.join(ch for ch in dataset if ch.isalnum())}}}",
         r"\resizebox{\textwidth}{!}{%",
         r"\begin{tabular}{" + "l" * (len(ident) - 1) + "r" + "r" * len(columns) + "}",
@@ -153,6 +154,7 @@ def dataset_table(
 
 def render_latex(results: Results, paired: PairedStats, options: ReportOptions) -> str:
     """A compilable document with one table per dataset (see the module docstring)."""
+    results = shown_results(results)
     lines = [
         r"\documentclass{article}",
         r"\usepackage[utf8]{inputenc}",

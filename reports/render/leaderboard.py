@@ -20,9 +20,11 @@ filters, of all); ``#pager`` with ``button#page-prev``, ``#page-next`` and ``#pa
 rows a page, shown above 100 rows: the filters select among all rows, a page shows 100 of them and
 the paired table the rows of those configurations);
 ``td.best`` (the best and every configuration not significantly different from it,
-:mod:`reports.stats.bolding`); ``details#column-picker`` with ``input.col-toggle[data-col]``
-(columns
-hidden by default carry ``hidden`` on their ``th``/``td``); ``select#interval-view`` (``std`` or
+:mod:`reports.stats.bolding`; ``p#bold-note`` above the table names the columns left without
+bold because no comparison in them could reach significance); ``#count-done`` (trained cells
+done) and ``#count-posthoc`` (the ``single+TS`` rows derived from them);
+``details#column-picker`` with ``input.col-toggle[data-col]`` (columns hidden by default carry
+``hidden`` on their ``th``/``td``); ``select#interval-view`` (``std`` or
 ``ci``: each metric ``td`` holds ``data-std`` and ``data-ci`` texts); a throughput cell measured on
 a shared device is ``td.shared`` (title: the reason); ``section#corruptions`` with
 ``table#corruption-table``; ``section#published`` with ``table#published-table``;
@@ -50,7 +52,7 @@ from harness.contract import RECORD_FILE
 from reports.records.index import load_results
 from reports.records.results import Results
 from reports.render.markdown import render_markdown as _markdown
-from reports.render.page import ReportOptions, context
+from reports.render.page import ReportOptions, context, shown_results
 from reports.render.paired import PairedStats, paired_stats, resolve_reference
 
 if TYPE_CHECKING:  # the figures import seaborn and matplotlib: only when drawing
@@ -81,7 +83,7 @@ def _prepare(
         results = results.with_mce_baseline(options.mce_baseline)
     if paired is None:
         paired = paired_stats(results, reference, test=options.test, holm=options.holm)
-    return results, paired, options
+    return shown_results(results), paired, options
 
 
 def _title(results: Results, title: str | None) -> str:
@@ -149,6 +151,16 @@ def render_markdown(
     return _markdown(results, _title(results, title), paired, options, published)
 
 
+def _write_csv(out: Path, results: Results, paired: PairedStats, pub: pd.DataFrame | None) -> None:
+    """``leaderboard.csv``, ``cells.csv``, ``paired.csv`` and, with published values,
+    ``published.csv``."""
+    results.summary.to_csv(out / "leaderboard.csv", index=False)
+    results.cells.to_csv(out / "cells.csv", index=False)
+    paired.frame.to_csv(out / "paired.csv", index=False)
+    if pub is not None:
+        pub.to_csv(out / "published.csv", index=False)
+
+
 def write_report(
     results_dir: Path | str,
     out_dir: Path | str | None = None,
@@ -197,6 +209,9 @@ def write_report(
     options = options or ReportOptions()
     if results.mce_baseline != options.mce_baseline:
         results = results.with_mce_baseline(options.mce_baseline)
+    # Every file leaves out the scores a single model cannot have (its MI-AUROC, disagreement:
+    # reports.columns.without_ensemble_only); the records keep them. Once: bold cells too.
+    results = shown_results(results)
     reference = resolve_reference(results, reference, options.test)
     pub_path = Path(published) if published is not None else find_published(results_dir)
     pub = compare(results, read_published(pub_path), options) if pub_path else None
@@ -204,11 +219,7 @@ def write_report(
     paired = paired_stats(results, reference, test=options.test, holm=options.holm)
     title = _title(results, None)
     if "csv" in formats:
-        results.summary.to_csv(out / "leaderboard.csv", index=False)
-        results.cells.to_csv(out / "cells.csv", index=False)
-        paired.frame.to_csv(out / "paired.csv", index=False)
-        if pub is not None:
-            pub.to_csv(out / "published.csv", index=False)
+        _write_csv(out, results, paired, pub)
     if "md" in formats:
         md = _markdown(results, title, paired, options, pub)
         (out / "leaderboard.md").write_text(md, encoding="utf-8")

@@ -18,6 +18,7 @@ from reports.render.page import (
     interval_words,
     is_collapsed,
     report_conventions,
+    shown_results,
 )
 from reports.render.paired import (
     PairedStats,
@@ -25,6 +26,7 @@ from reports.render.paired import (
     group_key,
     paired_context,
     significance_marks,
+    unbolded_note,
 )
 from reports.render.tables import selection_context
 
@@ -65,6 +67,8 @@ def render_markdown_table(
         return [*lines, "No done cells."]
     columns = leaderboard_columns(summary, hidden=False)
     best = bold_cells(paired, results)
+    if note := unbolded_note(paired, results):  # said once, above the table
+        lines += [md_escape(note), ""]
     significance = significance_marks(paired, columns)
     head = ["dataset", "backbone", "method", "M", "hparams", "n"]
     if summary["variant"].astype(bool).any():
@@ -181,6 +185,7 @@ def render_markdown(
     published: pd.DataFrame | None = None,
 ) -> str:
     """The whole Markdown report (see the module docstring)."""
+    results = shown_results(results)
     lines = render_markdown_table(results, title, paired, options)
     if len(results.summary):
         lines += markdown_paired(paired, results.summary)

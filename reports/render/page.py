@@ -7,6 +7,7 @@ swaps them and the report's ``interval`` option picks the default.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ from reports.columns import (
     m_text,
     metric_columns,
     ood_score_labels,
+    without_ensemble_only,
 )
 from reports.records.flatten import CONVENTION as OOD_GROUP_CONVENTION
+from reports.records.flatten import SINGLE_TS
 from reports.records.results import Results
 from reports.render.paired import (
     PairedStats,
@@ -38,6 +41,7 @@ from reports.render.paired import (
     group_key,
     paired_context,
     significance_marks,
+    unbolded_note,
 )
 from reports.render.tables import corruption_table, selection_context
 from reports.stats.bolding import config_key
@@ -288,6 +292,34 @@ def _directions(summary: pd.DataFrame) -> dict[str, str]:
     return {**declared, **directions()}
 
 
+def shown_results(results: Results) -> Results:
+    """``results`` as the tables and figures show them: a single model's (M = 1) scores only an
+    ensemble has (MI, disagreement: :func:`reports.columns.without_ensemble_only`) left blank;
+    the same object when there are none (so a report's bold cells are computed once)."""
+    cells, summary = without_ensemble_only(results.cells), without_ensemble_only(results.summary)
+    if cells is results.cells and summary is results.summary:
+        return results
+    return dataclasses.replace(results, cells=cells, summary=summary)
+
+
+def counts(results: Results) -> dict[str, int]:
+    """The header's counts: configurations (and how many are post-hoc), trained cells that are
+    done (not the ``single+TS`` rows derived from them), post-hoc rows, problems by status."""
+    cells, summary = results.cells, results.summary
+    done = cells[cells["status"] == "done"] if len(cells) else cells
+    posthoc = int((done["method"] == SINGLE_TS).sum()) if len(done) else 0
+    status = [p.status for p in results.problems]
+    return {
+        "groups": len(summary),
+        "posthoc_groups": int((summary["method"] == SINGLE_TS).sum()) if len(summary) else 0,
+        "done": len(done) - posthoc,
+        "posthoc": posthoc,
+        "failed": status.count("failed"),
+        "invalid": status.count("invalid"),
+        "missing": status.count("missing"),
+    }
+
+
 def context(
     results: Results,
     figures: list,
@@ -297,6 +329,7 @@ def context(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything ``leaderboard.html.j2`` renders."""
+    results = shown_results(results)
     summary = results.summary
     columns = leaderboard_columns(summary)
     show_variant = bool(len(summary)) and summary["variant"].astype(bool).any()
@@ -305,17 +338,10 @@ def context(
     shown = {c.key for c in columns}
     known = (*metric_columns("Quality"), *COST, *CORRUPTION, *metric_columns("Diversity"))
     dropped = [c.label for c in known if c.key not in shown]
-    status = [p.status for p in results.problems]
     return {
         "title": title,
         "source": results.source,
-        "counts": {
-            "groups": len(summary),
-            "done": results.n_done,
-            "failed": status.count("failed"),
-            "invalid": status.count("invalid"),
-            "missing": status.count("missing"),
-        },
+        "counts": counts(results),
         "filters": _filters(summary),
         "header": header,
         "header_groups": groups,
@@ -338,6 +364,7 @@ def context(
         "interval": options.interval,
         "interval_words": {k: interval_words(k) for k in INTERVALS},
         "bold_rule": bold_rule(paired),
+        "bold_note": unbolded_note(paired, results),
         "paired": paired_context(paired, summary),
         "corruption_table": corruption_table(results, options),
         "selection": selection_context(summary),
@@ -353,9 +380,9 @@ def bold_rule(paired: PairedStats) -> str:
     return (
         f"bold: the best mean per column within each dataset, and every configuration the "
         f"{TEST_NAMES[paired.test]} cannot tell apart from it at p ≤ {paired.alpha:g} (paired "
-        "by seed on the same backbone and variant, otherwise unpaired; with too few seeds to "
-        "reach that level nothing can be told apart, so every row is bold); over all rows, "
-        "whatever the filters show"
+        "by seed on the same backbone and variant, otherwise unpaired); a column whose "
+        "comparisons all have too few seeds for the test to reach that level carries no bold, "
+        "and a sentence above the table says so; over all rows, whatever the filters show"
     )
 
 

@@ -25,7 +25,7 @@ from reports.columns import (
     quality_columns,
 )
 from reports.records.results import Results
-from reports.stats.bolding import bold_rows, config_key
+from reports.stats.bolding import Bolding, bolding, config_key
 from reports.stats.paired import COLUMNS as PAIRED_COLUMNS
 from reports.stats.paired import (
     TEST_NAMES,
@@ -140,16 +140,52 @@ def _paired_columns(paired: PairedStats, summary: pd.DataFrame) -> list[Column]:
 
 
 def bold_cells(paired: PairedStats, results: Results) -> dict[str, set[Any]]:
-    """:func:`reports.stats.bolding.bold_rows` of every leaderboard column of ``results``,
+    """The bold cells (:func:`reports.stats.bolding.bolding`) of every leaderboard column of
+    ``results``."""
+    return bolding_of(paired, results).bold
+
+
+def bolding_of(paired: PairedStats, results: Results) -> Bolding:
+    """:func:`reports.stats.bolding.bolding` of every leaderboard column of ``results``,
     computed once per report (the page, Markdown and LaTeX each show a subset of the columns; a
     column's bold cells do not depend on which other columns are shown)."""
     key = ("bold", id(results.summary))
     if key not in paired.memo:
         columns = leaderboard_columns(results.summary)
-        paired.memo[key] = bold_rows(
+        paired.memo[key] = bolding(
             results.summary, results.cells, columns, test=paired.test, alpha=paired.alpha
         )
     return paired.memo[key]
+
+
+def unbolded_note(paired: PairedStats, results: Results) -> str:
+    """The sentence above a table whose columns carry no bold because no comparison in them
+    could reach significance (:attr:`reports.stats.bolding.Bolding.unreachable`); empty when
+    there is none. Every column: "No cell is bold: …"; some: they are named (with the
+    dataset where the results have several)."""
+    b = bolding_of(paired, results)
+    if not b.unreachable:
+        return ""
+    need = min_pairs(paired.test, paired.alpha)
+    if paired.test == "signflip":
+        why = (
+            "the exact sign-flip test's smallest two-sided p with n pairs is 2/2ⁿ: "
+            f"{2.0 ** (2 - need):g} at n = {need - 1}, above α = {paired.alpha:g}"
+        )
+    else:
+        why = f"the paired t-test has no p-value below {need} pairs"
+    head = f"bold marks need ≥ {need} paired seeds ({why}); these results have {b.seeds}"
+    pairs = {(k, g) for k, groups in b.unreachable.items() for g in groups}
+    if pairs == {(k, g) for k, groups in b.compared.items() for g in groups}:
+        return f"No cell is bold: {head}."
+    labels = {c.key: c.label for c in leaderboard_columns(results.summary)}
+    several = len({g for _, g in pairs}) > 1 or results.summary["dataset"].nunique() > 1
+    order = {k: i for i, k in enumerate(labels)}
+    named = [
+        f"{labels.get(k, k)}{f' ({g})' if several else ''}"
+        for k, g in sorted(pairs, key=lambda p: (order.get(p[0], len(order)), str(p[1])))
+    ]
+    return f"No bold in {', '.join(named)}: {head} there."
 
 
 def significance_marks(paired: PairedStats, columns: list[Column]) -> dict[tuple, list]:

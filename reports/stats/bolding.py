@@ -6,6 +6,16 @@ bold, and so is every other configuration that the paired table's test cannot te
 level α (p > α, or the test cannot reach α at that n): the same rule as the ▲/▼ marks
 (:mod:`reports.stats.paired`), so a bold cell never claims a lead that the marks would not support.
 
+Unless no comparison there could come out different: a dataset's column in which every mean
+that differs from the best is compared with too few seeds for its test to reach p ≤ α carries
+no bold at all (:attr:`Bolding.unreachable`), since "the best and all it cannot be told apart
+from" is then every row, and a page of bold cells reads as a page of winners. The exact sign-flip
+test's smallest two-sided p with n pairs is 2/2ⁿ (n = 5: 0.0625), so at α = 0.05 it needs 6
+paired seeds (:func:`reports.stats.significance.min_pairs`); the paired t-test needs 2; the
+unpaired permutation test with samples of a and b seeds 2/C(a + b, a) (exact up to 9,999
+relabellings; a = b = 4: 0.029), Welch's t-test 2 on each side. A column whose means all tie
+keeps them all bold (no comparison is asked: they are equally best).
+
 Pairing follows the paired table: two configurations on the same backbone and variant are compared
 seed by seed on their common seeds (sign-flip or paired t-test); two that cannot be paired
 (another backbone or recipe, or no common seed) are compared unpaired — the two-sample
@@ -21,7 +31,9 @@ so the cost grows with the number of comparisons, not with a Python call per com
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,7 +41,7 @@ import pandas as pd
 
 from reports.columns import Column, m_text
 from reports.stats.paired import per_seed_table
-from reports.stats.significance import min_pvalue, pvalue, unpaired
+from reports.stats.significance import PERMUTATIONS, min_pvalue, pvalue, unpaired
 
 KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
 
@@ -118,6 +130,52 @@ def _distinguishable(
     return out
 
 
+def _min_unpaired_pvalue(test: str, n_a: int, n_b: int) -> float:
+    """The smallest p-value the unpaired test that goes with ``test`` can give with samples of
+    ``n_a`` and ``n_b`` values (1 below two on a side): the permutation test's 2/C(n, n_a)
+    when it enumerates every relabelling, 2/(9,999 + 1) when it draws them; Welch's 0."""
+    if n_a < 2 or n_b < 2:
+        return 1.0
+    if test == "t":
+        return 0.0
+    relabellings = math.comb(n_a + n_b, n_a)
+    return min(1.0, 2 / relabellings if relabellings <= PERMUTATIONS else 2 / (PERMUTATIONS + 1))
+
+
+def _reachable(a: np.ndarray, b: np.ndarray, is_paired: np.ndarray, test: str, alpha: float):
+    """For each row of ``a`` and ``b`` (as :func:`_distinguishable` takes them): could the test
+    :func:`_distinguishable` runs find p ≤ ``alpha`` with that many seeds, whatever the values?
+    And the seeds it has: the common ones when paired, the smaller side when not."""
+    has_a, has_b = ~np.isnan(a), ~np.isnan(b)
+    n_common = (has_a & has_b).sum(axis=1)
+    n_a, n_b = has_a.sum(axis=1), has_b.sum(axis=1)
+    paired_rows = is_paired & (n_common > 0)
+    seeds = np.where(paired_rows, n_common, np.minimum(n_a, n_b))
+    smallest = [
+        min_pvalue(test, int(nc)) if p else _min_unpaired_pvalue(test, int(x), int(y))
+        for p, nc, x, y in zip(paired_rows, n_common, n_a, n_b, strict=True)
+    ]
+    return np.asarray(smallest) <= alpha, seeds
+
+
+@dataclass
+class Bolding:
+    """What :func:`bolding` decides.
+
+    Attributes:
+        bold: per column key, the summary row labels to bold.
+        unreachable: per column key, the groups (datasets) whose column carries no bold because
+            no comparison with its best could reach p ≤ α (see the module docstring).
+        seeds: the most seeds any of those comparisons had (0 when there is none).
+        compared: per column key, the groups in which some mean was compared with the best.
+    """
+
+    bold: dict[str, set[Any]] = field(default_factory=dict)
+    unreachable: dict[str, set[Any]] = field(default_factory=dict)
+    seeds: int = 0
+    compared: dict[str, set[Any]] = field(default_factory=dict)
+
+
 def bold_rows(
     summary: pd.DataFrame,
     cells: pd.DataFrame,
@@ -127,11 +185,29 @@ def bold_rows(
     alpha: float = 0.05,
     within: str = "dataset",
 ) -> dict[str, set[Any]]:
-    """Per column key, the summary row labels to bold (see the module docstring).
+    """Per column key, the summary row labels to bold (see the module docstring): the ``bold``
+    of :func:`bolding`."""
+    return bolding(summary, cells, columns, test=test, alpha=alpha, within=within).bold
+
+
+def bolding(
+    summary: pd.DataFrame,
+    cells: pd.DataFrame,
+    columns: Iterable[Column],
+    *,
+    test: str = "signflip",
+    alpha: float = 0.05,
+    within: str = "dataset",
+) -> Bolding:
+    """The bold cells of every column and the groups left without bold (see the module
+    docstring).
 
     Only groups (``within``, default dataset) with two or more finite means are considered; ties
-    for the best are all best. ``cells`` is the per-cell frame the summary was built from.
+    for the best are all best. ``cells`` is the per-cell frame the summary was
+    built from.
     """
+    # Length: one pass that collects every comparison of the table, one batched test of them
+    # all, and the groups where none could come out different; split, the passes share 8 lists.
     columns = [c for c in columns if c.better is not None]
     keys, table, found = _per_seed_table(cells, [c.key for c in columns])
     # One row more, all NaN: a summary row without done cells (no values to compare).
@@ -141,34 +217,53 @@ def bold_rows(
     config = np.array([at.get(k, len(keys)) for k in summary_keys], dtype=np.intp)
     pairing = [(k[1], k[5]) for k in summary_keys]  # backbone and variant
     labels = summary.index
-    groups = list(summary.groupby(within, dropna=False).indices.values()) if len(summary) else []
-    out: dict[str, set[Any]] = {}
+    grouped = summary.groupby(within, dropna=False).indices if len(summary) else {}
+    out = Bolding()
     mine, ref, metric, is_paired, asked = [], [], [], [], []
+    members: dict[tuple[str, Any], np.ndarray] = {}  # (column, group) → its rows
     for c in columns:
         values = summary[f"{c.key}_mean"].to_numpy(dtype=float)
         j = found.index(c.key) if c.key in found else None
-        for idx in groups:
+        for group, idx in grouped.items():
             idx = idx[np.isfinite(values[idx])]
             if len(idx) < 2:
                 continue
             v = values[idx]
             best_value = v.max() if c.better == "higher" else v.min()
             best = idx[v == best_value]
-            out.setdefault(c.key, set()).update(labels[best])
+            out.bold.setdefault(c.key, set()).update(labels[best])
+            if len(best) == len(idx):  # every mean the same: all best, nothing to compare
+                continue
+            out.compared.setdefault(c.key, set()).add(group)
+            members[c.key, group] = idx
             if j is None:  # no per-seed values: nothing tells the others apart from the best
-                out[c.key].update(labels[idx])
+                out.unreachable.setdefault(c.key, set()).add(group)
                 continue
             for other in idx[v != best_value]:
                 mine.append(config[other])
                 ref.append(config[best[0]])
                 metric.append(j)
                 is_paired.append(pairing[other] == pairing[best[0]])
-                asked.append((c.key, other))
+                asked.append((c.key, group, other))
     if asked:
         mine_v = table[np.asarray(mine), :, np.asarray(metric)]
         ref_v = table[np.asarray(ref), :, np.asarray(metric)]
-        differs = _distinguishable(mine_v, ref_v, np.asarray(is_paired), test, alpha)
-        for (key, other), different in zip(asked, differs, strict=True):
+        paired_rows = np.asarray(is_paired)
+        differs = _distinguishable(mine_v, ref_v, paired_rows, test, alpha)
+        reach, seeds = _reachable(mine_v, ref_v, paired_rows, test, alpha)
+        reachable: dict[tuple[str, Any], bool] = {}
+        most: dict[tuple[str, Any], int] = {}
+        for (key, group, other), different, r, n in zip(asked, differs, reach, seeds, strict=True):
             if not different:
-                out[key].add(labels[other])
+                out.bold[key].add(labels[other])
+            reachable[key, group] = reachable.get((key, group), False) or bool(r)
+            most[key, group] = max(most.get((key, group), 0), int(n))
+        for (key, group), any_reachable in reachable.items():
+            if not any_reachable:
+                out.unreachable.setdefault(key, set()).add(group)
+                out.seeds = max(out.seeds, most[key, group])
+    for key, groups in out.unreachable.items():
+        for group in groups:
+            out.bold[key] -= set(labels[members[key, group]])
+    out.bold = {key: rows for key, rows in out.bold.items() if rows}
     return out
