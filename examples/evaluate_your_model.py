@@ -6,8 +6,9 @@ Two ways to get a model, both real:
 - ``--from-cells`` (default when the suite's results exist): the suite's finished ``single`` cells
   (one per seed) loaded with ``harness.api.load_model`` and put together as an ensemble of
   independently trained models (a deep ensemble assembled after the fact);
-- ``--scratch``: a nearest-class-mean classifier this script builds from the training split
-  (class means of the normalised images, softmax of minus the squared distances): one model.
+- ``--scratch``: a nearest-class-mean classifier this script builds from the suite's training
+  split (``harness.api.data``: the images the suite's cells train on, normalised as they get
+  them; class means, softmax of minus the squared distances): one model.
 
 Either goes through ``harness.api.evaluate`` on the suite's own splits and evaluation (clean test
 set, corruptions, OOD sets, temperature scaling and conformal sets on the held-out images) and is
@@ -16,20 +17,32 @@ written beside the suite's cells:
     harness run suites/smoke.yaml                 # once: the cells to stand beside
     python examples/evaluate_your_model.py        # → results/smoke/<id>/record.json
     harness report results/smoke                  # the page now has a row "singles_ensemble"
+
+Only ``harness.api`` is imported from the harness.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from torch import nn
 
 import harness.api as h
 from harness.api import evaluate, load_model
-from harness.cli.checks import Parser
-from harness.contract.errors import DamagedFile, UsageError
+
+
+class UsageError(ValueError):
+    """An argument this script cannot use: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose error is one line (argparse prints the usage block first), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 class Stacked(nn.Module):
@@ -75,17 +88,12 @@ def from_cells(folder: Path, method: str = "single") -> nn.Module:
     return Stacked([load_model(c) for c in cells])
 
 
-def scratch(dataset: str) -> nn.Module:
-    """A nearest-class-mean classifier from ``dataset``'s training split."""
-    from harness.data import default_data_root
-    from harness.registry import DATASETS
-
-    spec = DATASETS.get(dataset)
-    train = spec.load(default_data_root(None))["train"]
-    mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
-    std = torch.tensor(spec.std).view(1, -1, 1, 1)
-    x = ((train.images.float() / 255 - mean) / std).flatten(1)
-    means = torch.stack([x[train.labels == k].mean(0) for k in range(spec.num_classes)])
+def scratch(suite: str, dataset: str) -> nn.Module:
+    """A nearest-class-mean classifier from the suite's training split of ``dataset``."""
+    train = h.data(dataset, "train", suite=suite)
+    x, y = train.tensors()  # float32 (N, C, H, W) normalised as the model's input, int64 (N,)
+    x = x.flatten(1)
+    means = torch.stack([x[y == k].mean(0) for k in range(train.num_classes)])
     return NearestClassMean(means)
 
 
@@ -127,13 +135,13 @@ def main(argv: list[str] | None = None) -> Path:
         validation, folder = checked(args)
         dataset = validation.cells[0].dataset
         if args.scratch:
-            model, name, backbone = scratch(dataset), "nearest_class_mean", "external"
+            model, name, backbone = scratch(args.suite, dataset), "nearest_class_mean", "external"
         else:
             backbone = validation.cells[0].backbone  # the cells' own network, so the same table
             model, name = from_cells(folder), "singles_ensemble"
         out = evaluate(model, suite=args.suite, name=name, backbone=backbone,
                        results=args.results, progress=True)  # fmt: skip
-    except (h.HarnessError, UsageError, DamagedFile, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # HarnessError, UsageError, damaged weights
         parser.exit(2, "error: " + "; ".join(str(exc).splitlines()) + "\n")
     clean = out.record["metrics"]["clean"]
     print(f"{name}: M={out.record['config']['M']} acc {clean['acc']:.4f} nll {clean['nll']:.4f} "

@@ -88,3 +88,40 @@ def test_every_file_example_of_the_architecture_doc_is_found():
         "my_method.py", "my_backbone.py", "my_dataset.py", "my_executor.py", "my_tracker.py",
         "my_figure.py", "my_metric.py",
     ]  # fmt: skip
+
+
+#: The examples a user copies to bring the benchmark into a loop of their own (issue 60 item 3):
+#: the harness only through ``harness.api``, besides torch, NumPy, scikit-learn and the standard
+#: library.
+API_ONLY = ("own_training_loop.py", "evaluate_your_model.py")
+THIRD_PARTY = {"torch", "numpy", "sklearn"}
+
+
+def imported_modules(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of ``source`` (``from x import y``: ``x``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_the_own_loop_and_evaluate_examples_use_only_harness_api():
+    import sys
+
+    bad = []
+    for name in API_ONLY:
+        source = (REPO / "examples" / name).read_text(encoding="utf-8")
+        assert private_imports(source) == [], name
+        for line, module in imported_modules(source):
+            top = module.split(".")[0]
+            allowed = (module == "harness.api" or top in THIRD_PARTY
+                       or top in sys.stdlib_module_names)  # fmt: skip
+            if not allowed:
+                bad.append(f"examples/{name}:{line}: imports {module}")
+    assert bad == []
+    # and each uses the data face (the benchmark's splits, not a copy of its own)
+    for name in API_ONLY:
+        assert "h.data(" in (REPO / "examples" / name).read_text(encoding="utf-8"), name

@@ -13,6 +13,8 @@
     h.compare("results/smoke", "results/smoke_new")  # the same configurations, folder b − a
     h.load_records(out.results_dir)          # the raw record dicts (docs/records.md)
 
+    train = h.data("digits", "train", validation=100)  # the benchmark's splits, for your loop
+    h.data(dataset, "test", suite="suites/smoke.yaml"); h.data("digits", "digits_heldout")
     h.evaluate(my_model, suite="suites/smoke.yaml", results="results")  # a model you have
     h.load_model("results/smoke/<cell id>"); h.predictions("results/smoke/<cell id>", "test")
 
@@ -21,10 +23,13 @@
 Everything here goes through the code the CLI and the reporter use (the run layer
 :mod:`harness.session` below both faces, ``reports.records``, ``reports.stats``); nothing is
 computed a second way, and nothing here prints. Reading results imports no torch; :func:`run`,
-the model functions (:mod:`harness.api.models`) and the σN-Ens functions do.
+the model functions (:mod:`harness.api.models`), the data (:mod:`harness.api.datasets`, imported
+when :func:`data` or :class:`BenchmarkData` is first named) and the σN-Ens functions do.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from harness.api._common import HarnessError, PathLike
 from harness.api.models import Evaluated, Predictions, evaluate, load_model, predictions
@@ -44,7 +49,11 @@ from harness.api.running import RunResult, Validation, run, validate
 from harness.api.sigma import diversity_loss, k_eff, sigma_ensemble
 from harness.session.result import CellFailure, SkippedCell
 
+if TYPE_CHECKING:
+    from harness.api.datasets import BenchmarkData, data
+
 __all__ = [
+    "BenchmarkData",
     "CellFailure",
     "Evaluated",
     "HarnessError",
@@ -56,6 +65,7 @@ __all__ = [
     "compare",
     "conformal_table",
     "corruption_table",
+    "data",
     "diversity_loss",
     "evaluate",
     "history_table",
@@ -72,3 +82,14 @@ __all__ = [
     "sigma_ensemble",
     "validate",
 ]
+
+#: Resolved on first use (PEP 562): they import torch, which reading results does not.
+_LAZY = {"BenchmarkData": "harness.api.datasets", "data": "harness.api.datasets"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'harness.api' has no attribute {name!r}")

@@ -357,22 +357,17 @@ def predictions(
     import numpy as np
     import torch
 
-    from harness.data._machinery.base import DataMissingError, ImageSet, default_data_root
+    from harness.data._machinery.base import DataMissingError, default_data_root
     from harness.engine.build import load_data, seed_everything
-    from harness.engine.evaluate import adapt_images, member_probs
-    from harness.registry import DATASETS
+    from harness.engine.evaluate import member_probs, ood_split
     from harness.registry.core import RegistryError
 
     built = _cell_of(Path(cell))
     root = default_data_root(Path(data_root) if data_root else None)
     try:
         spec, splits = load_data(built, root)
-        if split not in splits:
-            ood = DATASETS.get(split)
-            ood.require(root)
-            raw = ood.load(root)["test"]
-            splits[split] = (ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
-                             if isinstance(raw, ImageSet) else raw)  # fmt: skip
+        if split not in splits:  # an OOD set, as the evaluation feeds it
+            splits[split] = ood_split(split, spec, root)
     except (DataMissingError, RegistryError) as exc:
         names = ", ".join(sorted(splits)) if "splits" in locals() else "?"
         raise HarnessError(

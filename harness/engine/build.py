@@ -81,14 +81,28 @@ def build_model(
 
 def load_data(cell: Cell, data_root: Path) -> tuple[DatasetSpec, dict[str, Split]]:
     """The cell's dataset spec and splits (raises ``DataMissingError`` naming the fetch)."""
-    spec = DATASETS.get(cell.dataset)
+    return dataset_splits(
+        cell.dataset, data_root, cell.recipe.validation, cell.evaluation.calibration
+    )
+
+
+def dataset_splits(
+    dataset: str, data_root: Path, validation: int = 0, calibration: int = 0
+) -> tuple[DatasetSpec, dict[str, Split]]:
+    """A dataset's spec and the splits a cell of it trains, selects, calibrates and is tested on
+    (:func:`load_data`'s, and ``harness.api.data``'s: one way to carve them).
+
+    Raises:
+        DataMissingError: the data is not on this machine (the message names the fetch).
+        ValueError: ``validation`` or ``calibration`` out of range
+            (:func:`harness.data._machinery.base.training_splits`).
+    """
+    spec = DATASETS.get(dataset)
     spec.require(data_root)
     # The loader's training pool, minus `validation` held-out images when the recipe asks (from
     # its spare images when it has them), and the evaluation's `calibration` images.
     splits = spec.load(data_root)
-    return spec, training_splits(
-        splits, cell.recipe.validation, calibration=cell.evaluation.calibration
-    )
+    return spec, training_splits(splits, validation, calibration=calibration)
 
 
 def load_backbone_state(path: str | Path) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.contract import Cell
+from harness.contract import Cell, Recipe
 from harness.data._machinery.base import BatchLoader, DatasetSpec, LoaderOptions, Split
 from harness.data._machinery.loader import make_loader
 from harness.engine.cost import flops_per_image, parameter_counts, throughput
@@ -32,26 +32,40 @@ def train_loader(
     """The training loader: shuffled by (seed, epoch), the dataset's (or recipe's) augmentation,
     on the device; the same data order for every method of a seed. ``shard=(rank, world)``
     gives a process of a multi-process cell its block of every global batch."""
-    recipe = cell.recipe
-    return make_loader(
-        train,
-        LoaderOptions(
-            recipe.batch_size,
-            device,
-            spec.mean,
-            spec.std,
-            augment=spec.augment if recipe.augment == "default" else recipe.augment,
-            train=True,
-            shuffle=True,
-            seed=cell.seed,
-            drop_last=len(train) >= 2 * recipe.batch_size,
-            channels_last=recipe.channels_last and device.type == "cuda",
-            # M batches per step for methods whose members train on independent data.
-            streams=METHODS.get(cell.method)
-            .batch_feeding(resolved(cell).typed_hparams)
-            .streams(cell.M),
-            shard=shard,
-        ),
+    # M batches per step for methods whose members train on independent data.
+    streams = METHODS.get(cell.method).batch_feeding(resolved(cell).typed_hparams).streams(cell.M)
+    options = training_options(cell.recipe, spec, len(train), device, cell.seed, streams, shard)
+    return make_loader(train, options)
+
+
+def training_options(
+    recipe: Recipe,
+    spec: DatasetSpec,
+    images: int,
+    device: torch.device,
+    seed: int,
+    streams: int = 1,
+    shard: tuple[int, int] = (0, 1),
+    batch_size: int | None = None,
+) -> LoaderOptions:
+    """How a cell's training split of ``images`` images is batched (:func:`train_loader`'s, and
+    ``harness.api.data``'s ``loader(train=True)``): the recipe's batch (or ``batch_size``),
+    shuffled by (seed, epoch), the dataset's augmentation unless the recipe names one, the last
+    incomplete batch dropped when there are two full ones, ``streams`` batches per step."""
+    batch = recipe.batch_size if batch_size is None else batch_size
+    return LoaderOptions(
+        batch,
+        device,
+        spec.mean,
+        spec.std,
+        augment=spec.augment if recipe.augment == "default" else recipe.augment,
+        train=True,
+        shuffle=True,
+        seed=seed,
+        drop_last=images >= 2 * batch,
+        channels_last=recipe.channels_last and device.type == "cuda",
+        streams=streams,
+        shard=shard,
     )
 
 

@@ -88,22 +88,28 @@ def _member_logits(
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (member logits (M, B, K) on ``device``, in the autocast precision; labels (B,))."""
     model.eval()
-    loader = make_loader(
-        data,
-        LoaderOptions(
-            recipe.eval_batch_size,
-            device,
-            spec.mean,
-            spec.std,
-            channels_last=recipe.channels_last and device.type == "cuda",
-        ),
-    )
+    loader = make_loader(data, evaluation_options(recipe, spec, device))
     for x, y in loader:
         # No autograd graph: evaluation never backpropagates (a graph kept every activation of
         # the forward pass alive until the batch's probabilities were dropped).
         with torch.no_grad(), autocast(device, recipe):
             logits = model(x)  # (M, B, K)
         yield logits, y
+
+
+def evaluation_options(
+    recipe: Recipe, spec: DatasetSpec, device: torch.device, batch_size: int | None = None
+) -> LoaderOptions:
+    """How every evaluated split is batched (the evaluation's, and ``harness.api.data``'s
+    ``loader()``): the recipe's evaluation batch (or ``batch_size``), in the split's order,
+    normalised with the dataset's mean and standard deviation, no augmentation."""
+    return LoaderOptions(
+        recipe.eval_batch_size if batch_size is None else batch_size,
+        device,
+        spec.mean,
+        spec.std,
+        channels_last=recipe.channels_last and device.type == "cuda",
+    )
 
 
 class _Views:
@@ -371,7 +377,6 @@ def evaluate_ood(
         ``(raw block, {"ts": block, "time_s": s})``, or None when no OOD set is asked for.
     """
     from harness.metrics.collection import OODScores
-    from harness.registry import DATASETS
 
     if not evaluation.ood:
         return None
@@ -397,16 +402,7 @@ def evaluate_ood(
     ts_out: dict[str, Any] = {}
     for name in evaluation.ood:
         _step(bar, f"OOD: {name}")
-        ood_spec = DATASETS.get(name)
-        ood_spec.require(data_root)
-        raw = ood_spec.load(data_root)["test"]
-        # In-memory sets are adapted to the ID input shape here; a lazy split's evaluation
-        # transform already produces it.
-        ood = (
-            ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
-            if isinstance(raw, ImageSet)
-            else raw
-        )
+        ood = ood_split(name, spec, data_root)
         scores.reset_ood()
         if ts_scores is not None:
             ts_scores.reset_ood()
@@ -418,6 +414,24 @@ def evaluate_ood(
             ts_out[name] = {k: v for k, v in ts_scores.compute().items() if k in _TS_OOD_SCORES}
             seconds += time.perf_counter() - t0
     return out, {"ts": ts_out, "time_s": seconds}
+
+
+def ood_split(name: str, spec: DatasetSpec, data_root: Path) -> Split:
+    """The OOD set ``name`` as the evaluation feeds it next to ``spec``'s test set: its ``test``
+    split, an in-memory set adapted to ``spec``'s input shape (:func:`adapt_images`; a lazy
+    split's evaluation transform already produces it), its labels its own (-1: none).
+
+    Raises:
+        DataMissingError: the set is not on this machine (the message names the fetch).
+    """
+    from harness.registry import DATASETS
+
+    ood_spec = DATASETS.get(name)
+    ood_spec.require(data_root)
+    raw = ood_spec.load(data_root)["test"]
+    if isinstance(raw, ImageSet):
+        return ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
+    return raw
 
 
 #: OOD scores that a temperature changes (the MI of the pooled distribution is zero; the energy
