@@ -9,7 +9,8 @@ Public API (imported lazily, so ``import reports`` pulls in neither matplotlib n
     write_report(results_dir, out_dir=None, *, expected=None, figures=True, reference=None,
                  options=ReportOptions(), formats=("html", "csv", "md"), published=None,
                  index=True, left_out=None) -> Path   # left_out: gets unreadable cells
-    load_results(results_dir, expected=None, ignore=()) -> Results
+    scan(results_dir, ignore=(), index=False) -> Scan   # one reading: .results(), .tidy()
+    load_results(results_dir, expected=None, ignore=()) -> Results   # scan(...).results()
     load_frame(results_dir) -> DataFrame            # one row per cell of a results folder
     records_to_frame(records) -> DataFrame          # one row per cell
     aggregate(cells) -> DataFrame                   # mean/std/n per configuration
@@ -28,6 +29,8 @@ _EXPORTS = {
     "render_html": "reports.render.leaderboard",
     "render_markdown": "reports.render.leaderboard",
     "load_results": "reports.records.index",
+    "scan": "reports.records.index",
+    "Scan": "reports.records.index",
     "load_frame": "reports.records.index",
     "from_records": "reports.records.results",
     "records_to_frame": "reports.records.results",

@@ -8,7 +8,7 @@
     out.exit_code, out.done, out.failed      # what became of each cell (h.RunResult)
     df = h.load_results(out.results_dir)     # one row per cell, documented columns
     df.groupby("method")["acc"].mean()       # docs/results.md; long tables: h.ood_table …
-    h.leaderboard(out.results_dir)           # mean / std / n per configuration
+    h.leaderboard(out.results_dir)           # mean / std / n per configuration × metric, long
     h.paired(out.results_dir, "single")      # the leaderboard's paired table
     h.compare("results/smoke", "results/smoke_new")  # the same configurations, folder b − a
     h.load_records(out.results_dir)          # the raw record dicts (docs/records.md)

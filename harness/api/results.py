@@ -45,28 +45,32 @@ def load_results(
     Raises:
         FileNotFoundError: the folder does not exist.
     """
-    from reports.records.tidy import load_tidy
-
-    cells = load_tidy(Path(path), calibrated=calibrated)
+    cells = _scan(path).tidy(calibrated=calibrated)
     if with_records:
         by_id = {(r.get("suite"), r.get("cell_id")): r for r in load_records(path)}
         cells["record"] = [by_id.get(k) for k in zip(cells["suite"], cells["cell_id"])]
     return cells
 
 
-def _wide(path: PathLike) -> pd.DataFrame:
-    """The reporter's own per-cell frame (``reports.records.index``: every flattened column,
-    ``single+TS`` as a configuration of its own), which :func:`paired` and :func:`compare` pair
-    on, as the leaderboard does."""
-    from reports.records.index import load_results as load
+def _scan(path: PathLike) -> Any:
+    """One reading of the folder's records (:class:`reports.records.index.Scan`), whose two
+    views are the reporter's ``results()`` and the documented ``tidy()``."""
+    from reports.records.index import scan
 
-    return load(Path(path)).cells.reset_index(drop=True)
+    return scan(Path(path))
+
+
+def _wide(path: PathLike) -> pd.DataFrame:
+    """The reporter's own per-cell frame (every flattened column, ``single+TS`` as a
+    configuration of its own), which :func:`paired` and :func:`compare` pair on, as the
+    leaderboard does."""
+    return _scan(path).results().cells.reset_index(drop=True)
 
 
 def _long(path: PathLike, table: str) -> pd.DataFrame:
     from reports.records.tidy import load_long
 
-    return load_long(Path(path), table, load_records(path))
+    return load_long(_scan(path).tidy(), table, load_records(path))
 
 
 def corruption_table(path: PathLike) -> pd.DataFrame:
@@ -140,13 +144,69 @@ def load_records(path: PathLike) -> list[dict[str, Any]]:
             for r in iter_records(suite)]  # fmt: skip
 
 
-def leaderboard(path: PathLike) -> pd.DataFrame:
-    """The leaderboard's table: one row per configuration (``dataset``, ``backbone``,
-    ``method``, ``M``, ``hparams``, ``variant``) with ``n`` seeds and ``<metric>_mean``,
-    ``_std``, ``_n``, ``_ci`` for each metric."""
-    from reports.records.index import load_results as load
+def leaderboard(
+    path: PathLike,
+    metrics: Sequence[str] | None = None,
+    *,
+    calibrated: bool = False,
+    wide: bool = False,
+) -> pd.DataFrame:
+    """Mean, std and n per configuration, long: one row per configuration × metric, over the
+    cells :func:`load_results` returns (the same numbers: its columns, averaged by the
+    reporter's own statistics). docs/results.md, "leaderboard", lists the columns:
+    the configuration (``dataset``, ``backbone``, ``method``, ``M``, ``hparams``, ``variant``,
+    ``calibration``), ``n_cells`` (done cells) and ``n_failed``, ``metric``, ``mean``, ``std``
+    (over the seeds, ddof = 1), ``n`` (the finite values averaged) and ``ci`` (the 95%
+    t-interval's half-width). A configuration × metric without a value has no row.
 
-    return load(Path(path)).summary
+    Example: ``b = h.leaderboard(p); b.pivot_table(index=["method", "M"], columns="metric",
+    values="mean")``.
+
+    Args:
+        path: the results folder.
+        metrics: columns of :func:`load_results` to average (numbers; a plugin's metric
+            too); default: ``acc``, ``nll``, ``ece``, ``brier``, ``aurc``, ``cAcc``, ``cNLL``,
+            ``cECE``, ``mCE``, ``ood_auroc``, ``ood_fpr95``, ``member_acc``, ``disagreement``,
+            ``mi``, ``k_eff``, ``params``, ``flops``, ``train_time_s``.
+        calibrated: add the temperature-scaled configurations (``calibration == "ts"``: the
+            page's ``single+TS`` row and its like for every recalibrated method).
+        wide: deprecated: the reporter's own summary frame (``<metric>_mean``, ``_std``,
+            ``_n``, ``_ci`` of its 400+ columns, about 1,500 columns); it warns
+            (``FutureWarning``) and will go: pivot the long frame instead.
+
+    Raises:
+        HarnessError: a metric that is not a numeric column of :func:`load_results`, or
+            ``metrics`` not a list of names (one line, naming the choices).
+        FileNotFoundError: the folder does not exist.
+    """
+    from reports.records.tidy import LEADERBOARD_METRICS, leaderboard_table, numeric_columns
+
+    if isinstance(metrics, str) or not (metrics is None or (
+        isinstance(metrics, Sequence) and all(isinstance(m, str) for m in metrics)
+    )):  # fmt: skip
+        raise HarnessError([f"metrics: {metrics!r}: pass a list of column names (['acc', "
+                            "'nll']) or None for the default set"])  # fmt: skip
+    scanned = _scan(path)
+    if wide:
+        import warnings
+
+        warnings.warn(
+            "h.leaderboard(path, wide=True) returns the reporter's ~1,500-column summary and "
+            "will be removed; use h.leaderboard(path) (long: one row per configuration × "
+            "metric with mean, std, n, ci) and pivot it: board.pivot_table(index=['method', "
+            "'M'], columns='metric', values='mean')",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return scanned.results().summary
+    cells = scanned.tidy(calibrated=calibrated)
+    chosen = list(dict.fromkeys(metrics or LEADERBOARD_METRICS))
+    known = numeric_columns(cells)
+    unknown = [m for m in chosen if m not in known]
+    if unknown:
+        raise HarnessError([f"metrics: {unknown} are not numeric columns of "
+                            f"h.load_results({str(path)!r}); choose from {known}"])  # fmt: skip
+    return leaderboard_table(cells, chosen)
 
 
 def paired(

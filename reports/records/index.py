@@ -1,5 +1,7 @@
-"""Reading a results folder (:func:`load_results`), through the record index: the flattened rows
-of a results folder, kept beside it, re-read per change. This is the reporter's one on-disk cache.
+"""Reading a results folder once (:func:`scan`), through the record index: the flattened rows of
+a results folder, kept beside it, re-read per change. This is the reporter's one on-disk cache.
+The scan has two views (:class:`Scan`): the reporter's :class:`Results` (:func:`load_results`)
+and the documented tidy frame of :func:`harness.api.load_results`.
 
 ``load_rows(results_dir, cell_dirs)`` stats every ``<cell>/record.json``; a record whose relative
 path, size and modification time (ns) match an
@@ -25,6 +27,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ import pandas as pd
 
 from harness.contract import RECORD_FILE, RecordError, read_record
 from reports.records.results import Problem, Results, record_row, results_from_rows, rows_frame
+from reports.records.tidy import tidy_cells
 
 INDEX_FILE = ".report-index.npz"
 FORMAT = "harness-report-index"
@@ -255,6 +259,77 @@ def _cell_dirs(results_dir: Path, ignore: Iterable[Path]) -> list[str]:
     return [cell for suite in subdirs(results_dir) for cell in subdirs(suite)]  # results root
 
 
+@dataclass(eq=False)
+class Scan:
+    """One reading of a results folder's records (:func:`scan`), and the two views over it.
+
+    - :meth:`results`: the reporter's :class:`~reports.records.results.Results` — the wide
+      per-cell frame (every flattened column, ``single+TS`` as a configuration of its own), the
+      per-configuration summary, the problems and provenance: what the page, ``cells.csv``, the
+      terminal table and :func:`harness.api.paired` read.
+    - :meth:`tidy`: the documented one-row-per-cell frame of docs/results.md
+      (:func:`reports.records.tidy.tidy_cells`, selected and renamed from the wide frame, the
+      configuration from each row's ``_config``): what :func:`harness.api.load_results` and
+      :func:`harness.api.leaderboard` return.
+
+    Attributes:
+        source: the folder read.
+        rows: the flattened rows (:func:`reports.records.results.record_row`, ``_`` columns
+            included) of every usable record, in folder order.
+        problems: the cells without a usable record (missing, invalid).
+    """
+
+    source: str
+    rows: pd.DataFrame
+    problems: list[Problem]
+    _results: Results | None = field(default=None, repr=False)
+
+    def results(self, expected: Iterable[Any] | None = None) -> Results:
+        """The reporter's view; ``expected`` adds cells that have no folder at all (missing).
+        Built once per scan when nothing is expected."""
+        if expected is not None:
+            return results_from_rows(self.rows, expected=expected, problems=list(self.problems),
+                                     source=self.source)  # fmt: skip
+        if self._results is None:
+            self._results = results_from_rows(
+                self.rows, problems=list(self.problems), source=self.source
+            )
+        return self._results
+
+    def configs(self) -> dict[tuple[str, str], tuple[dict, list]]:
+        """Per ``(suite, cell_id)``: the cell's config and the hyper-parameters it set away
+        from their defaults (each row's ``_config`` and ``_shown``)."""
+        if not len(self.rows):
+            return {}
+        rows = self.rows
+        return {
+            (str(suite), str(cid)): (json.loads(cfg), json.loads(shown))
+            for suite, cid, cfg, shown in zip(
+                rows["suite"], rows["cell_id"], rows["_config"], rows["_shown"], strict=True
+            )
+        }
+
+    def tidy(self, *, calibrated: bool = False) -> pd.DataFrame:
+        """The API's view: :func:`reports.records.tidy.tidy_cells` of :meth:`results`' cells
+        (with ``calibrated``, a temperature-scaled row after each recalibrated cell)."""
+        return tidy_cells(self.results().cells, self.configs(), calibrated=calibrated)
+
+
+def scan(results_dir: Path | str, ignore: Iterable[Path] = (), *, index: bool = False) -> Scan:
+    """Read a suite's results folder (or a folder of suite folders) once: the flattened rows of
+    every usable record and the problems, for both views (:class:`Scan`). With ``index``,
+    unchanged records come from ``.report-index.npz`` beside the results (module docstring).
+
+    Raises:
+        FileNotFoundError: the folder does not exist.
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"results folder {results_dir} does not exist")
+    rows, problems = load_rows(results_dir, _cell_dirs(results_dir, ignore), index=index)
+    return Scan(str(results_dir), rows, problems)
+
+
 def load_results(
     results_dir: Path | str,
     expected: Iterable[Any] | None = None,
@@ -262,28 +337,16 @@ def load_results(
     *,
     index: bool = False,
 ) -> Results:
-    """Read a suite's results folder (or a folder of suite folders) into :class:`Results`.
+    """The reporter's view of a results folder (``scan(...).results(expected)``): its
+    :class:`Results`, the page's input. Not :func:`harness.api.load_results`, which is the tidy
+    view of the same scan (:meth:`Scan.tidy`).
 
     A cell folder without ``record.json`` is listed as missing (pending, running or killed), an
     unreadable or invalid record as invalid; ``expected`` adds cells that have no folder at all.
     With ``index``, the flattened rows are kept in ``.report-index.npz`` beside the results and
     only records whose path, size or mtime changed are read again (:mod:`reports.records.index`).
     """
-    rows, problems = read_rows(results_dir, ignore, index=index)
-    return results_from_rows(rows, expected=expected, problems=problems, source=str(results_dir))
-
-
-def read_rows(
-    results_dir: Path | str, ignore: Iterable[Path] = (), *, index: bool = False
-) -> tuple[pd.DataFrame, list[Problem]]:
-    """The flattened rows (:func:`reports.records.results.record_row`, ``_`` columns included)
-    of every usable record of a results folder, and the problems: what :func:`load_results`
-    builds its :class:`Results` from, for a reader that needs a row's ``_`` columns too
-    (:mod:`reports.records.tidy`: the config of each cell)."""
-    results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        raise FileNotFoundError(f"results folder {results_dir} does not exist")
-    return load_rows(results_dir, _cell_dirs(results_dir, ignore), index=index)
+    return scan(results_dir, ignore, index=index).results(expected)
 
 
 def load_frame(results_dir: Path | str) -> pd.DataFrame:

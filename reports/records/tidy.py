@@ -9,17 +9,19 @@ leaderboard averages. What the wide frame has only as a text label comes from ea
 (the ``_config`` column of :func:`reports.records.results.record_row`): every hyper-parameter
 with its default (``hparams_all``, ``hp_<name>``) and the number of epochs.
 
-The long tables read the records themselves (:func:`long_tables` and the ``*_rows`` functions),
+The long tables read the records themselves (:func:`long_table` and the ``*_rows`` functions),
 keyed by the cells of :func:`tidy_cells` (a duplicate record the leaderboard does not count is
-left out), so they join with it on ``suite`` and ``cell_id``. No torch, no engine.
+left out), so they join with it on ``suite`` and ``cell_id``. :func:`leaderboard_table` is the
+mean, std and n per configuration of a documented set of those columns, long, by the
+reporter's own :func:`reports.stats.summary.aggregate`. No torch, no engine; no reading either:
+the rows come from one scan of the records (:class:`reports.records.index.Scan`, whose
+:meth:`~reports.records.index.Scan.tidy` is :func:`tidy_cells` of it).
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,8 +30,7 @@ import pandas as pd
 from harness.contract import format_hparams
 from reports.columns import collapsed, declared_metrics
 from reports.records.flatten import SINGLE_TS, _num, _set_stats, conformal_predictor
-from reports.records.index import read_rows
-from reports.records.results import results_from_rows
+from reports.stats.summary import aggregate
 
 #: The configuration columns, in order (``hp_<name>`` columns follow them).
 CONFIG = (
@@ -87,19 +88,6 @@ TS_ROW = {
 }
 #: The key columns of every long table (what joins it with :func:`tidy_cells`).
 KEYS = ("suite", "cell_id", "dataset", "backbone", "method", "M", "hparams", "variant", "seed")
-
-
-def load_tidy(results_dir: Path | str, *, calibrated: bool = False) -> pd.DataFrame:
-    """:func:`tidy_cells` of a results folder (a suite's, or a root of suite folders)."""
-    rows, problems = read_rows(results_dir)
-    results = results_from_rows(rows, problems=problems, source=str(results_dir))
-    configs = {}
-    if len(rows):
-        for suite, cid, cfg, shown in zip(
-            rows["suite"], rows["cell_id"], rows["_config"], rows["_shown"], strict=True
-        ):
-            configs[(str(suite), str(cid))] = (json.loads(cfg), json.loads(shown))
-    return tidy_cells(results.cells, configs, calibrated=calibrated)
 
 
 def _config_columns(
@@ -359,12 +347,74 @@ LONG_TABLES: dict[str, tuple[Callable[[Mapping[str, Any]], Iterator[dict]], tupl
 
 
 def load_long(
-    results_dir: Path | str, table: str, records: Iterable[Mapping[str, Any]]
+    cells: pd.DataFrame, table: str, records: Iterable[Mapping[str, Any]]
 ) -> pd.DataFrame:
-    """The long table ``table`` (a key of :data:`LONG_TABLES`) of a results folder whose
-    ``records`` are given."""
+    """The long table ``table`` (a key of :data:`LONG_TABLES`) of the tidy cells ``cells``
+    (:func:`tidy_cells`) and their folder's ``records``."""
     rows_of, columns = LONG_TABLES[table]
-    frame = long_table(load_tidy(results_dir), records, rows_of, columns)
+    frame = long_table(cells, records, rows_of, columns)
     if table == "reliability":
         frame["member"] = frame["member"].astype("Int64")
     return frame
+
+
+# --- the leaderboard, tidy ------------------------------------------------------------------
+
+#: The metrics of :func:`leaderboard_table` by default, in its order: columns of
+#: :func:`tidy_cells` (docs/results.md, "leaderboard").
+LEADERBOARD_METRICS = (
+    "acc", "nll", "ece", "brier", "aurc", "cAcc", "cNLL", "cECE", "mCE", "ood_auroc",
+    "ood_fpr95", "member_acc", "disagreement", "mi", "k_eff", "params", "flops", "train_time_s",
+)  # fmt: skip
+#: The configuration of a leaderboard row: the reporter's groups, and the calibration.
+BOARD_KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant", "calibration")
+#: :func:`leaderboard_table`'s columns.
+LEADERBOARD_COLUMNS = (*BOARD_KEYS, "n_cells", "n_failed", "metric", "mean", "std", "n", "ci")
+
+
+def numeric_columns(cells: pd.DataFrame) -> list[str]:
+    """The columns of :func:`tidy_cells` a leaderboard can average (numbers, not the
+    configuration)."""
+    keys = {*CONFIG, "collapsed", "shared_device"}
+    return [c for c in cells.columns if c not in keys and not c.startswith("hp_")
+            and pd.api.types.is_numeric_dtype(cells[c])]  # fmt: skip
+
+
+def leaderboard_table(
+    cells: pd.DataFrame, metrics: Sequence[str] = LEADERBOARD_METRICS
+) -> pd.DataFrame:
+    """Mean, std and n per configuration and metric, long: one row per configuration
+    (:data:`BOARD_KEYS`) × metric with a value, in the configurations' order and ``metrics``'.
+
+    The statistics are :func:`reports.stats.summary.aggregate`'s over the done cells of
+    ``cells`` (:func:`tidy_cells`; with its temperature-scaled rows, ``calibration == "ts"``
+    is a configuration of its own): ``mean``, ``std`` (ddof = 1), ``n`` (the finite values:
+    fewer than ``n_cells`` when a cell lacks the metric or diverged), ``ci`` (the 95%
+    t-interval's half-width); ``n_cells`` the done cells, ``n_failed`` the failed ones.
+    """
+    keep = ["suite", "cell_id", "status", *BOARD_KEYS, "seed"]
+    frames = []
+    for calibration, group in cells.groupby("calibration", sort=True):
+        frame = group[keep].copy()
+        for m in metrics:
+            frame[m] = pd.to_numeric(group[m], errors="coerce").astype(float)
+        summary = aggregate(frame.drop(columns="calibration"))
+        if summary.empty:
+            continue
+        summary["calibration"] = calibration
+        for m in metrics:
+            part = summary[[*BOARD_KEYS, "n", "n_failed"]].rename(columns={"n": "n_cells"})
+            part["metric"] = m
+            for stat in ("mean", "std", "n", "ci"):
+                part[stat] = summary[f"{m}_{stat}"].to_numpy()
+            frames.append(part)
+    if not frames:
+        return pd.DataFrame(columns=list(LEADERBOARD_COLUMNS))
+    board = pd.concat(frames, ignore_index=True)
+    board = board[board["n"] > 0]
+    order = {m: i for i, m in enumerate(metrics)}
+    board = board.assign(_metric=board["metric"].map(order)).sort_values(
+        [*[k for k in BOARD_KEYS if k != "calibration"], "calibration", "_metric"], kind="stable"
+    )
+    board["n"] = board["n"].astype(int)
+    return board[list(LEADERBOARD_COLUMNS)].reset_index(drop=True)
