@@ -7,7 +7,6 @@ logits). Corrupted copies come from :mod:`harness.data._machinery.corruptions`.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from harness.contract import Evaluation, Recipe
 from harness.contract.metric_spec import MetricError, MetricSpec
 from harness.data._machinery.base import DatasetSpec, ImageSet, LoaderOptions, Split
 from harness.data._machinery.loader import make_loader
+from harness.engine.eval_passes import _Passes, _step, counted
 from harness.engine.train import autocast
 from harness.registry import computed_metrics
 from methods._base import EnsembleModel
@@ -28,6 +28,7 @@ from methods._base import EnsembleModel
 if TYPE_CHECKING:
     from harness.metrics.outcomes import OutcomeAccumulator
     from harness.metrics.posthoc import PosthocCalibration
+    from harness.storage.live import Heartbeat
 
 
 @torch.no_grad()
@@ -89,7 +90,7 @@ def _member_logits(
     """Yield (member logits (M, B, K) on ``device``, in the autocast precision; labels (B,))."""
     model.eval()
     loader = make_loader(data, evaluation_options(recipe, spec, device))
-    for x, y in loader:
+    for x, y in counted(loader):  # the batches of the evaluation's open pass
         # No autograd graph: evaluation never backpropagates (a graph kept every activation of
         # the forward pass alive until the batch's probabilities were dropped).
         with torch.no_grad(), autocast(device, recipe):
@@ -450,15 +451,17 @@ def evaluate_all(
     outcomes: OutcomeAccumulator | None = None,
     progress: bool = False,
     cell: str = "",
+    live: Heartbeat | None = None,
 ) -> dict[str, Any]:
     """The ``metrics`` block of a result record (docs/records.md): ``clean``, ``val`` (with a
     validation split), ``corruption``, ``ood`` and, when the evaluation asks for post-hoc
     calibration, ``calibration``. With ``outcomes``, the test set's per-image outcomes
     (:mod:`harness.metrics.outcomes`) are collected into it on the same pass. ``progress``:
     a bar over the passes (held-out fit, test, validation, each corruption × severity, each OOD
-    set), shown only when standard error is a terminal. ``cell``: its label, which a plugin
-    metric's error names (:func:`plugin_metric`)."""
-    with _Passes(splits, evaluation, spec, progress) as bar:
+    set; its postfix the pass's batches), shown only when standard error is a terminal.
+    ``live``: the cell's heartbeat, told each pass and batch (:mod:`harness.engine.eval_passes`).
+    ``cell``: its label, which a plugin metric's error names (:func:`plugin_metric`)."""
+    with _Passes(splits, evaluation, spec, progress, live) as bar:
         # the library's import is not the calibration's cost (OOD needs it)
         if evaluation.calibrate:
             import torch_uncertainty.post_processing  # noqa: F401
@@ -471,7 +474,7 @@ def evaluate_all(
                 _step(bar, "calibration fit")
             post = fit_posthoc(model, splits, spec, evaluation, recipe, device)
         fit_s = time.perf_counter() - t0
-        _step(bar, "test")
+        _step(bar, "clean")
         extra = computed_metrics()  # plugins' metric columns, on the clean test set
         clean, views = _evaluate(
             model, splits["test"], spec, recipe, device, post, outcomes=outcomes, extra=extra,
@@ -532,48 +535,3 @@ def calibration_block(
         block["ts"]["ood"] = ood[1]["ts"]
     block["time_s"] = seconds
     return block
-
-
-class _Passes:
-    """The evaluation's progress bar over its passes (held-out fit, test, validation, each
-    corruption × severity, each OOD set). Shown only when asked and when standard error is a
-    terminal: redirected to a file, a bar would fill the log."""
-
-    def __init__(
-        self, splits: dict[str, Split], evaluation: Evaluation, spec: DatasetSpec, progress: bool
-    ) -> None:
-        from tqdm.auto import tqdm
-
-        total = int(evaluation.calibrate) + 1 + int("val" in splits)
-        if evaluation.corruptions:
-            from harness.data._machinery.corruption_sets import resolve_corruptions
-
-            names = resolve_corruptions(spec.name, evaluation.corruptions)
-            total += len(names) * len(evaluation.severities)
-        if evaluation.ood:
-            total += 1 + len(evaluation.ood)
-        shown = progress and sys.stderr.isatty()
-        self.bar = tqdm(total=total, desc="  evaluating", unit="pass", leave=False,
-                        disable=not shown)  # fmt: skip
-        self.open = False  # a pass has started and not yet been counted
-
-    def step(self, label: str) -> None:
-        """Count the pass that ran and name the next (``""``: none follows)."""
-        if self.open:
-            self.bar.update(1)
-        self.open = bool(label)
-        if label:
-            self.bar.set_postfix_str(label, refresh=False)
-
-    def __enter__(self) -> _Passes:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.close()
-
-
-def _step(bar: _Passes | None, label: str) -> None:
-    """:meth:`_Passes.step` when there is a bar (the corruption and OOD functions are also
-    called on their own, without one)."""
-    if bar is not None:
-        bar.step(label)

@@ -5,7 +5,9 @@ Each cell lives in ``<results>/<cell_id>/``: ``cell.json`` (the resolved config)
 for ``harness evaluate``), ``trained.json`` (history, written after ``final.pt``: training is
 over), ``record.json`` (the result, written last and atomically), ``events.jsonl`` (who trained,
 resumed, evaluated, when), ``progress.csv``/``progress.json`` (one row per epoch as it trains,
-harness.storage.progress) and, while a process works on it, ``lease.json`` (harness.storage.lease).
+harness.storage.progress) and, while a process works on it, ``lease.json`` (harness.storage.lease)
+and ``live.json`` (the epoch, step, loss and ETA, or the evaluation's pass and batch, rewritten
+every few seconds: harness.storage.live).
 
 A cell whose recipe has ``processes: N`` trains on N ranks with DistributedDataParallel
 (harness.engine.distributed, docs/distributed.md): rank 0 does all of the above, the others only
@@ -84,8 +86,9 @@ from harness.storage.checkpoint import (
     set_rng_state,
 )
 from harness.storage.lease import LeaseHeld
+from harness.storage.live import Heartbeat, heartbeat_s
 from harness.storage.loggers import CellTrackers
-from harness.storage.progress import ProgressLog, epoch_images
+from harness.storage.progress import ProgressLog, epoch_images, executor_name
 from harness.storage.records import atomic_write_text, record_or_set_aside
 from harness.storage.space import OutOfSpace
 from harness.storage.tracked import TrackedCell
@@ -100,7 +103,8 @@ TRAINED_FILE = "trained.json"  # written after final.pt: training is over, evalu
 @dataclass(frozen=True)
 class CellJob:
     """What the training phases of one cell share in this process: the (resolved) cell, its
-    folder, its data, the device and whether to show a progress bar."""
+    folder, its data, the device, whether to show a progress bar and, in the process holding
+    the cell's lease (rank 0), the cell's heartbeat (``live.json``, harness.storage.live)."""
 
     cell: Cell
     cell_dir: Path
@@ -108,6 +112,7 @@ class CellJob:
     splits: dict[str, Split]
     device: torch.device
     progress: bool
+    live: Heartbeat | None = None
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
@@ -203,11 +208,17 @@ def train_cell(
         unit="step",
         disable=not job.progress or not ranks.main,
     )
+    live = job.live if ranks.main else None  # epoch, step, loss, ETA in live.json
+    if live is not None:
+        live.training(start_epoch, recipe.epochs, len(loader))
+    steps = _Steps(bar, live)
     for epoch in range(start_epoch, recipe.epochs):
         model.set_progress(epoch, recipe.epochs)
         loader.set_epoch(epoch)
+        if live is not None:
+            live.begin_epoch(epoch)
         t0 = time.perf_counter()
-        stats = train_epoch(trainee, loader, opt, sched, recipe, device, progress=bar, step=step)
+        stats = train_epoch(trainee, loader, opt, sched, recipe, device, progress=steps, step=step)
         failed = getattr(step, "failed", None)
         if failed and mode == "graphed":
             mode = "eager"  # capture failed this epoch: said once, in the log and the events
@@ -250,6 +261,8 @@ def train_cell(
         t = time.perf_counter()
         images = epoch_images(loader, stats["steps"])
         plog.write({**history[-1], "elapsed_s": train_s}, diag, images)
+        if live is not None:
+            live.end_epoch(stats["train_loss"])
         _save_atomic(
             {
                 "model": model.state_dict(),
@@ -270,6 +283,22 @@ def train_cell(
     if ranks.main:
         plog.close()
     return history, diagnostics, train_s
+
+
+class _Steps:
+    """What the training loop reports its steps and loss to (the calls of a tqdm bar): the
+    epoch bar and the cell's heartbeat."""
+
+    def __init__(self, bar: Any, live: Heartbeat | None) -> None:
+        self.sinks = [bar] if live is None else [bar, live]
+
+    def update(self, n: int = 1) -> None:
+        for sink in self.sinks:
+            sink.update(n)
+
+    def set_postfix(self, **values: Any) -> None:
+        for sink in self.sinks:
+            sink.set_postfix(**values)
 
 
 def _since(start: float, device: torch.device) -> float:
@@ -380,6 +409,8 @@ def _run_leased(
     opened = CellTrackers(
         cell_dir, trackers or TrackerOptions(), TrackedCell.from_record(rec, cell_dir), commit
     )
+    # live.json: an earlier attempt's goes now, this one's at the end
+    live = Heartbeat(cell_dir, heartbeat_s(executor_name()))
     phase = "setup"  # setup → train → evaluate: the record says where a failure happened
     try:
         if setup_error is not None:
@@ -388,7 +419,7 @@ def _run_leased(
         pre = pretrained_state(cell, cell_dir, spec, progress, data_root, trackers)
         model, ctx = build_model(cell, spec, pre, device)
         phase = "train"
-        job = CellJob(cell, cell_dir, spec, splits, device, progress)
+        job = CellJob(cell, cell_dir, spec, splits, device, progress, live)
         history, diag, train_s = trained_model(job, model, opened)
         distributed.leave(cell)  # rank 0 of a multi-process cell evaluates alone
         rec["history"], rec["diagnostics"] = history, {"per_epoch": diag} if diag else {}
@@ -417,6 +448,7 @@ def _run_leased(
     rec["finished_at"] = now()
     rec = write_record_if_room(cell, cell_dir, rec, phase)  # failed when it does not fit
     opened.finish(rec)  # after the record: a tracker's failure never changes the result
+    live.finish()
     if rec["status"] == "done":
         log_event(cell_dir, "done")
         (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
@@ -436,6 +468,7 @@ def evaluated(job: CellJob, model: EnsembleModel, data_root: Path) -> dict[str, 
         model, job.splits, job.spec, cell.evaluation, cell.recipe, job.device, data_root,
         outcomes, progress=job.progress,  # the evaluation's bar, on a terminal only
         cell=cell.label,  # named by a plugin metric's error
+        live=job.live,  # its pass and batch in live.json
     )  # fmt: skip
     save_outcomes(job.cell_dir, outcomes.arrays())
     return metrics

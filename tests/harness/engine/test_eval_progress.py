@@ -1,5 +1,6 @@
-"""The evaluation's progress bar (harness/engine/evaluate.py): one step per pass (held-out fit,
-test, validation, each corruption × severity, each OOD set), shown only on a terminal."""
+"""The evaluation's progress (harness/engine/eval_passes.py): a bar with one step per pass
+(held-out fit, clean test set, validation, each corruption × severity, each OOD set), shown only
+on a terminal, and the pass's batches, on the bar and in the cell's heartbeat."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_counts_every_pass_and_shows_only_on_a_terminal(monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     with _Passes(splits, evaluation, spec, progress=True) as passes:
         assert passes.bar.total == 1 + 1 + 1 + 2 * 2 + (1 + 2) and not passes.bar.disable
-        for label in ("calibration fit", "test", "validation"):
+        for label in ("calibration fit", "clean", "validation"):
             passes.step(label)
         assert passes.bar.n == 2  # the third pass is running
         passes.step("")
@@ -61,6 +62,44 @@ def test_a_real_evaluation_steps_through_all_its_passes(monkeypatch):
     evaluate_all(model, splits, spec, evaluation, Recipe(), torch.device("cpu"), root,
                  progress=True)  # fmt: skip
     labels = [s[0] for s in seen]
-    assert labels == ["calibration fit", "test", "contrast s1", "OOD: test scores",
+    assert labels == ["calibration fit", "clean", "contrast s1", "OOD: test scores",
                       "OOD: digits_hard_heldout", ""]  # fmt: skip
     assert seen[-1][1] == seen[-1][2] == 5
+
+
+def test_every_batch_of_every_pass_reaches_the_heartbeat(tmp_path):
+    """evaluate_all with the cell's heartbeat: each pass counts its batches up to the loader's
+    length, whatever process evaluates and without a terminal."""
+    from harness.contract import Recipe
+    from harness.data._machinery.base import default_data_root, training_splits
+    from harness.engine.external import ExternalEnsemble
+    from harness.registry import DATASETS
+    from harness.storage.live import Heartbeat
+
+    class Seen(Heartbeat):
+        def __init__(self, folder) -> None:
+            super().__init__(folder)
+            self.seen: list[tuple] = []
+
+        def evaluating(self, label, batch, batches, done, total) -> None:
+            self.seen.append((label, batch, batches, done, total))
+            super().evaluating(label, batch, batches, done, total)
+
+    spec = DATASETS.get("digits_hard")
+    root = default_data_root(None)
+    evaluation = Evaluation(calibrate=True, calibration=100, ood=("digits_hard_heldout",),
+                            cost=False)  # fmt: skip
+    splits = training_splits(spec.load(root), 0, calibration=100)
+    features = spec.in_shape[0] * spec.in_shape[1] * spec.in_shape[2]
+    weight = torch.randn(features, spec.num_classes, generator=torch.Generator().manual_seed(0))
+    model = ExternalEnsemble(lambda x: x.flatten(1) @ weight, spec.num_classes)
+    beat = Seen(tmp_path)
+    recipe = Recipe(eval_batch_size=64)
+    evaluate_all(model, splits, spec, evaluation, recipe, torch.device("cpu"), root, live=beat)
+    n_test = -(-len(splits["test"].labels) // 64)
+    clean = [s for s in beat.seen if s[0] == "clean"]
+    assert clean == [("clean", i, n_test if i else None, 1, 4) for i in range(n_test + 1)]
+    labels = list(dict.fromkeys(s[0] for s in beat.seen))
+    assert labels == ["calibration fit", "clean", "OOD: test scores", "OOD: digits_hard_heldout"]
+    last = beat.seen[-1]
+    assert last[1] == last[2] and last[3:] == (3, 4)  # the last batch of the fourth pass
