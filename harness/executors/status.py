@@ -5,7 +5,8 @@ runs, holds a lease whose owner is shown (host:pid, Slurm job); for the other ce
 record the Slurm state comes from ``sacct`` (``squeue`` forgets finished jobs, and submitit too
 reads sacct). Every cell not done that has trained shows its live progress from its own folder
 (``progress.csv``, ``progress.json``: executor, device, epoch n/E, last accuracy, and an ETA while
-it runs), whichever executor trains it.
+it runs; for a running cell, its heartbeat ``live.json``: the step and running loss of the epoch
+under way, or the evaluation's pass and batch), whichever executor trains it.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def cell_states(results_dir: Path) -> list[CellState]:
 
 
 def _with_progress(state: CellState, results_dir: Path) -> CellState:
-    """The cell's live progress (progress.csv, progress.json) for every cell not done."""
+    """The cell's live progress (progress.csv, progress.json; live.json while it runs) for
+    every cell not done."""
     if state.state == "done":
         return state
     summary = progress_summary(Path(results_dir) / state.cell_id, state.state == "running")

@@ -9,7 +9,8 @@ record). A resumed cell keeps the rows up to the epoch it resumes after and drop
 (written after the checkpoint it resumes from), so the file never holds an epoch twice.
 
 ``progress.json`` says who trains the cell (executor, device, epochs); ``harness status`` reads
-it with the CSV and the cell's lease.
+it with the CSV, the cell's lease and its heartbeat (``live.json``: the step within the epoch,
+or the evaluation's batch, :mod:`harness.storage.live`).
 
 The same numbers go to the trackers the run asked for (:mod:`harness.storage.loggers`; e.g.
 ``harness run --tensorboard`` writes them with ``torch.utils.tensorboard.SummaryWriter`` into
@@ -279,39 +280,56 @@ class _Lines:
         return len(text)
 
 
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    h, rest = divmod(s, 3600)
-    return f"{h}h{rest // 60:02d}m" if h else f"{rest // 60}m{rest % 60:02d}s"
-
-
 def progress_summary(cell_dir: Path, running: bool) -> str:
     """``<executor> <device>, epoch n/E, val acc 0.812, ETA 3m05s`` for ``harness status``.
 
     The accuracy is the last validation accuracy, or the training accuracy when the recipe holds
     out no validation split. The ETA (running cells only) is the mean epoch time times the
-    epochs left, less the time since the last row. Empty when the cell never started training.
+    epochs left, less the time since the last row. A running cell whose process keeps its
+    heartbeat (``live.json``, :mod:`harness.storage.live`) shows what it says instead: the epoch
+    under way, its step and running loss, the ETA from the steps so far
+    (``epoch 5/12, step 120/312, loss 0.412, val acc 0.812, ETA 3m10s``), or the evaluation's
+    pass and batch (``evaluating: clean 3/10 batches (pass 2/7)``). Empty when the cell never
+    started training and has no heartbeat.
     """
+    from harness.storage.lease import lease_timeout_s
+    from harness.storage.live import duration, live_parts, read_live
+
     cell_dir = Path(cell_dir)
     try:
         info = json.loads((cell_dir / PROGRESS_JSON).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
+        info = None
+    live = read_live(cell_dir) if running else None
+    if live is not None and live["age_s"] > lease_timeout_s():
+        live = None  # left by a process that is gone: the files on disk say more
+    if info is None and live is None:
         return ""
     rows = read_progress(cell_dir)
+    info = info or {}
     epochs = int(info.get("epochs") or 0)
-    parts = [f"{info.get('executor', '?')} {info.get('device', '?')}"]
-    parts.append(f"epoch {int(rows[-1]['epoch']) if rows else 0}/{epochs}")
+    parts = [f"{info.get('executor', '?')} {info.get('device', '?')}"] if info else []
+    shown = live_parts(live) if live is not None else []
+    training = bool(shown) and live.get("phase") == "train"
+    if training:
+        parts += shown[:-1] if shown[-1].startswith("ETA") else shown
+    else:
+        parts.append(f"epoch {int(rows[-1]['epoch']) if rows else 0}/{epochs}")
     if rows:
         last = rows[-1]
         if last.get("val_acc") is not None:
             parts.append(f"val acc {last['val_acc']:.3f}")
         elif last.get("train_acc") is not None:
             parts.append(f"train acc {last['train_acc']:.3f}")
-    if running:
+    if training:
+        parts += [p for p in shown if p.startswith("ETA")] or ["ETA ?"]
+    elif shown:  # evaluating
+        parts += shown
+    elif running:
         try:
             since = time.time() - (cell_dir / PROGRESS_CSV).stat().st_mtime
         except FileNotFoundError:
             since = 0.0
         eta = eta_s(rows, epochs, since)
-        parts.append("ETA ?" if eta is None else f"ETA {_duration(eta)}")
+        parts.append("ETA ?" if eta is None else f"ETA {duration(eta)}")
     return ", ".join(parts)

@@ -194,9 +194,11 @@ def test_csv_grows_and_status_shows_the_epoch_while_a_cell_trains(tmp_path, exec
     cmd = [sys.executable, "-m", "harness.cli", "run", str(suite), "--results", str(results),
            "-q", "--executor", executor, "--workers", "1", "--threads", "1"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # The heartbeat (live.json) adds the epoch's step and loss: the epoch's last step, held in
+    # its checkpoint write.
     line = (
-        rf"^running .*\[{executor} cpu, epoch (\d+)/{epochs}, "
-        + r"val acc [01]\.\d{3}, ETA \d+m\d\ds\]$"
+        rf"^running .*\[{executor} cpu, epoch (\d+)/{epochs}, step (\d+)/(\d+), "
+        + r"loss \d+\.\d{3}, val acc [01]\.\d{3}, ETA \d+m\d\ds\]$"
     )
     try:
         for k in (1, 2, 3):
@@ -207,6 +209,7 @@ def test_csv_grows_and_status_shows_the_epoch_while_a_cell_trains(tmp_path, exec
             m = re.search(line, status.stdout, re.M)
             assert m, status.stdout
             assert int(m.group(1)) == k, status.stdout  # the epoch on disk at that moment
+            assert m.group(2) == m.group(3), status.stdout  # every step of it done
             (gate / f"go-{k}").touch()
         (gate / "go").touch()  # the rest without stopping
         err = proc.communicate(timeout=120)[1]
@@ -284,7 +287,11 @@ def test_status_follows_a_cell_in_a_slurm_array_task(tmp_path):
         run = harness("run", str(suite), "--executor", "slurm", "--profile", "local",
                       "--results", str(results), "-q", env=env)  # fmt: skip
         assert run.returncode == 0, run.stdout + run.stderr
-        line = rf"^running  \w{{16}} job ([\d_]+)  .*\[slurm cpu, epoch (\d+)/{epochs}, val acc"
+        # the task's heartbeat (live.json, in the shared results folder): the epoch's last step
+        line = (
+            rf"^running  \w{{16}} job ([\d_]+)  .*\[slurm cpu, epoch (\d+)/{epochs}, "
+            r"step (\d+)/(\d+), loss \d+\.\d{3}, val acc"
+        )
         shown = []
         try:
             for k in (1, 2):
@@ -296,6 +303,7 @@ def test_status_follows_a_cell_in_a_slurm_array_task(tmp_path):
                 m = re.search(line, status.stdout, re.M)
                 assert m, status.stdout
                 shown.append(int(m.group(2)))
+                assert m.group(3) == m.group(4), status.stdout
                 (gate / f"go-{k}").touch()
         finally:
             (gate / "go").touch()
