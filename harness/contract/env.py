@@ -219,12 +219,20 @@ def base_url(text: str) -> str:
 
 #: The built-in values of ``HARNESS_SIGMA_KERNELS`` (methods._triton).
 SIGMA_KERNEL_MODES = ("auto", "triton", "reference")
+#: The values of ``HARNESS_PROGRESS``: how a run shows each running cell beneath the bar over
+#: cells (harness.executors.live): ``auto`` a live line per cell on a terminal and a line per
+#: finished epoch otherwise, ``live`` and ``epochs`` either one wherever the output goes, ``off``
+#: none (``harness run -q`` shows none whatever it says).
+PROGRESS_MODES = ("auto", "live", "epochs", "off")
 #: The lease's heartbeat interval (harness.storage.lease.HEARTBEAT_S): a timeout at or below it
 #: would take over the lease of a process that is alive and between two heartbeats.
 LEASE_HEARTBEAT_S = 30.0
 
 SIGMA_KERNELS: Variable[str] = Variable(
     "HARNESS_SIGMA_KERNELS", ", ".join(SIGMA_KERNEL_MODES), choice(*SIGMA_KERNEL_MODES)
+)
+PROGRESS: Variable[str] = Variable(
+    "HARNESS_PROGRESS", ", ".join(PROGRESS_MODES), choice(*PROGRESS_MODES)
 )
 CONCURRENT_CELLS: Variable[int] = Variable(
     "HARNESS_CONCURRENT_CELLS", "a whole number >= 1", whole(1)
@@ -276,6 +284,7 @@ VARIABLES: dict[str, Variable[Any]] = {
     v.name: v
     for v in (
         SIGMA_KERNELS,
+        PROGRESS,
         CONCURRENT_CELLS,
         LOADER_WORKERS,
         LEASE_TIMEOUT_S,

@@ -33,7 +33,8 @@ class ExecutorOptions:
         profile: Slurm cluster profile YAML (None: the built-in default profile).
         slurm_overrides: ``KEY=VALUE`` overrides of profile entries.
         wait: Slurm: wait for the job array to finish.
-        progress: Show progress bars.
+        progress: Show progress bars, and a line per running cell beneath the bar over cells
+            (harness.executors.live).
         gpus: Local: the GPUs to place cells on (``CUDA_VISIBLE_DEVICES`` ids; None: every
             visible one).
         cells_per_gpu: Local: cells running at once on each GPU.

@@ -14,6 +14,7 @@ that worker is replaced before another cell runs on its GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing as mp
 import os
@@ -37,6 +38,7 @@ from harness.executors.devices import (
     worker_slots,
 )
 from harness.executors.faults import MachineFaults, outcome_after, raised_failure
+from harness.executors.live import CellLines
 from harness.storage.space import OutOfSpace
 from harness.storage.tracker_options import TrackerOptions
 
@@ -50,37 +52,68 @@ def run_inprocess(
     faults: MachineFaults | None = None,
     trackers: TrackerOptions | None = None,
 ) -> list[dict[str, Any]]:
-    """Run cells one after another in this process, with a progress bar over cells; after an
-    out-of-space failure none starts (``faults`` says so: :class:`MachineFaults`). Every cell
-    logs to ``trackers``."""
+    """Run cells one after another in this process, with a progress bar over cells and the
+    running cell's line beneath it (:mod:`harness.executors.live`, drawn from a thread); after
+    an out-of-space failure none starts (``faults`` says so: :class:`MachineFaults`). Every
+    cell logs to ``trackers``."""
     from tqdm.auto import tqdm
 
-    from harness.executors.ranks import run_one
-
-    records = []
+    records: list[dict[str, Any]] = []
     faults = faults if faults is not None else MachineFaults()
     bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
-    for i, cell in enumerate(bar):
-        bar.set_postfix_str(cell.label)
-        try:
-            rec = run_one(
-                cell, results_dir, data_root, force=force, progress=progress, trackers=trackers
-            )
-            records.append(rec)
-        except OutOfSpace as exc:  # raised, not recorded: nothing of the cell could be written
-            records.append(raised_failure(cell.cell_id, exc))
-        if faults.note(records[-1]):  # a full file system: every later cell would fail too
-            break
-        error = (records[-1].get("error") or {}).get("message") or ""
-        if is_sticky_cuda_error(error) and i + 1 < len(cells):
-            # This process's CUDA context is broken: every later cell here would fail too.
-            raise BrokenContextError(
-                f"{cell.label} failed with a CUDA error that breaks this process's CUDA "
-                f"context ({error.splitlines()[0]}); the {len(cells) - i - 1} cells after it "
-                "were not started: run the same command again (finished cells are skipped), "
-                "or use --executor local, which replaces a broken worker"
-            )
+    lines = CellLines.open(results_dir, progress)
+    running: list[Cell] = []
+    with lines.following(lambda: list(running)) if lines else contextlib.nullcontext():
+        for i, cell in enumerate(bar):
+            bar.set_postfix_str(cell.label)
+            running[:] = [cell]
+            stop = _run_here(cell, results_dir, data_root, force, trackers, faults, records, lines)
+            running.clear()
+            if lines is not None:
+                lines.finished(cell)
+            if stop:
+                break
+            _after_cell(records[-1], cell, len(cells) - i - 1)
     return records
+
+
+def _run_here(
+    cell: Cell,
+    results_dir: Path,
+    data_root: Path | None,
+    force: bool,
+    trackers: TrackerOptions | None,
+    faults: MachineFaults,
+    records: list[dict[str, Any]],
+    lines: CellLines | None,
+) -> bool:
+    """One cell of :func:`run_inprocess`, its record appended to ``records``; whether no cell
+    may start after it (a full file system: every later cell would fail too). The cell shows
+    its progress through its files (the executor's lines), not bars of its own."""
+    from harness.executors.ranks import run_one
+
+    if lines is not None:
+        lines.started(cell)
+    try:
+        rec = run_one(cell, results_dir, data_root, force=force, progress=False, trackers=trackers)
+        records.append(rec)
+    except OutOfSpace as exc:  # raised, not recorded: nothing of the cell could be written
+        records.append(raised_failure(cell.cell_id, exc))
+    return faults.note(records[-1])
+
+
+def _after_cell(record: dict[str, Any], cell: Cell, left: int) -> None:
+    """Raise :class:`BrokenContextError` after a cell whose failure broke this process's CUDA
+    context while ``left`` cells are still to run here."""
+    error = (record.get("error") or {}).get("message") or ""
+    if is_sticky_cuda_error(error) and left:
+        # This process's CUDA context is broken: every later cell here would fail too.
+        raise BrokenContextError(
+            f"{cell.label} failed with a CUDA error that breaks this process's CUDA "
+            f"context ({error.splitlines()[0]}); the {left} cells after it "
+            "were not started: run the same command again (finished cells are skipped), "
+            "or use --executor local, which replaces a broken worker"
+        )
 
 
 def _run_cell_json(
@@ -159,6 +192,8 @@ def run_local(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(cells), desc="cells", unit="cell", disable=not progress)
+    # One line per running cell beneath the bar, from the cells' files (harness.executors.live).
+    lines = CellLines.open(results_dir, progress)
     shared = len(set(devices)) < len(devices) if devices else workers > 1
     common = (str(results_dir), str(data_root) if data_root else None, force, threads, shared)
     # Passed with every task: the workers are spawned, they inherit nothing of this process.
@@ -166,14 +201,20 @@ def run_local(
     one = [c for c in cells if c.recipe.processes <= 1]
     slots: list[str | None] = list(devices) if devices else [None] * workers
     faults = faults if faults is not None else MachineFaults()
-    records = _run_on_slots(one, slots, task, common, bar, faults)
-    for n in sorted({c.recipe.processes for c in cells} - {0, 1}):
-        if faults.stopped:
-            break
-        many = [c for c in cells if c.recipe.processes == n]
-        gpus = gpus or (list(dict.fromkeys(devices)) if devices else [])
-        groups: list[str | None] = gpu_groups(gpus, n) if gpus else [None] * max(1, workers // n)
-        records += _run_on_slots(many, groups, task, common, bar, faults)
+    try:
+        records = _run_on_slots(one, slots, task, common, bar, faults, lines)
+        for n in sorted({c.recipe.processes for c in cells} - {0, 1}):
+            if faults.stopped:
+                break
+            many = [c for c in cells if c.recipe.processes == n]
+            gpus = gpus or (list(dict.fromkeys(devices)) if devices else [])
+            groups: list[str | None] = (
+                gpu_groups(gpus, n) if gpus else [None] * max(1, workers // n)
+            )
+            records += _run_on_slots(many, groups, task, common, bar, faults, lines)
+    finally:
+        if lines is not None:
+            lines.close()
     bar.close()
     return records
 
@@ -203,6 +244,7 @@ def _run_on_slots(
     common: tuple[Any, ...],
     bar: Any,
     faults: MachineFaults,
+    lines: CellLines | None = None,
 ) -> list[dict[str, Any]]:
     """Cells on one single-process pool per slot (a slot: the devices its worker sees), each
     cell to whichever slot is free. A pool per slot, rather than one pool of all, lets one
@@ -211,7 +253,9 @@ def _run_on_slots(
     and a fresh one started on the same devices; the other workers go on. So is a worker that
     a signal killed (its pool is broken): its cell goes back to the front of the queue, until
     it has killed ``harness.executors.faults.KILLS_ALLOWED`` workers and is failed. After an
-    out-of-space failure no cell is submitted; the running ones finish."""
+    out-of-space failure no cell is submitted; the running ones finish. The running cells'
+    ``lines`` (:class:`harness.executors.live.CellLines`; None: none) are redrawn between two
+    waits."""
     # Length: submitting, replacing a worker, a kill's retry and Ctrl-C all act on the same
     # pools, their processes, the queue and the running table; split, each part takes them all.
     from harness.executors.interrupt import deferred_sigint, stop_pool
@@ -234,6 +278,8 @@ def _run_on_slots(
     def submit(i: int) -> None:
         if queue and not faults.stopped:
             cell = queue.pop()
+            if lines is not None:
+                lines.started(cell)  # before its worker can write a row
             running[pools[i].submit(task, cell.to_json(), *common)] = i, cell
             # The pool's one process (its table, `_processes`, as harness.executors.interrupt
             # reads it): its exit code tells which signal killed it, if one does.
@@ -269,6 +315,8 @@ def _run_on_slots(
                     raise KeyboardInterrupt
                 for fut in done:
                     i, cell = running.pop(fut)
+                    if lines is not None:
+                        lines.finished(cell)  # its last epochs' lines, before the bar moves
                     try:
                         record = fut.result()
                     except OutOfSpace as exc:  # raised, not recorded: nothing was written
@@ -284,6 +332,8 @@ def _run_on_slots(
                     if record.get("worker", {}).get("poisoned"):
                         replace(i)
                     submit(i)
+                if lines is not None:
+                    lines.show([c for _, c in running.values()])
         except KeyboardInterrupt:
             stop_pool(pools)  # running cells stop at a safe point, queued ones never start
             raise

@@ -318,6 +318,7 @@ def test_a_figure_that_raises_is_one_line_and_the_report_is_made(results, plugin
 #: (variable, bad value, what the line says about it). ``{file}``: an existing file.
 BAD_VALUES = [
     ("HARNESS_SIGMA_KERNELS", "cuda", "not a known value; allowed: auto, triton, reference"),
+    ("HARNESS_PROGRESS", "loud", "not a known value; allowed: auto, live, epochs, off"),
     ("HARNESS_LOADER_WORKERS", "two", "not a whole number; allowed: a whole number >= 0"),
     ("HARNESS_LOADER_WORKERS", "-1", "below 0; allowed: a whole number >= 0"),
     ("HARNESS_CONCURRENT_CELLS", "0", "below 1; allowed: a whole number >= 1"),

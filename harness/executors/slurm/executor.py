@@ -51,7 +51,7 @@ class SlurmExecutor:
         )
         if not self.options.wait:
             return RunOutcome(finished=False, messages=[message])
-        wait_jobs(jobs, progress=self.options.progress)
+        wait_jobs(jobs, progress=self.options.progress, cells=cells, results_dir=results_dir)
         # The tasks wrote the records; a cell whose task died before writing one has none.
         records = [usable_record(Path(results_dir) / c.cell_id) for c in cells]
         return RunOutcome(finished=True, records=[r for r in records if r], messages=[message])

@@ -180,15 +180,41 @@ def submit_cells(
     return jobs
 
 
-def wait_jobs(jobs: list[submitit.Job], poll_s: float = 2.0, progress: bool = True) -> None:
-    """Wait until every job is done (polling sacct; submitit's wait() backs off to minutes)."""
+def wait_jobs(
+    jobs: list[submitit.Job],
+    poll_s: float = 2.0,
+    progress: bool = True,
+    cells: list[Cell] | None = None,
+    results_dir: Path | None = None,
+) -> None:
+    """Wait until every job is done (polling sacct; submitit's wait() backs off to minutes).
+    With ``cells`` (one per job) and ``results_dir``, each running task's cell shows its line
+    beneath the bar over tasks, from the cell's files in the shared results folder
+    (:mod:`harness.executors.live`)."""
     from tqdm.auto import tqdm
 
+    from harness.executors.live import CellLines
+
     with tqdm(total=len(jobs), desc="slurm tasks", unit="task", disable=not progress) as bar:
+        lines = CellLines.open(results_dir, progress) if cells and results_dir else None
+        of = dict(zip((id(j) for j in jobs), cells or []))
+        if lines is not None:
+            for cell in of.values():
+                lines.started(cell)
         pending = list(jobs)
-        while pending:
-            still = [j for j in pending if not j.done(force_check=True)]
-            bar.update(len(pending) - len(still))
-            pending = still
-            if pending:
-                time.sleep(poll_s)
+        try:
+            while pending:
+                still = [j for j in pending if not j.done(force_check=True)]
+                left = {id(j) for j in still}
+                for job in pending:
+                    if lines is not None and id(job) not in left and id(job) in of:
+                        lines.finished(of[id(job)])
+                bar.update(len(pending) - len(still))
+                pending = still
+                if lines is not None:  # queued tasks have neither a lease nor a heartbeat
+                    lines.show([of[id(j)] for j in pending if id(j) in of], working_only=True)
+                if pending:
+                    time.sleep(poll_s)
+        finally:
+            if lines is not None:
+                lines.close()
