@@ -217,3 +217,42 @@ def test_in_process_executor_shows_the_same_lines(tmp_path, monkeypatch, capsys)
     (cell,) = [c for c in load_suite(suite).cells() if c.seed == 0]
     assert re.findall(rf"^{re.escape(prefix(cell))}  epoch (\d)/2", err, re.M) == ["1", "2"], err
     assert "step/s" not in err  # the cell's own step bar is not drawn
+
+
+def test_slurm_wait_shows_the_epochs_of_the_tasks_that_run(tmp_path, monkeypatch, capsys):
+    """``--executor slurm --wait``: between two polls, the cells whose task works on them (a
+    lease or a heartbeat in the shared folder) show their epochs; a queued task's cell none."""
+    from harness.executors.slurm import submit
+
+    results, (a, b) = fabricated(tmp_path, epochs=2)
+    monkeypatch.setenv("HARNESS_PROGRESS", "epochs")
+    monkeypatch.setattr("harness.executors.live.REFRESH_S", 0.0)
+
+    class Job:
+        def __init__(self, polls: int) -> None:
+            self.polls = polls
+
+        def done(self, force_check: bool = False) -> bool:
+            self.polls -= 1
+            return self.polls < 0
+
+    (results / a.cell_id / "lease.json").write_text("{}")  # a's task has started
+    log = ProgressLog(results / a.cell_id, 0, 2, "cpu")
+    sleeps = []
+
+    def sleep(s: float) -> None:  # a's epochs land between two polls, then its evaluation
+        sleeps.append(s)
+        if len(sleeps) == 1:
+            log.write({"epoch": 1, "train_loss": 1.0, "train_acc": 0.5, "time_s": 1.0})
+        if len(sleeps) == 2:
+            log.write({"epoch": 2, "train_loss": 0.5, "train_acc": 0.75, "time_s": 1.0})
+            Heartbeat(results / a.cell_id).evaluating("clean", 1, 2, 0, 1)
+
+    monkeypatch.setattr(submit.time, "sleep", sleep)
+    submit.wait_jobs([Job(3), Job(1)], poll_s=0.0, cells=[a, b], results_dir=results)
+    log.close()
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert re.findall(rf"^{re.escape(prefix(a))}  (epoch \d/2|evaluating)", err, re.M) == [
+        "epoch 1/2", "epoch 2/2", "evaluating"
+    ], err  # fmt: skip
+    assert prefix(b) not in err  # queued, then done without a row: nothing to say
