@@ -166,7 +166,20 @@ class Evaluation:
         },
     )
 
+    limit: int | None = field(
+        default=None,
+        metadata={
+            "ge": 0,
+            "help": "a quick first look: score only N test images (the first N of a fixed "
+            "permutation, seed 2, in the set's order: the same for every cell and run), and N of "
+            "each OOD set and corruption; null or 0: the whole set. The held-out calibration and "
+            "validation splits are not limited. Limited cells never pool or compare with full ones",
+        },
+    )
+
     def __post_init__(self) -> None:
+        if self.limit == 0:  # 0 and null both mean the whole set: one value on the record
+            object.__setattr__(self, "limit", None)
         alpha = self.conformal_alpha
         if isinstance(alpha, tuple) and not alpha:
             raise ValueError("conformal_alpha: an empty list (give one α or several)")

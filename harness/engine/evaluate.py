@@ -7,6 +7,7 @@ logits). Corrupted copies come from :mod:`harness.data._machinery.corruptions`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,12 +19,14 @@ from torch import Tensor
 
 from harness.contract import Evaluation, Recipe
 from harness.contract.metric_spec import MetricError, MetricSpec
-from harness.data._machinery.base import DatasetSpec, ImageSet, LoaderOptions, Split
+from harness.data._machinery.base import DatasetSpec, ImageSet, LoaderOptions, Split, limited
 from harness.data._machinery.loader import make_loader
 from harness.engine.eval_passes import _Passes, _step, counted
 from harness.engine.train import autocast
 from harness.registry import computed_metrics
 from methods._base import EnsembleModel
+
+log = logging.getLogger("harness")
 
 if TYPE_CHECKING:
     from harness.metrics.outcomes import OutcomeAccumulator
@@ -309,7 +312,9 @@ def evaluate_corruptions(
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Accuracy, NLL and ECE on every corruption × severity cell, with per-severity and overall
     means (cAcc, cNLL, cECE) and the ECE slope over severity; with ``post``, the same of every
-    calibrated view and the conformal sets' coverage and size per severity.
+    calibrated view and the conformal sets' coverage and size per severity. ``test`` is the whole
+    test split: each corrupted copy is made of it, then cut to ``evaluation.limit``'s images
+    (the same images, corrupted exactly as in a full evaluation).
 
     Returns:
         ``(raw block, {view: block, "conformal": {name: block}, "time_s": s})``, or None when
@@ -330,7 +335,8 @@ def evaluate_corruptions(
     for name in names:
         for sev in evaluation.severities:
             _step(bar, f"{name} s{sev}")
-            data = corrupted_split(spec.name, data_root, test, name, sev)
+            # corrupted as in the full set, then the limited evaluation's rows of it
+            data = limited(corrupted_split(spec.name, data_root, test, name, sev), evaluation.limit)
             m, views = _evaluate(model, data, spec, recipe, device, post, shift=True)
             where = {"corruption": name, "severity": sev}
             cells.append({**where, "acc": m["acc"], "nll": m["nll"], "ece": m["ece"]})
@@ -403,7 +409,7 @@ def evaluate_ood(
     ts_out: dict[str, Any] = {}
     for name in evaluation.ood:
         _step(bar, f"OOD: {name}")
-        ood = ood_split(name, spec, data_root)
+        ood = ood_split(name, spec, data_root, evaluation.limit)
         scores.reset_ood()
         if ts_scores is not None:
             ts_scores.reset_ood()
@@ -417,10 +423,11 @@ def evaluate_ood(
     return out, {"ts": ts_out, "time_s": seconds}
 
 
-def ood_split(name: str, spec: DatasetSpec, data_root: Path) -> Split:
+def ood_split(name: str, spec: DatasetSpec, data_root: Path, limit: int | None = None) -> Split:
     """The OOD set ``name`` as the evaluation feeds it next to ``spec``'s test set: its ``test``
     split, an in-memory set adapted to ``spec``'s input shape (:func:`adapt_images`; a lazy
-    split's evaluation transform already produces it), its labels its own (-1: none).
+    split's evaluation transform already produces it), its labels its own (-1: none); with
+    ``limit`` (``evaluation.limit``), only its images that :func:`limited` keeps.
 
     Raises:
         DataMissingError: the set is not on this machine (the message names the fetch).
@@ -429,7 +436,7 @@ def ood_split(name: str, spec: DatasetSpec, data_root: Path) -> Split:
 
     ood_spec = DATASETS.get(name)
     ood_spec.require(data_root)
-    raw = ood_spec.load(data_root)["test"]
+    raw = limited(ood_spec.load(data_root)["test"], limit)
     if isinstance(raw, ImageSet):
         return ImageSet(adapt_images(raw.images, spec.in_shape), raw.labels)
     return raw
@@ -476,30 +483,41 @@ def evaluate_all(
         fit_s = time.perf_counter() - t0
         _step(bar, "clean")
         extra = computed_metrics()  # plugins' metric columns, on the clean test set
+        test = limited_test(splits["test"], spec, evaluation.limit)
         clean, views = _evaluate(
-            model, splits["test"], spec, recipe, device, post, outcomes=outcomes, extra=extra,
-            cell=cell,
-        )  # fmt: skip
+            model, test, spec, recipe, device, post, outcomes=outcomes, extra=extra, cell=cell
+        )
         metrics: dict[str, Any] = {"clean": clean}
         if extra:  # how the reporter shows them, from the record alone
             metrics["declared"] = [m.declaration() for m in extra]
         if "val" in splits:  # only when the recipe holds out a validation split
             _step(bar, "validation")
             metrics["val"] = evaluate_split(model, splits["val"], spec, recipe, device)
-        corr = evaluate_corruptions(
+        corr = evaluate_corruptions(  # the whole test set: its corrupted copies are cut
             model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
         )
         if corr is not None:
             metrics["corruption"] = corr[0]
-        ood = evaluate_ood(
-            model, splits["test"], spec, evaluation, recipe, device, data_root, post, bar
-        )
+        ood = evaluate_ood(model, test, spec, evaluation, recipe, device, data_root, post, bar)
         _step(bar, "")
         if ood is not None:
             metrics["ood"] = ood[0]
         if post is not None:
             metrics["calibration"] = calibration_block(post, views, corr, ood, fit_s)
         return metrics
+
+
+def limited_test(test: Split, spec: DatasetSpec, limit: int | None) -> Split:
+    """The test images a cell is scored on: ``evaluation.limit`` of them
+    (:func:`harness.data._machinery.base.limited`), or all. A limit of the whole set or more
+    scores the whole set, with a note (the record keeps the limit asked for, so such a cell
+    still never pools with full-set cells)."""
+    if limit and limit >= len(test):
+        log.warning(
+            "evaluation.limit %d >= the %d images of %s's test set: the whole set is scored",
+            limit, len(test), spec.name,
+        )  # fmt: skip
+    return limited(test, limit)
 
 
 def calibration_block(

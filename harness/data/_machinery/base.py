@@ -368,6 +368,29 @@ def stratified_holdout(labels: Tensor, count: int, seed: int = VALIDATION_SEED) 
     return torch.cat(picked).sort().values
 
 
+#: Seed of the permutation whose first ``evaluation.limit`` images a limited evaluation scores:
+#: fixed, independent of the cell's seed, so every cell and every run scores the same images.
+LIMIT_SEED = 2
+
+
+def limit_indices(n: int, limit: int | None) -> Tensor | None:
+    """The images a limited evaluation (``evaluation.limit``) scores of a set of ``n``: the
+    first ``limit`` of a permutation seeded :data:`LIMIT_SEED`, sorted into the set's order
+    (nested: a smaller limit's images are among a larger one's), or None for the whole set
+    (no limit, or one of ``n`` or more). Not stratified: OOD sets have no labels, and one rule
+    serves the test set, every corruption of it and every OOD set."""
+    if not limit or limit >= n:
+        return None
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(LIMIT_SEED))
+    return perm[:limit].sort().values
+
+
+def limited(split: Split, limit: int | None) -> Split:
+    """``split`` cut to :func:`limit_indices`' images (the split itself when it is whole)."""
+    idx = limit_indices(len(split), limit)
+    return split if idx is None else split.subset(idx)
+
+
 #: Seed of the calibration carve-out (post-hoc calibration and conformal sets): fixed and
 #: independent of the cell's seed, so every method of a suite is calibrated on the same images.
 CALIBRATION_SEED = 1
