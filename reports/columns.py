@@ -23,6 +23,37 @@ Direction = Literal["higher", "lower"]
 
 GROUP_KEYS = ("dataset", "backbone", "method", "M", "hparams", "variant")
 ID_COLUMNS = ("suite", "cell_id", "status", *GROUP_KEYS, "seed")
+
+#: A cell's ``evaluation.limit`` (absent or NaN: scored on the whole test set; present only where
+#: some record has one). Its flattened-config copy makes it part of the row's variant
+#: (:mod:`reports.records.results`), so cells scored on a subset never pool with full-set ones.
+LIMIT_COLUMN = "limit"
+
+
+def limit_text(limit: Any) -> str:
+    """``test limited to 50 images`` (the marker of a limited evaluation), or ``""`` (None,
+    NaN: the whole test set)."""
+    if limit is None or (isinstance(limit, float) and math.isnan(limit)):
+        return ""
+    return f"test limited to {int(limit)} images"
+
+
+def limits_note(summary: pd.DataFrame) -> str:
+    """The page's and the terminal table's note on limited rows (``""``: none is): which limits,
+    and that such rows never pool or compare with full-set ones."""
+    if "limit" not in summary:
+        return ""
+    values = sorted({int(v) for v in summary["limit"] if v == v and v is not None})
+    if not values:
+        return ""
+    some = "" if summary["limit"].notna().all() else "some rows' "
+    sizes = " or ".join(str(v) for v in values)
+    return (
+        f"{some}test limited to {sizes} images (evaluation.limit: a quick first look; each OOD set "
+        "and corruption limited likewise; never pooled or compared with full-set cells)"
+    )
+
+
 TEXT_COLUMNS = (
     "error_type", "error_message", "error_traceback", "started_at", "finished_at",
     "diagnostics_undeclared",

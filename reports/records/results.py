@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from harness.contract.record import shown_of
-from reports.columns import ID_COLUMNS
+from reports.columns import ID_COLUMNS, LIMIT_COLUMN
 from reports.records.flatten import (
     _config_rest,
     _flatten,
@@ -149,6 +149,8 @@ def record_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     cfg = rec.get("config") or {}
     for k, v in _flatten(_config_rest(cfg)).items():
         row[CFG + k] = v
+    if limit := evaluation_limit(rec):  # a subset's cells are never seeds of a full-set one's
+        row[LIMIT] = row[LIMIT_COLUMN] = limit
     for k, v in (rec.get("environment") or {}).items():
         row[ENV + str(k)] = None if v in (None, "") else str(v)
     for k, v in (rec.get("conventions") or {}).items():
@@ -162,6 +164,16 @@ def record_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     # tidy table gives a column of their own (reports.records.tidy).
     row["_shown"] = json.dumps(sorted(shown_of(rec)))
     return row
+
+
+#: The flattened-config copy of ``evaluation.limit``: part of the variant.
+LIMIT = CFG + "evaluation.limit"
+
+
+def evaluation_limit(rec: Mapping[str, Any]) -> int | None:
+    """The ``evaluation.limit`` a record was scored with (None: the whole test set)."""
+    limit = (rec.get("evaluation") or {}).get("limit")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
 
 
 def rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -193,9 +205,16 @@ def _with_variant(rows: pd.DataFrame) -> pd.DataFrame:
     variant = variant_of(rows)
     if variant:
         flat = _flat_config(rows)
-        parts = [f"{k}=" + flat[CFG + k].astype(str) for k in variant]
+        parts = [f"{k}=" + _variant_text(k, flat[CFG + k]) for k in variant]
         rows = rows.assign(variant=parts[0].str.cat(parts[1:], sep=", ").to_numpy())
     return rows
+
+
+def _variant_text(key: str, values: pd.Series) -> pd.Series:
+    """A variant key's values as text (a whole-set evaluation's absent limit reads ``full``)."""
+    if CFG + key == LIMIT:
+        return values.map(lambda v: "full" if v == "<absent>" else str(int(v)))
+    return values.astype(str)
 
 
 def _texts(column: pd.Series | None) -> list[str]:

@@ -27,6 +27,8 @@ from reports.columns import (
     directions,
     iter_rows,
     leaderboard_columns,
+    limit_text,
+    limits_note,
     m_text,
     metric_columns,
     ood_score_labels,
@@ -211,7 +213,8 @@ def _identity_cell(r: dict[str, Any], h: dict[str, Any], flag: bool = False) -> 
     return {"key": k, "text": text, "value": value, "group": "Configuration",
             "num": h["type"] == "num", "best": False, "n": None, "title": "", "sig": [],
             "hidden": False, "alt": None, "shared": "",
-            "flag": "collapsed" if flag and k == "method" else ""}  # fmt: skip
+            "flag": "collapsed" if flag and k == "method" else "",
+            "limited": limit_text(r.get("limit")) if k == "method" else ""}  # fmt: skip
 
 
 def _metric_cell(
@@ -360,6 +363,7 @@ def context(
         "report_conventions": report_conventions(results, paired, options),
         "aggregation": AGGREGATION,
         "collapse_note": COLLAPSE_NOTE,
+        "limits_note": limits_note(summary),
         "calibrated": any(h["calib"] == "ts" for h in header),
         "interval": options.interval,
         "interval_words": {k: interval_words(k) for k in INTERVALS},
@@ -463,6 +467,9 @@ def leaderboard_cells(cells: Iterable[Mapping[str, Any]]) -> Markup:
         if c.get("flag"):
             body += (f' <span class="flag flag-{escape(c["flag"])}" '
                      f'title="{escape(COLLAPSE_NOTE)}">{escape(c["flag"])}</span>')  # fmt: skip
+        if c.get("limited"):  # scored on a subset of the test set (evaluation.limit)
+            body += f' <span class="flag flag-limited">{escape(c["limited"])}</span>'
+
         if c["shared"]:
             body += '<span class="shared-mark" aria-label="shared device">⚠</span>'
         body += "".join(

@@ -26,6 +26,8 @@ from reports.columns import (
     cell_text,
     collapsed,
     leaderboard_columns,
+    limit_text,
+    limits_note,
     m_text,
     without_ensemble_only,
 )
@@ -39,6 +41,7 @@ TERMINAL_COLUMNS = (
     "eval_ips",
 )  # fmt: skip
 COLLAPSED = "[collapsed]"  # after the method of a collapsed ensemble (reports.columns.collapsed)
+LIMITED = "[limited]"  # after the method of a row scored on a subset (evaluation.limit)
 MAX_TEXT = 28
 #: The widest the table is by default, in characters; ``$COLUMNS`` above it widens it
 #: (:func:`table_width`).
@@ -180,6 +183,9 @@ def format_table(
         ident.insert(5, "variant")
     hparams, narrowed = differing_hparams(list(summary["method"]), list(summary["hparams"]))
     methods = [f"{m} {COLLAPSED}" if flag else m for m, flag in zip(summary["method"], flags)]
+    if "limit" in summary:  # a row scored on a subset of the test set, marked
+        methods = [m if limit_text(v) == "" else f"{m} {LIMITED}"
+                   for m, v in zip(methods, summary["limit"])]  # fmt: skip
     texts = {
         "M": [m_text(m) for m in summary["M"]],
         "n": [str(int(n)) for n in summary["n"]],
@@ -212,6 +218,8 @@ def format_table(
     if dropped:
         footer += (f"; left out to fit {limit} characters: {', '.join(dropped)} (COLUMNS=<more> "
                    "widens the table; harness report writes every column)")  # fmt: skip
+    if note := limits_note(summary):
+        footer += f"; {LIMITED}: {note}"
     if n_failed:
         footer += f"; {n_failed} failed cell{'s' if n_failed != 1 else ''} not shown"
     wrap = textwrap.wrap(footer, limit, break_long_words=False, break_on_hyphens=False)

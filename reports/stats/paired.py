@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from harness.contract.build import parse_name_values
-from reports.columns import direction, m_text
+from reports.columns import LIMIT_COLUMN, direction, m_text
 from reports.stats.significance import (  # noqa: F401 (re-exported: one import for callers)
     TEST_NAMES,
     TESTS,
@@ -140,10 +140,34 @@ def missing_reference(cells: pd.DataFrame, reference: str) -> str | None:
     :func:`harness.api.paired`."""
     done = _done(cells)
     if reference_mask(done, reference).any():
-        return None
+        return mixed_limits(cells, f"reference {reference}")
     methods = ", ".join(sorted(set(done["method"]))) or "none"
     return (
         f"reference {reference}: no done cells of that method in these results (methods: {methods})"
+    )
+
+
+def mixed_limits(cells: pd.DataFrame, what: str) -> str | None:
+    """Why ``cells`` cannot be compared: their done cells mix evaluations on a subset of the
+    test set (``evaluation.limit``) with full-set ones, or subsets of different sizes (the line
+    names a cell of each); or None."""
+    done = _done(cells)
+    if LIMIT_COLUMN not in done or done.empty:
+        return None
+    limit = done[LIMIT_COLUMN].map(lambda v: None if pd.isna(v) else int(v))
+    kinds = list(dict.fromkeys(limit))
+    if len(kinds) < 2:
+        return None
+    ids = done["cell_id"] if "cell_id" in done else pd.Series("?", index=done.index)
+    shown = [
+        f"{'the whole test set' if k is None else f'evaluation.limit={k}'} "
+        f"(cell {ids[limit.map(lambda v, k=k: v == k)].iloc[0]})"
+        for k in sorted(kinds, key=lambda v: -1 if v is None else v)
+    ]
+    return (
+        f"{what}: these results mix cells scored on {' and on '.join(shown)}; a comparison "
+        "needs one: report them apart, or re-score the limited cells on the whole set "
+        "(harness evaluate with no evaluation.limit)"
     )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from reports.columns import CONDITION_TEXT, GROUP_KEYS, ID_COLUMNS, TEXT_COLUMNS
+from reports.columns import CONDITION_TEXT, GROUP_KEYS, ID_COLUMNS, LIMIT_COLUMN, TEXT_COLUMNS
 from reports.stats.significance import t_quantile
 
 CI_LEVEL = 0.95
@@ -116,6 +116,8 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
                 "; ".join(sorted({str(x) for x in v if x and x == x}))
                 for v in _per_group(codes, done[c])
             ]
+    if LIMIT_COLUMN in done:  # one per group: the variant keeps limits apart
+        front["limit"] = by_key[LIMIT_COLUMN].max()
     hp = [c for c in cells.columns if c.startswith("hp_")]
     stats = pd.concat([front, stats, *([by_key[hp].first()] if hp else [])], axis=1)
     return stats.reset_index()
