@@ -113,6 +113,23 @@ def _cells_to_evaluate(cell_dirs: list[Path]) -> tuple[list[tuple[Path, dict, Ce
     return todo, missed
 
 
+def limit_mismatch(todo: list[tuple[Path, dict, Cell]], limit: int | None) -> str | None:
+    """Why ``--add-only`` cannot add to these records: one was scored with another
+    ``evaluation.limit`` than ``limit`` (metrics of two test subsets in one record), or None."""
+    for cell_dir, rec, _ in todo:
+        was = (rec.get("evaluation") or {}).get("limit") or None
+        if was != limit:
+
+            def shown(v: int | None) -> str:
+                return f"evaluation.limit={v}" if v else "the whole test set"
+
+            return (
+                f"cannot add to {cell_dir.name}, scored on {shown(was)}, metrics of "
+                f"{shown(limit)}: run harness evaluate without --add-only to re-score it whole"
+            )
+    return None
+
+
 def reevaluate(
     results_dir: Path,
     suite_path: str | None = None,
@@ -157,6 +174,8 @@ def reevaluate(
                 flag = "--suite" if suite_path else "the suite it was run from"
                 raise UsageError(f"{results_dir}: {flag} ({suite.source}) does not describe "
                                  f"these records: {why}; nothing was evaluated")  # fmt: skip
+    if add_only and suite is not None and (why := limit_mismatch(todo, suite.evaluation.limit)):
+        raise UsageError(f"{results_dir}: --add-only {why}; nothing was evaluated")
     done, notes = 0, 0
     missed = [name for name, _ in unreadable]
     for _, line in unreadable:

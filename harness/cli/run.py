@@ -60,6 +60,40 @@ def print_start(start: RunStart) -> None:
         f"{start.results_dir}"
     )
     print(start.executor)
+    if note := limit_note(start):
+        print(note)
+
+
+def _scored_on(limit: int | None) -> str:
+    return f"evaluation.limit={limit}" if limit else "the whole test set"
+
+
+def limit_note(start: RunStart) -> str | None:
+    """One line when done cells (left as they are) were scored with another ``evaluation.limit``
+    than the suite's: their records keep the limit they were scored with, the report never pools
+    them with the others, and ``harness evaluate`` re-scores them at the suite's limit."""
+    import json
+
+    todo = {c.cell_id for c in start.todo}
+    differ: list[tuple[str, int | None, int | None]] = []
+    for cell in start.cells:
+        if cell.cell_id in todo:
+            continue
+        try:
+            block = json.loads((start.results_dir / cell.cell_id / "record.json").read_text())
+            was = (block.get("evaluation") or {}).get("limit") or None
+        except (OSError, ValueError, AttributeError):
+            continue
+        if was != cell.evaluation.limit:
+            differ.append((cell.cell_id, was, cell.evaluation.limit))
+    if not differ:
+        return None
+    cid, was, now = differ[0]
+    return (
+        f"note: {len(differ)} done cells (e.g. {cid}) were scored on {_scored_on(was)}, this "
+        f"suite asks for {_scored_on(now)}; left as they are (never pooled with the others): "
+        f"harness evaluate {start.results_dir} re-scores them at the suite's limit"
+    )
 
 
 def render_result(result: RunResult, every: bool = False) -> int:

@@ -15,9 +15,16 @@ import types
 import typing
 from typing import Any, Literal, get_args, get_origin
 
+#: Other tools' names for a key, suggested where the spelling is too far off for difflib:
+#: lm-eval's ``limit`` is ours, RobustBench's ``n_examples`` and friends are ``limit``.
+ALIASES = {"n_examples": "limit", "num_examples": "limit", "n_samples": "limit",
+           "max_examples": "limit", "subset": "limit"}  # fmt: skip
+
 
 def closest(name: str, choices: list[str]) -> str | None:
     """Return the choice most similar to ``name``, or None if nothing is close."""
+    if ALIASES.get(name) in choices:
+        return ALIASES[name]
     matches = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     return matches[0] if matches else None
 

@@ -154,15 +154,14 @@ def mixed_limits(cells: pd.DataFrame, what: str) -> str | None:
     done = _done(cells)
     if LIMIT_COLUMN not in done or done.empty:
         return None
-    limit = done[LIMIT_COLUMN].map(lambda v: None if pd.isna(v) else int(v))
-    kinds = list(dict.fromkeys(limit))
-    if len(kinds) < 2:
+    limits = [None if pd.isna(v) else int(v) for v in done[LIMIT_COLUMN]]
+    ids = list(done["cell_id"]) if "cell_id" in done else ["?"] * len(limits)
+    first = {k: ids[i] for i, k in reversed(list(enumerate(limits)))}  # a cell of each kind
+    if len(first) < 2:
         return None
-    ids = done["cell_id"] if "cell_id" in done else pd.Series("?", index=done.index)
     shown = [
-        f"{'the whole test set' if k is None else f'evaluation.limit={k}'} "
-        f"(cell {ids[limit.map(lambda v, k=k: v == k)].iloc[0]})"
-        for k in sorted(kinds, key=lambda v: -1 if v is None else v)
+        f"{'the whole test set' if k is None else f'evaluation.limit={k}'} (cell {first[k]})"
+        for k in sorted(first, key=lambda v: -1 if v is None else v)
     ]
     return (
         f"{what}: these results mix cells scored on {' and on '.join(shown)}; a comparison "
