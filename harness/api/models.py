@@ -76,6 +76,7 @@ def evaluate(
     progress: bool = False,
     outputs: str = "logits",
     overwrite: bool = False,
+    limit: int | None = None,
 ) -> Evaluated:
     """Put a model trained anywhere through the benchmark's evaluation: clean test set,
     corruptions, OOD sets, temperature scaling and conformal sets fitted on the held-out split,
@@ -118,6 +119,8 @@ def evaluate(
         outputs: ``"logits"`` (default) or ``"probs"``: what the model returns.
         overwrite: replace an earlier record of an outside model under the same name,
             dataset, backbone and seed (its files set aside, never deleted).
+        limit: score a fixed subset of this many test images (and of each OOD and corruption
+            set) for a quick look: ``evaluation={"limit": N}``; the record states it.
 
     Returns:
         The record, its folder and the per-image outcomes; ``.row`` is the reporter's row.
@@ -146,8 +149,12 @@ def evaluate(
 
     problems = argument_problems(model, dataset, overrides, name, backbone, results,
                                  evaluation, recipe, seed, outputs, data_root)  # fmt: skip
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        problems.append(f"limit: {limit!r}: pass a whole number of test images >= 1, or None")
     if problems:
         raise HarnessError(problems)
+    if limit is not None:
+        evaluation = {**(evaluation or {}), "limit": limit}
     where = checked_device(device, model)
     cell, suite_methods = _external_cell(
         name, backbone, dataset, suite, overrides, evaluation, recipe, seed

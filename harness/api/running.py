@@ -79,6 +79,7 @@ def run(
     data_root: PathLike | None = None,
     plugins: Sequence[str] = (),
     progress: bool = False,
+    limit: int | None = None,
 ) -> RunResult:
     """Run a suite's pending cells: :func:`harness.session.run_suite`, the function ``harness
     run`` calls, with the same checks, executors and records. Nothing is printed (progress bars
@@ -108,6 +109,9 @@ def run(
         data_root: where the data lives.
         plugins: modules to import first (``--plugin``).
         progress: show progress bars (off by default in a notebook).
+        limit: score every cell on a fixed subset of this many test images (and of each OOD
+            and corruption set): a quick first look, the override ``evaluation.limit=N``
+            (docs/records.md); such cells are never pooled or compared with full-set ones.
 
     Returns:
         What the run did (:class:`harness.session.RunResult`): ``exit_code`` (``harness
@@ -136,6 +140,11 @@ def run(
         wandb_project=wandb_project,
         log_model=log_model,
     )
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise HarnessError([f"limit: {limit!r}: pass a whole number of test images >= 1, or None "
+                            "for the whole test set"])  # fmt: skip
+    if limit is not None:
+        overrides = [*overrides, f"evaluation.limit={limit}"]
     options = RunOptions(
         overrides=tuple(overrides),
         only=tuple(only),

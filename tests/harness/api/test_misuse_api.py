@@ -217,3 +217,15 @@ def test_a_suites_own_results_folder_and_a_name_in_another_case_are_refused(resu
             r"results root", root, suite=suite, results=folder)  # fmt: skip
     refused(r"name: 'Single' on digits/digits_cnn is the suite's method", root, suite=suite,
             name="Single", backbone="digits_cnn", results=root)  # fmt: skip
+
+
+def test_limit_scores_a_fixed_subset_and_bad_limits_are_refused(results):
+    suite, root, _ = results
+    out = h.evaluate(linear(4), suite=suite, name="quick", limit=50)
+    assert out.record["evaluation"]["limit"] == 50 and len(out.outcomes["correct"]) == 50
+    assert out.record["metrics"]["clean"]["acc"] == pytest.approx(out.outcomes["correct"].mean())
+    for bad in (0, -3, 2.5, True):
+        refused(r"limit: .*pass a whole number of test images >= 1", root, suite=suite,
+                name="quick", results=root, limit=bad)  # fmt: skip
+        with pytest.raises(h.HarnessError, match=r"limit: .*whole number of test images"):
+            h.run(suite, results=root, limit=bad, executor="inprocess")
