@@ -149,6 +149,29 @@ class Bootstrap:
     replicates: int
 
 
+def _paired_arrays(
+    config: Sequence[Mapping[str, np.ndarray]],
+    reference: Sequence[Mapping[str, np.ndarray]],
+    metric: str,
+    least: int,
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], int]:
+    """Both sides' arrays for ``metric`` and their common image count C, checked: a supported
+    metric, the same number of paired seeds on both sides (at least ``least``), one C."""
+    if not supports(metric):
+        raise ValueError(f"{metric!r} is not computed from per-image outcomes")
+    n = len(config)
+    if n != len(reference) or n < least:
+        word = {1: "one", 2: "two"}.get(least, str(least))
+        raise ValueError(f"need the same seeds on both sides, at least {word} (got {n}, "
+                         f"{len(reference)})")  # fmt: skip
+    a = [_arrays(o, metric) for o in config]
+    b = [_arrays(o, metric) for o in reference]
+    sizes = {len(next(iter(x.values()))) for x in (*a, *b)}
+    if len(sizes) != 1:
+        raise ValueError(f"cells scored on different numbers of test images: {sorted(sizes)}")
+    return a, b, sizes.pop()
+
+
 def paired_bootstrap(
     config: Sequence[Mapping[str, np.ndarray]],
     reference: Sequence[Mapping[str, np.ndarray]],
@@ -189,18 +212,8 @@ def paired_bootstrap(
 
     if problems := argument_problems(level, replicates):
         raise ValueError("; ".join(problems))
-    if not supports(metric):
-        raise ValueError(f"{metric!r} is not computed from per-image outcomes")
     n = len(config)
-    if n != len(reference) or n < 2:
-        raise ValueError(f"need the same seeds on both sides, at least two (got {n}, "
-                         f"{len(reference)})")  # fmt: skip
-    a = [_arrays(o, metric) for o in config]
-    b = [_arrays(o, metric) for o in reference]
-    sizes = {len(next(iter(x.values()))) for x in (*a, *b)}
-    if len(sizes) != 1:
-        raise ValueError(f"cells scored on different numbers of test images: {sorted(sizes)}")
-    (n_images,) = sizes
+    a, b, n_images = _paired_arrays(config, reference, metric, least=2)
     rng = np.random.default_rng(seed)
     stat = np.empty(replicates)
     # In chunks of replicates: a (B, N) weight matrix for B = 2000 and N = 10,000 test images
@@ -259,16 +272,7 @@ def difference_matrix(
             cells scored on different numbers of images.
         KeyError: a cell's outcomes lack the arrays the metric needs (e.g. no ``ts/``).
     """
-    if not supports(metric):
-        raise ValueError(f"{metric!r} is not computed from per-image outcomes")
-    if len(config) != len(reference) or not config:
-        raise ValueError(f"need the same seeds on both sides, at least one (got {len(config)}, "
-                         f"{len(reference)})")  # fmt: skip
-    a = [_arrays(o, metric) for o in config]
-    b = [_arrays(o, metric) for o in reference]
-    sizes = {len(next(iter(x.values()))) for x in (*a, *b)}
-    if len(sizes) != 1:
-        raise ValueError(f"cells scored on different numbers of test images: {sorted(sizes)}")
+    a, b, _ = _paired_arrays(config, reference, metric, least=1)
     return np.stack([per_image(x, metric) - per_image(y, metric)
                      for x, y in zip(a, b, strict=True)])  # fmt: skip
 
