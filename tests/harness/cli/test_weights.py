@@ -78,6 +78,7 @@ def test_timm_weights_load_by_name_from_the_hub_cache(caches, filename):
     assert_same(W.load_named("timm:resnet10t.c3_in1k"), saved)
 
 
+@pytest.mark.slow  # builds a timm ViT twice (~7 s): CI runs it, the default run stays fast
 def test_timm_vit_goes_through_timms_own_key_mapping(caches):
     """A ViT checkpoint passes timm's filter_fn, exactly as after a real download."""
     hub, _ = caches

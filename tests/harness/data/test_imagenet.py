@@ -137,6 +137,7 @@ def test_evaluation_transform_is_resize_256_centre_crop_224_normalised(folder_tr
     assert torch.allclose(x[1], ref, atol=1e-5)
 
 
+@pytest.mark.slow  # decodes a fabricated ImageNet tree several times (~10 s); CI runs it
 def test_augmentation_is_a_function_of_seed_epoch_and_stream_only(folder_tree):
     train = DATASETS.get("imagenet").load(folder_tree)["train"]
     kw = dict(augment="imagenet", train=True, shuffle=True, seed=3)

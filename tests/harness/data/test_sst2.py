@@ -377,6 +377,7 @@ def _records(results: Path) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.slow  # a whole text suite through the CLI (~20 s); CI runs it
 def test_text_suites_run_end_to_end_through_the_cli(
     tmp_path: Path, data_root: Path, tiny_bert: Path, monkeypatch, capsys
 ) -> None:

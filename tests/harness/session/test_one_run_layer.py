@@ -60,6 +60,7 @@ def spies(monkeypatch):
     return seen
 
 
+@pytest.mark.slow  # trains a grid twice (~14 s): CI runs it, the default run stays fast
 def test_the_api_and_the_command_line_leave_identical_records(tmp_path, capsys, spies):
     suite = tmp_path / "tiny.yaml"
     suite.write_text(textwrap.dedent(TINY_SUITE))
