@@ -52,3 +52,12 @@ def _no_leaked_environment():
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def tiny_finished(tmp_path_factory) -> tuple[Path, Path]:
+    """(suite file, results folder) of ``tests.misuse.TINY_SUITE``, trained once per session
+    for every misuse module (each misuses copies of it, never the folder itself)."""
+    from tests.misuse import run_tiny
+
+    return run_tiny(tmp_path_factory.mktemp("tiny_finished"))

@@ -32,13 +32,13 @@ from harness.cli import main
 from harness.contract.env import VARIABLES, EnvError, check_environment
 from harness.contract.metric_spec import MetricError, MetricSpec
 from tests.conftest import REPO
-from tests.misuse import TINY_SUITE, copy_results, no_traceback, run_tiny, tree_hashes
+from tests.misuse import TINY_SUITE, copy_results, no_traceback, tree_hashes
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> tuple[Path, Path]:
+def finished(tiny_finished) -> tuple[Path, Path]:
     """(suite, results folder) of the 2-cell digits grid, run once for the module."""
-    return run_tiny(tmp_path_factory.mktemp("finished"))
+    return tiny_finished
 
 
 @pytest.fixture

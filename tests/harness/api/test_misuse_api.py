@@ -15,7 +15,7 @@ from torch import nn
 
 import harness.api as h
 from harness.registry import DATASETS
-from tests.misuse import copy_results, run_tiny, tree_hashes
+from tests.misuse import copy_results, tree_hashes
 
 SPEC = DATASETS.get("digits")  # (1, 8, 8), 8 classes
 
@@ -39,8 +39,8 @@ class Softmaxed(nn.Module):
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> tuple[Path, Path]:
-    return run_tiny(tmp_path_factory.mktemp("api"))
+def finished(tiny_finished) -> tuple[Path, Path]:
+    return tiny_finished
 
 
 @pytest.fixture

@@ -26,13 +26,13 @@ from harness.contract.outcomes import (
     record_image_count,
 )
 from reports.records.outcomes import read_outcomes
-from tests.misuse import copy_results, no_traceback, run_tiny, tree_hashes
+from tests.misuse import copy_results, no_traceback, tree_hashes
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
+def finished(tiny_finished) -> Path:
     """The tiny grid (single and deep_ensemble M=2 on digits, one seed, calibrated), run once."""
-    return run_tiny(tmp_path_factory.mktemp("outcomes_tiny"))[1]
+    return tiny_finished[1]
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ def test_ls_lists_registries():
         assert name in out.stdout
 
 
+@pytest.mark.slow  # every shipped suite's data check (~13 s); CI runs it
 def test_missing_data_fails_validation_with_path_and_fetch_command(tmp_path, capsys):
     out = harness("validate", "suites/cifar100_wrn.yaml", "--data-root", str(tmp_path))
     assert out.returncode == 2

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from tests.misuse import TINY_SUITE, copy_results, no_traceback, run_tiny, tree_hashes
+from tests.misuse import TINY_SUITE, copy_results, no_traceback, tree_hashes
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> tuple[Path, Path]:
-    return run_tiny(tmp_path_factory.mktemp("add_only"))
+def finished(tiny_finished) -> tuple[Path, Path]:
+    return tiny_finished
 
 
 @pytest.fixture

@@ -230,6 +230,7 @@ def test_variant_keeps_different_recipes_apart():
     assert list(summary["n"]) == [2, 2]
 
 
+@pytest.mark.slow  # renders every output of a hostile folder (~10 s); CI runs it
 def test_hostile_config_values_are_escaped_everywhere(tmp_path):
     recs = [
         make_record(
