@@ -108,7 +108,7 @@ def test_an_evaluation_loader_and_a_torch_data_loader(engine):
     assert xb.shape == (32, 1, 8, 8) and yb.dtype == torch.int64
     assert torch.equal(xb, x[:32]) and torch.equal(yb, y[:32])
     assert isinstance(test, torch.utils.data.Dataset)
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match=r"out of range|index"):
         test[len(test)]
 
 
@@ -182,7 +182,7 @@ def test_a_mistaken_argument_is_one_line_and_writes_nothing(
     stand_ins = {"SUITE": suite, "MISSING": tmp_path / "no_such.yaml"}
     kwargs = {k: stand_ins.get(v, v) if isinstance(v, str) else v for k, v in kwargs.items()}
     before = tree_hashes(tmp_path), tree_hashes(suite.parent)
-    with pytest.raises(h.HarnessError) as exc:
+    with pytest.raises(h.HarnessError, match=r"^[\w/]") as exc:  # names the argument or file
         h.data(**{"data_root": data_root, **kwargs})
     (line,) = exc.value.problems
     assert "\n" not in line
@@ -192,7 +192,7 @@ def test_a_mistaken_argument_is_one_line_and_writes_nothing(
 
 
 def test_every_mistake_is_named_at_once(tmp_path):
-    with pytest.raises(h.HarnessError) as exc:
+    with pytest.raises(h.HarnessError, match=r"^dataset") as exc:
         h.data(3, None, validation=-1, severity=9, data_root=tmp_path)
     assert [p.split(":")[0] for p in exc.value.problems] == [
         "dataset", "split", "validation", "severity=9",
@@ -210,7 +210,7 @@ def test_every_mistake_is_named_at_once(tmp_path):
     ],
 )
 def test_a_mistaken_loader_argument_is_one_line(kwargs, needle):
-    with pytest.raises(h.HarnessError) as exc:
+    with pytest.raises(h.HarnessError, match=r"^\w") as exc:  # the line names the argument
         h.data("digits").loader(**kwargs)
     (line,) = exc.value.problems
     assert needle in line, line

@@ -134,7 +134,7 @@ def test_the_leaderboard_with_calibrated_rows_and_chosen_metrics(folder):
     ],
 )
 def test_a_metric_the_frame_has_not_is_refused_by_name(folder, metrics, needles):
-    with pytest.raises(h.HarnessError) as exc:
+    with pytest.raises(h.HarnessError, match=r"metrics") as exc:
         h.leaderboard(folder, metrics)
     (line,) = exc.value.problems
     for needle in needles:
