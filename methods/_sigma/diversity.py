@@ -61,10 +61,9 @@ def diversity_loss(
     # that λ weighs L_div against L_task as written (not as λ/scale).
     layers = [layer for _, layer in _gamma_layers(model, layer_pattern)]
     scales = {layer.member_grad_scale for layer in layers}
-    if len(scales) == 1:  # the ensemble's case: one scale, applied once after the cat (the
-        # per-layer scaling was a view forward and a multiply backward per layer and step)
-        g = torch.cat([layer.gamma.float().flatten(1) for layer in layers], dim=1)  # (M, ΣF)
-        g = _grad_scaled(g, scales.pop())
+    if len(scales) == 1:  # the ensemble's case: one scale, applied once to the whole (M, ΣF)
+        # gradient (the per-layer scaling was a view forward and a multiply backward per layer)
+        g = _GammaConcat.apply(scales.pop(), *(layer.gamma.float() for layer in layers))
     else:
         g = torch.cat(
             [_grad_scaled(la.gamma.float(), la.member_grad_scale).flatten(1) for la in layers],
@@ -72,6 +71,33 @@ def diversity_loss(
         )  # (M, ΣF)
     logp = torch.log_softmax(torch.sigmoid(g) / tau, dim=0)  # (M, ΣF) over members
     return lam * logp.sum()
+
+
+class _GammaConcat(torch.autograd.Function):
+    """The layers' γ (each (M, *F_ℓ)) side by side as one (M, ΣF) tensor; backward: the gradient
+    × k (the layers' ``member_grad_scale``), split back in one operator.
+
+    ``torch.cat`` would do the forward, but its backward slices once per input: 20 operators a
+    training step on ResNet-18, each a dispatch on a launch-bound GPU step
+    (``benchmarks/op_count.py``), where ``split_with_sizes`` is one. Same values, bit for bit.
+    """
+
+    @staticmethod
+    def forward(k: float, *gammas: Tensor) -> Tensor:
+        return torch.cat([g.flatten(1) for g in gammas], dim=1)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        ctx.k = inputs[0]
+        ctx.shapes = [g.shape for g in inputs[1:]]
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        if ctx.k != 1.0:
+            grad = grad * ctx.k
+        widths = [s[1:].numel() for s in ctx.shapes]
+        parts = grad.split_with_sizes(widths, dim=1)
+        return None, *(p if p.dim() == len(s) else p.reshape(s) for p, s in zip(parts, ctx.shapes))
 
 
 @torch.no_grad()

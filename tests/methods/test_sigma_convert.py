@@ -343,3 +343,31 @@ def test_traces_without_graph_breaks():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
     for name, buf in model.named_buffers():
         torch.testing.assert_close(buf, dict(ref.named_buffers())[name], msg=name)
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_diversity_loss_gradient_is_the_per_layer_definition_times_the_member_scale(scale):
+    """L_div's one-pass form (all layers' γ side by side, the gradient split back in one
+    operator) gives each γ the gradient of λ·Σ log softmax(sigmoid(γ)/τ) over members, × the
+    layers' member gradient scale, bit for bit; BatchNorm (M, C) and LayerNorm (M, H, W) γ."""
+    layers = nn.ModuleList([
+        SigmaBatchNorm2d(5, 3, generator=_gen(1)),
+        SigmaLayerNorm((2, 3), 3, generator=_gen(2)),
+        SigmaBatchNorm1d(4, 3, generator=_gen(3)),
+    ])  # fmt: skip
+    for layer in layers:
+        layer.member_grad_scale = scale
+        with torch.no_grad():
+            layer.gamma.normal_(generator=_gen(4))
+    tau, lam = 0.3, 0.7
+    value = diversity_loss(layers, tau, lam)
+    value.backward()
+    want_value = 0.0
+    for layer in layers:
+        g = layer.gamma.detach().clone().requires_grad_()
+        term = lam * torch.log_softmax(torch.sigmoid(g.flatten(1)) / tau, dim=0).sum()
+        (grad,) = torch.autograd.grad(term, g)
+        assert layer.gamma.grad.shape == layer.gamma.shape
+        torch.testing.assert_close(layer.gamma.grad, grad * scale, rtol=1e-6, atol=0)
+        want_value += float(term.detach())
+    assert float(value) == pytest.approx(want_value, rel=1e-6)

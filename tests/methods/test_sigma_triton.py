@@ -107,6 +107,29 @@ def test_triton_float32_training_matches_reference(case, variant, fmt):
     close(e_tri, e_ref, 1e-5, 1e-6)
 
 
+def test_triton_second_backward_through_a_retained_graph_keeps_the_first_gradients():
+    """The kernels' backward writes the parameter gradients into a buffer the forward made; a
+    second backward through the same (retained) graph must not overwrite the gradients the
+    first one handed out."""
+    m, b, c = 2, 3, 5
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(m * b, c, 3, 3, generator=gen).to(DEVICE)
+    g1, g2 = (torch.randn(m * b, c, 3, 3, generator=gen).to(DEVICE) for _ in range(2))
+    want = []
+    for mode in ("reference", "triton"):
+        layer = make_layer(SigmaBatchNorm2d, c, m, "sigma")
+        params = [layer.weight, layer.bias, layer.gamma]
+        with kernels(mode):
+            y = layer(x)
+            first = torch.autograd.grad(y, params, g1, retain_graph=True)
+            second = torch.autograd.grad(y, params, g2)
+        want.append((first, second))
+    (r1, r2), (t1, t2) = want
+    for got, ref in zip(t1 + t2, r1 + r2, strict=True):
+        close(got, ref, 1e-5, 1e-5)
+    assert not torch.allclose(t1[0], t2[0])  # two different gradients, both kept
+
+
 @pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
 @pytest.mark.parametrize("offset", [0.0, 20.0])  # 20: a mean 40× the spread, no cancellation
 def test_triton_bf16_within_one_ulp_of_the_exact_function(offset, fmt):
