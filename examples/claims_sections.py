@@ -389,6 +389,7 @@ DESCRIBE = (
     ("k_eff", "k_eff", 1, 3),
     ("k_eff_scale", "k_eff (scale)", 1, 3),
     ("cpu_s", "CPU-s", 1, 0),
+    ("params", "parameters", 1, 0),
 )
 
 
@@ -419,12 +420,17 @@ def describe(path: str, variant: str = "") -> str:
     cols = [c for c in DESCRIBE if c[0] in cells.columns]
     lines = ["| configuration | n | " + " | ".join(c[1] for c in cols) + " |",
              "|---|---:|" + "---:|" * len(cols)]  # fmt: skip
-    for (method, hparams), group in cells.groupby(["method", "hparams"], dropna=False, sort=False):
+    by_m = cells["M"].nunique() > 1  # a folder of several ensemble sizes (section M3): a row each
+    keys = ["method", "hparams", "M"] if by_m else ["method", "hparams"]
+    cells = cells.sort_values(["method", "M"], kind="stable") if by_m else cells
+    for key, group in cells.groupby(keys, dropna=False, sort=False):
+        method, hparams = key[0], key[1]
         values = []
         for col, _, scale, digits in cols:
             v = pd.to_numeric(group[col], errors="coerce").dropna() * scale
             values.append("–" if v.empty else f"{v.mean():.{digits}f} ± {v.std():.{digits}f}")
         name = f"{method} ({hparams})" if isinstance(hparams, str) and hparams else method
+        name += f", M = {key[2]}" if by_m else ""
         lines.append(f"| {name} | {len(group)} | " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
 
