@@ -83,6 +83,23 @@ TUNED_CLAIMS = {
     ("T7", "sep", "single", "acc"): (-0.45, True),
     ("T7", "share", "deep_ensemble", "acc"): (-0.60, True),
     ("T7", "sep", "share", "ts/ece"): (-0.11, False),
+    # M3 (claim 3, issue 59 item 4): σN-Ens at the τ selected at lr 0.2 and the deep ensemble
+    # at M = 2, 4, 8
+    ("M3", "sigma_m4", "sigma_m2", "acc"): (-0.01, False),
+    ("M3", "sigma_m4", "sigma_m2", "nll"): (-0.002, False),
+    ("M3", "sigma_m8", "sigma_m4", "acc"): (0.05, False),
+    ("M3", "sigma_m8", "sigma_m4", "nll"): (0.002, False),
+    ("M3", "de_m4", "de_m2", "acc"): (0.27, False),
+    ("M3", "de_m4", "de_m2", "nll"): (-0.009, True),
+    ("M3", "de_m4", "de_m2", "ece"): (0.47, True),
+    ("M3", "de_m8", "de_m4", "acc"): (0.18, False),
+    ("M3", "de_m8", "de_m4", "ts/nll"): (-0.006, True),
+    ("M3", "sigma_m2", "de_m2", "acc"): (-0.35, False),
+    ("M3", "sigma_m2", "de_m2", "nll"): (0.013, True),
+    ("M3", "sigma_m4", "de_m4", "acc"): (-0.62, False),
+    ("M3", "sigma_m4", "de_m4", "ece"): (-0.38, True),
+    ("M3", "sigma_m8", "de_m8", "acc"): (-0.75, True),
+    ("M3", "sigma_m8", "de_m8", "ts/nll"): (0.028, True),
 }
 
 
@@ -98,8 +115,9 @@ def _section_table(section_id: str):
 
 @pytest.mark.parametrize("key", sorted(TUNED_CLAIMS), ids="-".join)
 def test_the_tuned_sections_recompute_from_the_records(key):
-    """§T's marks and numbers (issue 49 item 5 and T7), from their records and registered
-    families: a changed record or family changes the sentence, and this test says which."""
+    """§T's and M3's marks and numbers (issue 49 item 5, T7, issue 59 item 4), from their
+    records and registered families: a changed record or family changes the sentence, and this
+    test says which."""
     section_id, config, reference, metric = key
     section, table = _section_table(section_id)
     rows = table.set_index(["config", "reference", "metric"])
@@ -110,6 +128,24 @@ def test_the_tuned_sections_recompute_from_the_records(key):
     assert round(scale * row["mean_diff"], digits) == value
     assert bool(row["p_holm"] <= section.alpha) is marked
     assert np.allclose(rows["p_holm"], holm(rows["p_value"].to_numpy(float)))
+
+
+M_TUNED = REPO / "docs" / "results" / "claims_fmnist_m_tuned"
+
+
+@pytest.mark.skipif(not M_TUNED.is_dir(), reason="section M3's records are absent")
+def test_m3_describes_each_ensemble_size_with_its_parameters_and_sharing():
+    """docs/claims.md M3's row table: a row per M, the members of σN-Ens at the selected τ
+    sharing every feature (k_eff ≈ M) while its parameters barely grow."""
+    text = _sections().describe(str(M_TUNED))
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines()[2:]}
+    sigma = "sigma_ens (gamma_init_mean=0.0, gate_fold=constant, lam=0.003), M = {}"
+    want = {2: ("1.998", "14778"), 4: ("3.987", "15258"), 8: ("7.908", "16218")}
+    for m, (k_eff, params) in want.items():
+        row = rows[sigma.format(m)]
+        assert row[1] == "6" and row[11].startswith(k_eff) and row[14].startswith(params)
+    assert rows["deep_ensemble, M = 8"][14].startswith("115664")
+    assert rows["single, M = 1"][2].startswith("88.01")
 
 
 CORRUPTION = REPO / "docs" / "results" / "claims_fmnist_study_corruption"
