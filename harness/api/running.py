@@ -116,7 +116,8 @@ def run(
     Returns:
         What the run did (:class:`harness.session.RunResult`): ``exit_code`` (``harness
         run``'s), ``results_dir`` (read it with :func:`load_results`), the cells ``done``,
-        ``skipped`` and ``failed`` (each with its reason), the executor's ``messages``.
+        ``skipped`` and ``failed`` (each with its reason; ``leased``: the skipped cells another
+        live process still holds), the executor's ``messages``.
 
     Raises:
         HarnessError: the problems that stop a run before it starts (the suite, overrides,

@@ -107,10 +107,16 @@ def render_result(result: RunResult, every: bool = False) -> int:
     if not result.finished:  # handed to a scheduler: `harness status` follows it
         return result.exit_code
     print(f"finished in {result.seconds:.1f} s")
-    for skipped in result.skipped:
-        if skipped.kind == "leased":
-            print(f"skipped {skipped.cell_id}: {skipped.reason}")
-    return max(result.exit_code, summary_or_full_disk(result.results_dir))
+    for skipped in result.leased:
+        print(f"skipped {skipped.cell_id}: {skipped.reason}")
+    status = max(result.exit_code, summary_or_full_disk(result.results_dir))
+    if result.leased:  # the last line names what is left undone, as for failed cells
+        owners = sorted({s.reason.removeprefix("leased by ") for s in result.leased})
+        print(f"not done here: {len(result.leased)} cell(s) held by another live run "
+              f"({', '.join(owners[:3])}{', …' if len(owners) > 3 else ''}); "
+              f"`harness status {result.results_dir}` follows them, and this command again "
+              "prints the whole table once they are done")  # fmt: skip
+    return status
 
 
 def summary_or_full_disk(results: Path) -> int:

@@ -142,12 +142,19 @@ class RunResult(RunStart):
     def exit_code(self) -> int:
         """``harness run``'s status: 0 every cell done, or handed to a scheduler, or a dry run;
         2 a cell failed on its data, its weights or a plugin metric (the user's to fix); 1
-        another cell failed, or a full disk stopped the run."""
+        another cell failed, a full disk stopped the run, or another live process still holds
+        a cell (the grid is not complete when this run returns: a script that reports next
+        would report a partial grid)."""
         if self.plan is not None or not self.finished:
             return 0
         if any(f.users_to_fix for f in self.failed):
             return 2
-        return max(int(bool(self.failed)), int(self.halted))
+        return max(int(bool(self.failed)), int(self.halted), int(bool(self.leased)))
+
+    @property
+    def leased(self) -> list[SkippedCell]:
+        """The cells another live process held when this run reached them (not trained here)."""
+        return [s for s in self.skipped if s.kind == "leased"]
 
     @property
     def pending(self) -> list[str]:

@@ -215,6 +215,31 @@ def test_dry_run_lists_what_would_run_and_why_the_rest_would_not(write_suite, tm
     assert "dry run: 2 of 4 cells would run" in out
 
 
+def test_a_run_whose_last_cell_another_live_run_holds_exits_1_naming_it(
+    write_suite, tmp_path, capsys
+):
+    """Three cells done, the fourth leased by a live process (this test): the run trains
+    nothing, keeps the held cell's folder as it was, and exits 1 with the holder named last."""
+    path = str(write_suite(SUITE))
+    results = tmp_path / "res"
+    cells = load_suite(path).cells()
+    folder = results / "ov"
+    write_records(folder, [make_record(suite="ov", cell_id=c.cell_id) for c in cells[:3]])
+    held = folder / cells[3].cell_id
+    held.mkdir()
+    owner = {"host": socket.gethostname(), "pid": os.getpid()}
+    (held / "lease.json").write_text(json.dumps(owner))
+
+    rc = main(["run", path, "--results", str(results), "--executor", "inprocess"])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == 1
+    assert f"skipped {cells[3].cell_id}: leased by {owner['host']}:{owner['pid']}" in lines
+    assert lines[-1].startswith(
+        f"not done here: 1 cell(s) held by another live run ({owner['host']}:{owner['pid']})"
+    )
+    assert sorted(p.name for p in held.iterdir()) == ["lease.json"]  # untouched
+
+
 def lines_of(out: str, cell: Cell) -> str:
     return next(line for line in out.splitlines() if cell.cell_id in line)
 

@@ -167,4 +167,31 @@ def test_the_command_line_renders_a_failed_cell_from_the_result(tmp_path, capsys
         "m",
         "finished in 2.0 s",
         "skipped c: leased by host:1",
+        "not done here: 1 cell(s) held by another live run (host:1); "
+        f"`harness status {tmp_path}` follows them, and this command again prints the whole "
+        "table once they are done",
     ]
+
+
+def test_a_run_that_leaves_cells_to_another_live_run_exits_1_and_says_so_last(
+    tmp_path, capsys, monkeypatch
+):
+    """Every cell this run reached is done, but another live process holds two: the grid is not
+    complete when the command returns (`harness run && harness report` would report a partial
+    grid), so the status is 1 and the last line names what is left and who holds it."""
+    from harness.cli.run import render_result
+
+    monkeypatch.setattr("harness.cli.run.summary_or_full_disk", lambda results: 0)
+    cells = _cells("a", "b", "c")
+    held = [SkippedCell(c, f"label-{c}", "leased", f"leased by gpu7:{pid}")
+            for c, pid in (("b", 11), ("c", 12))]  # fmt: skip
+    result = RunResult("s", tmp_path, cells, cells, "x", done=["a"], skipped=held)
+    assert result.exit_code == 1 and [s.cell_id for s in result.leased] == ["b", "c"]
+    assert render_result(result) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("not done here: 2 cell(s) held by another live run (gpu7:11, gpu7:12)")
+    done_before = [SkippedCell("b", "label-b", "done", "done")]
+    complete = RunResult("s", tmp_path, cells, cells[:1], "x", done=["a"], skipped=done_before)
+    assert complete.exit_code == 0 and complete.leased == []
+    assert render_result(complete) == 0
+    assert "not done here" not in capsys.readouterr().out
