@@ -8,7 +8,8 @@ Every YAML file the harness reads (suites, includes, Slurm profiles) goes throug
 :func:`read_yaml_file`, which bounds what a file can cost: regular files only (not a directory,
 ``/dev/zero`` or a FIFO), at most :data:`MAX_YAML_BYTES`, and anchors/aliases allowed only while
 the document they expand to stays under :data:`MAX_YAML_NODES` nodes (a "billion laughs" alias
-bomb is a few hundred bytes that expand to 10⁹ nodes).
+bomb is a few hundred bytes that expand to 10⁹ nodes), and no key given twice in one mapping
+(YAML keeps the last silently).
 """
 
 from __future__ import annotations
@@ -60,11 +61,13 @@ def _mark(data: Any, file: Path, origins: Origins, prefix: str) -> None:
             _mark(v, file, origins, f"{prefix}.{k}" if prefix else str(k))
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge_mappings(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: mappings merge recursively, other values replace (the rule
+    of ``include:`` and of a mapping-valued override)."""
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
+            out[k] = merge_mappings(out[k], v)
         else:
             out[k] = v
     return out
@@ -86,6 +89,34 @@ def _expanded_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
         else:
             memo[key] = 1
     return memo[key]
+
+
+def _duplicate_keys(node: yaml.Node, seen: set[int]) -> list[str]:
+    """Every key written twice in one mapping, as ``line L: key 'k' given again (first at line
+    F)``. PyYAML keeps the last silently, so a second ``hparams:`` or ``recipe:`` block would
+    drop the first's settings from the experiment without a word; no loader option refuses it.
+    Walked on the composed graph (an alias is the same node again: visited once)."""
+    if id(node) in seen:
+        return []
+    seen.add(id(node))
+    found: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                line = key.start_mark.line + 1
+                if key.value in first:
+                    found.append(
+                        f"line {line}: key {key.value!r} given again (first at line "
+                        f"{first[key.value]}); YAML would keep only the last: merge them"
+                    )
+                first.setdefault(key.value, line)
+        children = [n for pair in node.value for n in pair]
+    else:
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+    for child in children:
+        found += _duplicate_keys(child, seen)
+    return found
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -131,6 +162,9 @@ def read_yaml_file(path: str | Path, what: str = "suite file") -> Any:
                         f"{MAX_YAML_NODES}: refused (a YAML alias bomb?)"
                     ]
                 )
+            if node is not None and (dups := _duplicate_keys(node, set())):
+                dups.sort(key=lambda d: int(d.split(":")[0].removeprefix("line ")))
+                raise SuiteError([f"{path}: {d}" for d in dups])
             return loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -170,7 +204,7 @@ def load_suite_yaml(path: str | Path, _stack: tuple[Path, ...] = ()) -> tuple[di
     merged: dict[str, Any] = {}
     for inc in includes:
         sub, sub_origins = load_suite_yaml(path.parent / inc, (*_stack, path))
-        merged = _merge(merged, sub)
+        merged = merge_mappings(merged, sub)
         origins._files.update(sub_origins._files)
     _mark(data, path, origins, "")
-    return _merge(merged, data), origins
+    return merge_mappings(merged, data), origins

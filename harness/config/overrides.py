@@ -12,6 +12,8 @@ Addressing (``KEY`` is a dotted path; ``VALUE`` is read with ``yaml.safe_load``)
 ``grid.methods.sigma_ens.hparams.tau=0.5``      the entry of a list whose name is ``sigma_ens``
                                                 (a bare name ``- sigma_ens`` becomes a mapping)
 ``grid.backbones[0].kwargs.widen=2``            a list entry by position
+``recipe={epochs: 3, lr: 0.1}``                 a mapping merges into the mapping there, as
+                                                ``include:`` does (keys it does not name stay)
 =============================================== ===============================================
 
 ``--only`` keeps the cells matching every ``KEY=VALUE`` condition (comma-separated, repeatable;
@@ -27,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from harness.config.includes import SuiteError
+from harness.config.includes import SuiteError, merge_mappings
 from harness.contract import Cell, closest
 
 __all__ = ["CellFilter", "apply_overrides", "parse_assignment", "split_conditions"]
@@ -98,6 +100,11 @@ def apply_one(data: dict[str, Any], text: str) -> str:
     for i, segment in enumerate(segments):
         container, k, done = _step(node, segment, text, done)
         if i == len(segments) - 1:
+            here = container.get(k) if isinstance(container, dict) else container[k]
+            if isinstance(value, dict) and isinstance(here, dict):
+                # Merged, not replaced: `recipe={epochs: 3}` replacing the block dropped the
+                # suite's (and its includes') batch size, lr and schedule without a word.
+                value = merge_mappings(here, value)
             container[k] = value
         else:
             child = container.get(k) if isinstance(container, dict) else container[k]

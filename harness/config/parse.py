@@ -33,6 +33,8 @@ NAME_MAX = 255
 TOP_KEYS = ["name", "description", "grid", "recipe", "evaluation"]
 GRID_KEYS = ["datasets", "backbones", "methods", "M", "seeds"]
 METHOD_KEYS = ["name", "M", "hparams", "recipe", "backbones"]
+#: The largest seed a suite may name (2³¹ − 1).
+MAX_SEED = 2**31 - 1
 
 
 def _as_list(value: Any) -> list:
@@ -102,6 +104,16 @@ def _settings(spec: Any, entry: MethodEntry, where: str, errors: list[str]) -> t
         return ()
 
 
+def _repeated(values: Any, where: str) -> list[str]:
+    """A value listed twice in a grid list: the grid would hold its cells once while the run's
+    count (``× 2 seeds``) and the reader's assumption say twice; almost always a typo."""
+    if not isinstance(values, list | tuple):
+        return []
+    seen: set[Any] = set()
+    twice = [v for v in values if isinstance(v, str | int) and (v in seen or seen.add(v))]
+    return [f"{where}: {v!r} is listed more than once" for v in dict.fromkeys(twice)]
+
+
 def _check_hparams(spec, hp: dict[str, Any], where: str, errors: list[str]) -> dict[str, Any]:
     """Validate hyper-parameter values (scalars or sweep lists) against the method's dataclass."""
     import typing
@@ -116,6 +128,9 @@ def _check_hparams(spec, hp: dict[str, Any], where: str, errors: list[str]) -> d
         tp = hints[key]
         is_tuple_type = typing.get_origin(tp) is tuple
         values = value if isinstance(value, list) and not is_tuple_type else [value]
+        if not values:
+            errors.append(f"{where}.{key}: an empty list sweeps no value; give one or more")
+            continue
         if isinstance(value, list) and is_tuple_type and value and isinstance(value[0], list):
             values = value  # a sweep over list-valued hparams
         coerced = []
@@ -255,6 +270,13 @@ def parse_suite(
     listed, left_out = expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m)
     methods = _parse_methods(listed, errors)
     seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
+    ints = [s for s in seeds if isinstance(s, int)] if isinstance(seeds, tuple) else []
+    if out := [s for s in ints if not 0 <= s <= MAX_SEED]:
+        # what every generator a cell seeds accepts (numpy's legacy seeding stops at 2³² − 1);
+        # a larger one failed inside the first cell with "Overflow when unpacking long long"
+        errors.append(f"grid.seeds: {out[0]} is out of range: seeds are 0 … {MAX_SEED}")
+    for key, values in (("datasets", datasets), ("M", grid_m), ("seeds", seeds)):
+        errors += _repeated(values, f"grid.{key}")
 
     _check_entries(methods, backbones, grid_m, errors)
     if not errors:  # problems only sizing the model shows (Packed's alpha: auto)

@@ -14,6 +14,7 @@ Also :func:`require_results`, the results folder the reading commands need.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,8 +137,14 @@ def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
 
     spec = BACKBONES.get(entry.name)
     try:
-        with torch.device("meta"):
-            spec.build(dataset.in_shape, dataset.num_classes or 2, **dict(entry.kwargs))
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "zero-element tensors": reported below instead
+            net = spec.build(dataset.in_shape, dataset.num_classes or 2, **dict(entry.kwargs))
+        if empty := [n for n, p in net.named_parameters() if p.numel() == 0]:
+            return [
+                f"grid.backbones[{index}].kwargs: backbone {entry.name!r} with "
+                f"{dict(entry.kwargs)} has an empty layer ({empty[0]}): nothing to train"
+            ]
     except TypeError as exc:  # unknown keyword, or a value of the wrong type
         valid = _named_options(spec.build)
         hint = f" (this builder's own options: {', '.join(valid)})" if valid else ""
@@ -147,8 +154,19 @@ def backbone_option_problems(entry: Any, dataset: Any, index: int) -> list[str]:
         key = f".{named[0]}" if len(named) == 1 else ""
         where = f"grid.backbones[{index}].kwargs{key}"
         return [f"{where}: backbone {entry.name!r} refuses it: {exc}{hint}"]
-    except Exception:  # anything else is not about the options; the cell will say what
-        return []
+    except Exception as exc:
+        # About the options only if the builder succeeds without them (`width: -3` fails in
+        # torch's layer constructor); otherwise the meta device is at fault and the cell says.
+        try:
+            with torch.device("meta"):
+                spec.build(dataset.in_shape, dataset.num_classes or 2)
+        except Exception:
+            return []
+        first = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return [
+            f"grid.backbones[{index}].kwargs: backbone {entry.name!r} cannot be built with "
+            f"{dict(entry.kwargs)}: {type(exc).__name__}: {first}"
+        ]
     return []
 
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
 from typing import Any, Literal, get_args, get_origin
+
+#: A number in exponent notation without a dot (``1e-3``, ``-5E+2``, ``2.e4``): YAML 1.1 reads
+#: it as a string, YAML 1.2 as a float.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 #: Other tools' names for a key, suggested where the spelling is too far off for difflib:
 #: lm-eval's ``limit`` is ours, RobustBench's ``n_examples`` and friends are ``limit``.
@@ -98,6 +104,10 @@ def coerce(value: Any, tp: Any, where: str, errors: list[str]) -> Any:
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _EXPONENT_FLOAT.match(value):
+            # YAML 1.1 (PyYAML) reads `5e-2` as a string (it wants `5.0e-2`); YAML 1.2, JSON
+            # and every reader of a suite take it for the number it is.
+            return float(value)
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -119,10 +129,15 @@ def coerce(value: Any, tp: Any, where: str, errors: list[str]) -> Any:
 def check_constraints(
     value: Any, meta: typing.Mapping[str, Any], where: str, errors: list[str]
 ) -> None:
-    """Apply ``gt``/``ge``/``lt``/``le`` bounds from field metadata (to each item of a tuple)."""
+    """Apply ``gt``/``ge``/``lt``/``le`` bounds from field metadata (to each item of a tuple);
+    a float must be finite (YAML's ``.inf``/``.nan`` set no meaningful setting, and a record
+    cannot hold them as JSON)."""
     items = value if isinstance(value, tuple) else (value,)
     for v in items:
         if not isinstance(v, int | float) or isinstance(v, bool):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            errors.append(f"{where}: must be a finite number, got {v!r}")
             continue
         for key, ok, word in (
             ("gt", lambda a, b: a > b, ">"),
