@@ -166,7 +166,11 @@ def _add_run(sub) -> None:
         help="where datasets live (default: $HARNESS_DATA_ROOT or "
         "~/.cache/implicit-ensemble-harness/data)",
     )
-    r.add_argument("--force", action="store_true", help="redo finished cells")
+    r.add_argument(
+        "--force", action="store_true",
+        help="redo finished cells (their earlier files are set aside as NAME.replaced-<time>, "
+        "and put back if the redo is interrupted)",
+    )  # fmt: skip
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     _add_tracker_options(r)
     r.set_defaults(fn="harness.cli.run:cmd_run")

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,20 +361,55 @@ def run_cell(
         lease.release()
 
 
-def _clear_for_run(cell_dir: Path, existing: dict[str, Any] | None, force: bool) -> None:
+#: What a run of a cell leaves in its folder (``force`` sets each aside before redoing it).
+PRODUCTS = ("record.json", "outcomes.npz", "final.pt", TRAINED_FILE, "checkpoint.pt", "pretrain")
+
+
+def _clear_for_run(
+    cell_dir: Path, existing: dict[str, Any] | None, force: bool
+) -> list[tuple[Path, Path]]:
     """What a (re)run of the cell must not find: a killed writer's temporary files; with
-    ``force`` every product of an earlier run; after a failure its record (and the checkpoint
-    of a diverged run, which would diverge again from the same state)."""
+    ``force`` every product of an earlier run, set aside as ``NAME.replaced-<time>`` (never
+    deleted: the redo may not finish); after a failure its record (and the checkpoint of a
+    diverged run, which would diverge again from the same state).
+
+    Returns:
+        ``(where it was, where it is now)`` for each product ``force`` set aside.
+    """
     for tmp in cell_dir.glob(".*.tmp"):  # left by a killed writer; under the lease, ours to clear
         tmp.unlink(missing_ok=True)
     if force:
-        for name in ("checkpoint.pt", "final.pt", TRAINED_FILE, "record.json"):
-            (cell_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(cell_dir / "pretrain", ignore_errors=True)
-    elif existing:  # a failed cell: keep what its training produced (final.pt, checkpoint.pt)
+        stamp = _utc_stamp()
+        return [(p, set_aside(p, stamp, "replaced")) for p in map(cell_dir.joinpath, PRODUCTS)
+                if p.exists()]  # fmt: skip
+    if existing:  # a failed cell: keep what its training produced (final.pt, checkpoint.pt)
         (cell_dir / "record.json").unlink(missing_ok=True)
         if (existing.get("error") or {}).get("type") == DivergenceError.__name__:
             (cell_dir / "checkpoint.pt").unlink(missing_ok=True)
+    return []
+
+
+def _utc_stamp() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _put_back(replaced: list[tuple[Path, Path]]) -> None:
+    """A forced redo stopped before its record (Ctrl-C, a termination signal): the earlier
+    run's products return, whole; what the redo had written is set aside as
+    ``NAME.interrupted-<time>``, so the cell's record and weights stay one run's."""
+    if not replaced:
+        return
+    stamp = _utc_stamp()
+    for original, _ in replaced:
+        if original.exists():
+            set_aside(original, stamp, "interrupted")
+    for original, aside in replaced:
+        aside.rename(original)
+    for name in PRODUCTS:  # the redo's own files the earlier run did not have
+        if (new := replaced[0][0].parent / name).exists() and new not in dict(replaced):
+            set_aside(new, stamp, "interrupted")
 
 
 def _run_leased(
@@ -391,7 +425,23 @@ def _run_leased(
     existing = record_or_set_aside(cell_dir)  # under the lease: another run may just have finished
     if existing and existing["status"] == "done" and not force:
         return existing
-    _clear_for_run(cell_dir, existing, force)
+    replaced = _clear_for_run(cell_dir, existing, force)
+    try:
+        return _train_and_record(cell, cell_dir, data_root, progress, shared_device, trackers)
+    except BaseException:  # interrupted before a record (a failure is recorded, not raised)
+        _put_back(replaced)
+        raise
+
+
+def _train_and_record(
+    cell: Cell,
+    cell_dir: Path,
+    data_root: Path,
+    progress: bool,
+    shared_device: bool,
+    trackers: TrackerOptions | None,
+) -> dict[str, Any]:
+    """Train (or resume) and evaluate the cell, and write its record, done or failed."""
     # A full disk here is recorded below as the setup's failure, once the ranks are let go.
     setup_error = write_if_room(cell_dir / "cell.json", json.dumps(cell.to_json(), indent=1))
     distributed.barrier(cell)  # the other ranks of a multi-process cell start from here

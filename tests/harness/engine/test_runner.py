@@ -112,6 +112,43 @@ def test_finished_cells_are_skipped_and_force_redoes(tiny, tmp_path):
     assert starts == [0, 0]
     assert forced["started_at"] >= first["finished_at"]
     assert read_record(tmp_path / cell.cell_id) == forced
+    # the earlier run's products are set aside, never deleted
+    kept = sorted(
+        p.name.split(".replaced-")[0] for p in (tmp_path / cell.cell_id).glob("*.replaced-*")
+    )
+    assert kept == ["final.pt", "outcomes.npz", "record.json", "trained.json"]
+    aside = next((tmp_path / cell.cell_id).glob("record.json.replaced-*"))
+    assert json.loads(aside.read_text())["finished_at"] == first["finished_at"]
+
+
+def test_a_forced_redo_interrupted_before_its_record_puts_the_earlier_run_back(
+    tiny, tmp_path, monkeypatch
+):
+    """Ctrl-C during a --force redo (here: in its evaluation, after it wrote final.pt and a
+    checkpoint) must not lose the finished cell: its record, outcomes and weights come back
+    together, and the redo's own files are set aside as NAME.interrupted-<time>."""
+    from harness.engine import runner
+
+    cell = tiny.cells()[0]
+    first = run_cell(cell, tmp_path, progress=False)
+    folder = tmp_path / cell.cell_id
+    before = {n: (folder / n).read_bytes() for n in ("record.json", "outcomes.npz", "final.pt")}
+
+    def interrupted(*args, **kwargs):
+        (folder / "final.pt").write_bytes(b"the redo's weights")
+        (folder / "checkpoint.pt").write_bytes(b"the redo's checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_train_and_record", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(cell, tmp_path, force=True, progress=False)
+    assert {n: (folder / n).read_bytes() for n in before} == before
+    assert not (folder / "checkpoint.pt").exists() and not list(folder.glob("*.replaced-*"))
+    redo = sorted(p.name.split(".interrupted-")[0] for p in folder.glob("*.interrupted-*"))
+    assert redo == ["checkpoint.pt", "final.pt"]
+    assert read_record(folder)["finished_at"] == first["finished_at"]
+    monkeypatch.undo()
+    assert run_cell(cell, tmp_path, progress=False)["finished_at"] == first["finished_at"]
 
 
 def test_resume_from_checkpoint_continues_training(tiny, tmp_path, monkeypatch):
