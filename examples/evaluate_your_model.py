@@ -68,17 +68,20 @@ class NearestClassMean(nn.Module):
         return -torch.cdist(flat, self.means).square() / flat.shape[1]  # (B, K) logits
 
 
-def from_cells(folder: Path, method: str = "single") -> nn.Module:
-    """The finished ``method`` cells of a results folder, stacked (one member per seed).
+def from_cells(folder: Path, suite: h.Validation, method: str = "single") -> nn.Module:
+    """The finished ``method`` cells of the suite as it is now, stacked (one member per seed).
+    Cells of another recipe in the same folder (an override such as ``recipe.epochs=2``, an
+    earlier version of the suite) are left out: their ids are not the suite's.
 
     Raises:
-        UsageError: the folder holds no finished ``method`` cell with its weights.
+        UsageError: the folder holds no finished ``method`` cell of the suite with its weights.
     """
+    ids = {c.cell_id for c in suite.cells if c.method == method}
     cells = sorted(
         folder / r["cell_id"]
         for r in h.load_records(folder)  # damaged records are left out (harness status names them)
         if r.get("status") == "done"
-        and r["config"]["method"] == method
+        and r.get("cell_id") in ids
         and (folder / r["cell_id"] / "final.pt").is_file()
     )
     if not cells:
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> Path:
             model, name, backbone = scratch(args.suite, dataset), "nearest_class_mean", "external"
         else:
             backbone = validation.cells[0].backbone  # the cells' own network, so the same table
-            model, name = from_cells(folder), "singles_ensemble"
+            model, name = from_cells(folder, validation), "singles_ensemble"
         out = evaluate(model, suite=args.suite, name=name, backbone=backbone,
                        results=args.results, progress=True)  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:  # HarnessError, UsageError, damaged weights

@@ -137,7 +137,8 @@ def load_records(path: PathLike) -> list[dict[str, Any]]:
 
     root = Path(path)
     if not root.is_dir():
-        raise FileNotFoundError(f"results folder {root} does not exist")
+        what = "is a file, not a results folder" if root.exists() else "does not exist"
+        raise FileNotFoundError(f"results folder {root} {what}")
     if any(root.glob(f"*/{RECORD_FILE}")) or not any(root.glob(f"*/*/{RECORD_FILE}")):
         return list(iter_records(root))
     return [r for suite in sorted(p for p in root.iterdir() if p.is_dir())
@@ -200,6 +201,8 @@ def leaderboard(
         )
         return scanned.results().summary
     cells = scanned.tidy(calibrated=calibrated)
+    if not len(cells):  # every metric would be "not a numeric column"
+        raise HarnessError([f"{path}: no records yet (harness run writes one per cell)"])
     chosen = list(dict.fromkeys(metrics or LEADERBOARD_METRICS))
     known = numeric_columns(cells)
     unknown = [m for m in chosen if m not in known]

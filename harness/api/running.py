@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from harness.api._common import HarnessError, PathLike
+from harness.api._common import HarnessError, PathLike, argument_problems
 from harness.session.result import RunResult, Validation
 
 __all__ = ["RunResult", "Validation", "run", "validate"]
@@ -44,6 +44,10 @@ def validate(
     from harness.registry.core import RegistryError
     from harness.session import ValidateOptions, validate_suite
 
+    if problems := argument_problems(
+        {"suite": suite}, {"overrides": overrides, "only": only}
+    ) + argument_problems({"data_root": data_root} if data_root is not None else {}):
+        raise HarnessError(problems)
     options = ValidateOptions(
         overrides=tuple(overrides),
         only=tuple(only),
@@ -103,7 +107,8 @@ def run(
             ``implicit-ensemble-harness``).
         log_model: send each finished cell's ``final.pt`` to MLflow / W&B as an artifact.
         workers, threads: local worker processes and torch threads per worker.
-        gpus, cells_per_gpu: the local executor's GPUs (``["0", "2"]``) and cells per GPU.
+        gpus, cells_per_gpu: the local executor's GPUs (``["0", "2"]`` or ``[0, 2]``) and cells per
+            GPU.
         profile, slurm, wait: the Slurm executor's profile, ``KEY=VALUE`` profile overrides,
             and whether to wait for the job array.
         data_root: where the data lives.
@@ -134,6 +139,16 @@ def run(
     from harness.session import run as session_run
     from harness.storage.tracker_options import TrackerOptions
 
+    if isinstance(gpus, list | tuple):  # GPU indices as numbers too: gpus=[0, 2]
+        gpus = [str(g) if isinstance(g, int) and not isinstance(g, bool) else g for g in gpus]
+    problems = argument_problems(
+        {"suite": suite, "results": results, **({"data_root": data_root} if data_root else {})},
+        {"overrides": overrides, "only": only, "loggers": loggers, "plugins": plugins,
+         "slurm": slurm, **({"gpus": gpus} if gpus is not None else {})},
+        {"workers": workers, "threads": threads, "cells_per_gpu": cells_per_gpu},
+    )  # fmt: skip
+    if problems:
+        raise HarnessError(problems)
     trackers = TrackerOptions.of(
         loggers,
         tags or {},

@@ -63,7 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_upgrade(sub)
     _add_bench(sub)
-    _add_data(sub)
+    data = _add_data(sub)
+    for command in [*sub.choices.values(), *data.choices.values()]:
+        # After the command too (`harness run SUITE --debug`), where the error line's hint
+        # puts it; SUPPRESS keeps a sub-command's default from undoing `harness --debug run`.
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the traceback of an unexpected error")  # fmt: skip
     return p
 
 
@@ -456,8 +461,8 @@ def _add_bench(sub) -> None:
     b.set_defaults(fn="harness.cli.bench:main")
 
 
-def _add_data(sub) -> None:
-    """``harness data``."""
+def _add_data(sub) -> argparse._SubParsersAction:
+    """``harness data``; returns its own sub-commands."""
     d = sub.add_parser("data", help="fetch datasets (needs internet)")
     dsub = d.add_subparsers(dest="data_command", required=True)
     dl = dsub.add_parser("download")
@@ -470,3 +475,4 @@ def _add_data(sub) -> None:
     dl.add_argument("--data-root")
     _add_plugin_argument(dl)  # a plugin dataset declares its own download
     dl.set_defaults(fn="harness.cli.data:cmd_data")
+    return dsub

@@ -46,8 +46,11 @@ def run_options(args: Any) -> RunOptions:
 def cmd_run(args: Any) -> int:
     """``harness run``: :func:`harness.session.run_suite` with the options its flags set, its
     result printed; the exit status is the result's (1 also when no summary could be written)."""
+    from harness.contract.errors import UsageError
     from harness.session import run as session_run
 
+    if args.list and not args.dry_run:  # it used to train every cell, the plan never shown
+        raise UsageError("--list lists a dry run's plan: add --dry-run (nothing is trained)")
     result = session_run.run_suite(args.suite, run_options(args), on_start=print_start)
     return render_result(result, every=args.list)
 

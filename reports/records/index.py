@@ -325,7 +325,8 @@ def scan(results_dir: Path | str, ignore: Iterable[Path] = (), *, index: bool = 
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
-        raise FileNotFoundError(f"results folder {results_dir} does not exist")
+        what = "is a file, not a results folder" if results_dir.exists() else "does not exist"
+        raise FileNotFoundError(f"results folder {results_dir} {what}")
     rows, problems = load_rows(results_dir, _cell_dirs(results_dir, ignore), index=index)
     return Scan(str(results_dir), rows, problems)
 
