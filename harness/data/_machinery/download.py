@@ -96,6 +96,11 @@ class DownloadError(RuntimeError):
     """A download failed (no network, a bad checksum). The message is one line saying what to do."""
 
 
+class PrepareByHand(DownloadError):
+    """A dataset behind a login or a third-party script: its preparation commands were printed.
+    Unlike a network failure, the names after it may still download."""
+
+
 def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -224,7 +229,7 @@ def download(name: str, root: Path) -> Path:
         if source.ready(Path(root).expanduser()):
             return Path(root).expanduser()
         print(source.text(Path(root).expanduser()), flush=True)
-        raise DownloadError(f"{name} cannot be downloaded here: prepare it with the commands above")
+        raise PrepareByHand(f"{name} cannot be downloaded here: prepare it with the commands above")
     if source is None:
         raise ValueError(
             f"nothing to download for {name!r}; choose from {', '.join(downloadable())}, or "

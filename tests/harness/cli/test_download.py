@@ -292,3 +292,29 @@ def test_several_names_stop_at_the_first_failure_and_name_those_not_fetched(
         "error: could not download mnist (offline)",
         "not fetched: mnist svhn (ready: cifar10)",
     ]
+
+
+def test_a_dataset_prepared_by_hand_does_not_stop_the_names_after_it(tmp_path, capsys):
+    """`download imagenet openood_ninco cifar10`: both preparation texts print (the README says
+    so), cifar10 still downloads (faked here), the last line names the two not fetched, exit 2."""
+    fetched = []
+
+    def fake(name, root):
+        if name in ("imagenet", "openood_ninco"):
+            print(f"commands to prepare {name}")
+            raise dl.PrepareByHand(f"{name} cannot be downloaded here: prepare it")
+        fetched.append(name)
+        return root
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dl, "download", fake)
+        argv = ["data", "download", "imagenet", "openood_ninco", "cifar10"]
+        assert main([*argv, "--data-root", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert fetched == ["cifar10"]
+    assert out.splitlines() == [
+        "commands to prepare imagenet",
+        "commands to prepare openood_ninco",
+        f"cifar10: ready in {tmp_path}",
+    ]
+    assert err.splitlines()[-1] == "not fetched: imagenet openood_ninco (ready: cifar10)"
