@@ -68,7 +68,7 @@ def run_suite(
         problem = f"{results}: cannot write the results folder: {exc.strerror or exc}"
         raise SuiteError([problem]) from None
     todo = pending(cells, results, options.force)
-    executor = make_executor(options.executor, executor_options, len(todo))
+    executor = make_executor(_executor_name(options), executor_options, len(todo))
     start = RunStart(loaded.name, results, cells, todo, executor.describe(len(todo)))
     if on_start is not None:
         on_start(start)
@@ -97,6 +97,14 @@ def _check_executor(options: RunOptions) -> None:
         raise SuiteError([f"harness run: {p}" for p in flag_problems])  # nothing has run yet
     if options.executor != "auto":  # its options (a Slurm profile), checked before anything runs
         make_executor(options.executor, options.executor_options)
+    if options.executor_options.gpus is not None and _executor_name(options) == "local":
+        from harness.engine.environment import visible_gpus
+        from harness.executors.devices import choose_gpus
+
+        try:  # before anything runs, whatever the number of pending cells
+            choose_gpus(options.executor_options.gpus, visible_gpus)
+        except ExecutorError as exc:
+            raise SuiteError([f"harness run: {exc}"]) from None
 
 
 def _preflight(loaded: Any, source: str, options: RunOptions, results: Path, here: bool) -> Any:
@@ -115,6 +123,15 @@ def _preflight(loaded: Any, source: str, options: RunOptions, results: Path, her
     # Where the trackers log, as this process sees it ($MLFLOW_TRACKING_URI, $WANDB_PROJECT…),
     # fixed now and handed to every cell's process with the executor's options.
     return dataclasses.replace(options.executor_options, trackers=trackers.resolved())
+
+
+def _executor_name(options: RunOptions) -> str:
+    """The executor asked for; ``auto`` with ``--gpus`` is the local executor, the one that
+    places cells on GPUs (``auto`` chose in-process for one pending cell, and the GPUs named
+    were silently ignored)."""
+    if options.executor == "auto" and options.executor_options.gpus is not None:
+        return "local"
+    return options.executor
 
 
 def _result(start: RunStart, outcome: Any, seconds: float) -> RunResult:

@@ -319,3 +319,28 @@ def test_no_traceback_across_the_process_boundary(suite, tmp_path):
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stdout + out.stderr
         assert needle in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.parametrize("executor", [[], ["--executor", "local"]])
+def test_gpus_that_are_not_there_are_refused_whatever_the_number_of_cells(
+    suite, tmp_path, capsys, monkeypatch, executor
+):
+    """`--gpus 0` with one pending cell: `auto` picked in-process and ignored the GPUs named;
+    now `auto` with --gpus is the local executor, and a GPU that is not visible is refused
+    before the results folder is written."""
+    monkeypatch.setattr("harness.engine.environment.visible_gpus", lambda: [])
+    results = tmp_path / "r"
+    argv = ["run", str(suite), "--only", "method=single,seed=0", "--gpus", "0", *executor]
+    assert main([*argv, "--results", str(results)]) == 2
+    assert capsys.readouterr().err == "harness run: --gpus 0: no such GPU; visible GPUs: none\n"
+    assert not results.exists()
+
+
+def test_auto_with_gpus_places_cells_as_the_local_executor_does():
+    from harness.executors.base import ExecutorOptions
+    from harness.session.options import RunOptions
+    from harness.session.run import _executor_name
+
+    assert _executor_name(RunOptions(executor_options=ExecutorOptions(gpus=("0",)))) == "local"
+    assert _executor_name(RunOptions()) == "auto"
+    assert _executor_name(RunOptions(executor="inprocess")) == "inprocess"
