@@ -7,6 +7,12 @@ Layout (Hendrycks & Dietterich, ICLR 2019): one ``<corruption>.npy`` per corrupt
 generated copies in ``<root>/generated-c/<dataset>/`` with a ``source.json`` fingerprint of the
 clean test split they were made from (a changed split regenerates them).
 
+The generated copies are a derived cache, shared by every process using the data root: each file
+is written whole (temporary file, fsync, ``os.replace``) with the mode a plain file gets under
+the umask (a group-writable data root stays usable by the group), and a cached file that cannot
+be read or does not hold what it should is renamed aside (``<name>.damaged-<time>``, never
+deleted), named in one warning line, and generated again.
+
 Generation uses torch-uncertainty's corruption transforms (``torch_uncertainty.transforms.
 corruption``, PyTorch ports of the originals), seeded per (dataset, corruption, severity), so a
 cache rebuilt on another machine is the same up to library versions. Some transforms need the
@@ -19,11 +25,12 @@ The corruption names, what ``all`` means for each dataset and the validation liv
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
-import tempfile
 import warnings
 import zlib
 from pathlib import Path
@@ -32,7 +39,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.data._machinery.base import DATA_ROOT_ENV, DataMissingError, ImageSet
+from harness.contract.errors import DamagedFile
+from harness.contract.record import set_aside
+from harness.data._machinery.base import (
+    DATA_ROOT_ENV,
+    DataFileError,
+    DataMissingError,
+    ImageSet,
+)
 from harness.data._machinery.corruption_sets import (
     ALL_CORRUPTIONS,
     CORRUPTIONS,
@@ -48,7 +62,7 @@ from harness.data._machinery.corruption_sets import (
     resolve_corruptions,
     why_not_applicable,
 )
-from harness.storage.space import out_of_space, out_of_space_cause
+from harness.storage.safe_files import atomic_write
 
 __all__ = [
     "ALL_CORRUPTIONS",
@@ -73,6 +87,8 @@ __all__ = [
 ]
 
 GENERATED_DIR = "generated-c"
+
+log = logging.getLogger("harness")
 
 # These call RGB-only code (kornia's rgb_to_grayscale, the colour frost photos, cv2's warp that
 # drops a singleton channel); grey images go through a 3-channel copy and back by luma.
@@ -117,6 +133,31 @@ def require_cifar_c(root: Path, name: str, corruptions: tuple[str, ...] = ALL_CO
             raise _missing(name, folder / f"{file}.npy")
 
 
+def _unreadable_npy(path: Path, exc: BaseException) -> str:
+    """One line saying why ``np.load`` could not read ``path`` (NumPy's own message for a file
+    that is not an array at all speaks of pickled data, which misleads)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        head = b"\x93NUMPY"  # gone or unreadable since: what np.load said is all there is
+    if not head:
+        return "empty (0 bytes)"
+    if head != b"\x93NUMPY":
+        return f"not a .npy array file (it starts with {head!r})"
+    detail = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"truncated or not a whole .npy file ({type(exc).__name__}: {detail})"
+
+
+def _load_published(path: Path, name: str) -> np.ndarray:
+    """``path`` of a published set, memory-mapped; a damaged file raises naming it."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError) as exc:  # what a cut or foreign file raises in np.load
+        fetch = f"harness data download {name}"
+        raise DataFileError(path, _unreadable_npy(path, exc), fetch) from None
+
+
 def _severity_rows(arr: np.ndarray, severity: int, path: Path) -> np.ndarray:
     if arr.shape[0] % len(SEVERITIES):
         raise ValueError(f"{path}: {arr.shape[0]} rows is not 5 severities × N")
@@ -140,6 +181,8 @@ def read_cifar_c(root: Path, name: str, corruption: str, severity: int) -> Image
 
     Raises:
         DataMissingError: a file is absent (the message names it and the fetch command).
+        DataFileError: a file is truncated or not a ``.npy`` array (the message names it and
+            the fetch command).
         ValueError: unknown name/corruption/severity, or a file not in the published layout.
     """
     check_corruption(corruption, severity)
@@ -148,11 +191,11 @@ def read_cifar_c(root: Path, name: str, corruption: str, severity: int) -> Image
     for p in (path, labels_path):
         if not p.is_file():
             raise _missing(name, p)
-    arr = np.load(path, mmap_mode="r")
+    arr = _load_published(path, name)
     if arr.ndim != 4 or arr.dtype != np.uint8:
         raise ValueError(f"{path}: expected uint8 (5·N, H, W, C), got {arr.dtype} {arr.shape}")
     images = _severity_rows(arr, severity, path)
-    labels = np.load(labels_path, mmap_mode="r")
+    labels = _load_published(labels_path, name)
     if labels.shape[0] != arr.shape[0]:
         raise ValueError(f"{labels_path}: {labels.shape[0]} labels for {arr.shape[0]} images")
     labels = _severity_rows(labels, severity, labels_path)
@@ -240,31 +283,114 @@ def _fingerprint(test: ImageSet) -> dict:
 
 
 def _atomic_write(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write a cache file whole through ``write(f)``: the project's atomic writer (a unique
+    temporary file per writer, so processes generating the same file at once never mix their
+    bytes; fsync; ``os.replace``; the mode a plain file gets under the umask, which a data root
+    shared by a group needs; a full disk named by ``path``)."""
+    atomic_write(path, write, binary=True)
+
+
+def _same_file(before: os.stat_result, path: Path) -> bool:
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if cause := out_of_space_cause(exc):  # name the cache file, not the cell (issue 42)
-            raise out_of_space(path, cause) from exc
-        raise
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (before.st_dev, before.st_ino)
+
+
+def _set_aside_damaged(path: Path, judged: os.stat_result, reason: str) -> None:
+    """Rename the damaged cache file ``path`` aside (never deleted) and name it in one warning.
+
+    Other processes may be judging and regenerating the same file: only the file judged damaged
+    is moved. One already moved (or replaced) by another process is left alone, and a fresh copy
+    another process put in place at that very moment is put back (it is whole: written
+    atomically).
+    """
+    try:
+        moved = set_aside(path)
+    except FileNotFoundError:
+        return  # another process set it aside first
+    except OSError as exc:  # a read-only data root: the file cannot be replaced either
+        raise DamagedFile(path, f"{reason}; could not move it aside ({exc})") from None
+    if not _same_file(judged, moved):  # another process's whole, fresh copy: keep it in use
+        os.replace(moved, path)
+        return
+    log.warning(
+        "%s: damaged corruption cache (%s); moved to %s; generating it again",
+        path,
+        reason,
+        moved.name,
+    )
+
+
+def _unreadable(path: Path, exc: OSError) -> str:
+    """Why a cache file that the OS refused to read is unusable, or raise: out of memory or of
+    descriptors is this process's trouble, not the file's, and must not set the file aside."""
+    if exc.errno not in (errno.EIO, errno.EACCES, errno.EPERM):
+        raise OSError(exc.errno, f"reading {path}: {exc.strerror or exc}") from exc
+    # EACCES: e.g. a file private to another member of a group sharing the data root (cache
+    # files were written 0600 whatever the umask until they followed it); derived, so made again.
+    return f"cannot be read ({exc.strerror or exc})"
+
+
+def _cached_array(path: Path, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The cached uint8 array of ``shape`` at ``path``, memory-mapped; None when there is none or
+    it is damaged (unreadable, or another shape or dtype: then it is set aside, see
+    :func:`_set_aside_damaged`), for the caller to generate it."""
+    for _ in range(3):  # a file replaced while it is read is read again
+        try:
+            before = os.stat(path)
+        except FileNotFoundError:  # none yet, or set aside by another process meanwhile
+            return None
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            continue
+        except (ValueError, EOFError) as exc:  # what a cut or foreign file raises in np.load
+            arr, reason = None, _unreadable_npy(path, exc)
+        except OSError as exc:
+            arr, reason = None, _unreadable(path, exc)
+        else:
+            reason = f"holds {arr.dtype} {arr.shape}, not uint8 {shape}"
+        # np.load opens the file twice (header, then the map): both must be the same file
+        if not _same_file(before, path):
+            continue
+        if arr is not None and arr.shape == shape and arr.dtype == np.uint8:
+            return arr
+        _set_aside_damaged(path, before, reason)
+    return None
+
+
+def _read_source(source: Path) -> dict | None:
+    """The fingerprint in ``source.json``; None when there is none or it is damaged (then set
+    aside and named, like a damaged cache file)."""
+    try:
+        before = os.stat(source)
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(source.read_bytes())
+    except FileNotFoundError:  # set aside or replaced by another process meanwhile
+        return None
+    except ValueError as exc:  # not JSON, or not UTF-8 text
+        reason = f"not a JSON fingerprint ({type(exc).__name__}: {str(exc)[:120]})"
+    except OSError as exc:
+        reason = _unreadable(source, exc)
+    if _same_file(before, source):
+        _set_aside_damaged(source, before, reason)
+    return None
 
 
 def _prepare_folder(folder: Path, test: ImageSet) -> None:
     """Make sure folder holds labels.npy and source.json of this test split; clear a stale one."""
     meta = _fingerprint(test)
     source = folder / "source.json"
-    if source.is_file():
-        try:
-            current = json.loads(source.read_text())
-        except (OSError, ValueError):
-            current = None
-        if current == meta and (folder / "labels.npy").is_file():
-            return
-        for stale in folder.glob("*.npy"):  # made from another test split or library version
+    present = source.is_file()
+    current = _read_source(source) if present else None
+    if current == meta and (folder / "labels.npy").is_file():
+        return
+    if present:  # made from another test split or library version, or of unknown origin
+        for stale in folder.glob("*.npy"):
             stale.unlink(missing_ok=True)
     labels = np.tile(test.labels.numpy().astype(np.int64), len(SEVERITIES))
     _atomic_write(folder / "labels.npy", lambda f: np.save(f, labels))
@@ -278,26 +404,25 @@ def generated_corruption(
 
     The first call for a corruption generates all 5 severities into
     ``<root>/generated-c/<dataset>/<corruption>.npy`` (uint8 (5·N, H, W, C), written atomically);
-    later calls read only the requested rows.
+    later calls read only the requested rows. A cached file that cannot be read or has another
+    shape or dtype is renamed aside (``<corruption>.npy.damaged-<time>``), named in one warning
+    line, and generated again.
     """
     check_corruption(corruption, severity)
     folder = generated_location(root, dataset_name)
     _prepare_folder(folder, test)
     path = folder / f"{corruption}.npy"
     n, (c, h, w) = len(test), tuple(test.images.shape[1:])
-    arr = None
-    if path.is_file():
-        arr = np.load(path, mmap_mode="r")
-        if arr.shape != (len(SEVERITIES) * n, h, w, c) or arr.dtype != np.uint8:
-            arr = None
+    arr = _cached_array(path, (len(SEVERITIES) * n, h, w, c))
     if arr is None:
         blocks = [
             corrupt_images(test.images, corruption, s, corruption_seed(dataset_name, corruption, s))
             for s in SEVERITIES
         ]
-        stacked = torch.cat(blocks).permute(0, 2, 3, 1).contiguous().numpy()
-        _atomic_write(path, lambda f: np.save(f, stacked))
-        arr = np.load(path, mmap_mode="r")
+        arr = torch.cat(blocks).permute(0, 2, 3, 1).contiguous().numpy()
+        # Rows come from this array, not the file just written: another process may replace or
+        # set aside that file meanwhile.
+        _atomic_write(path, lambda f: np.save(f, arr))
     images = _severity_rows(arr, severity, path)
     return ImageSet(torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), test.labels.clone())
 
