@@ -51,19 +51,22 @@ def cmd_run(args: Any) -> int:
 
     if args.list and not args.dry_run:  # it used to train every cell, the plan never shown
         raise UsageError("--list lists a dry run's plan: add --dry-run (nothing is trained)")
-    result = session_run.run_suite(args.suite, run_options(args), on_start=print_start)
+    result = session_run.run_suite(
+        args.suite, run_options(args), on_start=lambda start: print_start(start, args.suite)
+    )
     return render_result(result, every=args.list)
 
 
-def print_start(start: RunStart) -> None:
-    """The two lines before the executor starts: the cells and where they go, and how they run."""
+def print_start(start: RunStart, suite: str = "SUITE") -> None:
+    """The two lines before the executor starts: the cells and where they go, and how they run;
+    then a note when done cells were evaluated otherwise than the suite now asks."""
     n, todo = len(start.cells), len(start.todo)
     print(
         f"suite {start.suite!r}: {n} cells, {n - todo} already done, {todo} to run → "
         f"{start.results_dir}"
     )
     print(start.executor)
-    if note := limit_note(start):
+    for note in evaluation_notes(start, suite):
         print(note)
 
 
@@ -71,32 +74,53 @@ def _scored_on(limit: int | None) -> str:
     return f"evaluation.limit={limit}" if limit else "the whole test set"
 
 
-def limit_note(start: RunStart) -> str | None:
-    """One line when done cells (left as they are) were scored with another ``evaluation.limit``
-    than the suite's: their records keep the limit they were scored with, the report never pools
-    them with the others, and ``harness evaluate`` re-scores them at the suite's limit."""
+def evaluation_notes(start: RunStart, suite: str = "SUITE") -> list[str]:
+    """A line for the done cells (left as they are: the evaluation is not part of a cell's id)
+    whose records were evaluated with other settings than the suite's now: another
+    ``evaluation.limit`` (their records keep it, the report never pools them with the others),
+    or other OOD sets, corruptions, calibration… (a suite that gained an OOD set said "0 to
+    run" and nothing else). ``harness evaluate`` brings them to the suite's settings."""
     import json
 
     todo = {c.cell_id for c in start.todo}
-    differ: list[tuple[str, int | None, int | None]] = []
+    limits: list[tuple[str, int | None, int | None]] = []
+    other: dict[str, list[str]] = {}
     for cell in start.cells:
         if cell.cell_id in todo:
             continue
         try:
-            block = json.loads((start.results_dir / cell.cell_id / "record.json").read_text())
-            was = (block.get("evaluation") or {}).get("limit") or None
-        except (OSError, ValueError, AttributeError):
+            record = json.loads((start.results_dir / cell.cell_id / "record.json").read_text())
+            was = dict(record.get("evaluation") or {})
+        except (OSError, ValueError, AttributeError, TypeError):
             continue
-        if was != cell.evaluation.limit:
-            differ.append((cell.cell_id, was, cell.evaluation.limit))
-    if not differ:
-        return None
-    cid, was, now = differ[0]
-    return (
-        f"note: {len(differ)} done cells (e.g. {cid}) were scored on {_scored_on(was)}, this "
-        f"suite asks for {_scored_on(now)}; left as they are (never pooled with the others): "
-        f"harness evaluate {start.results_dir} re-scores them at the suite's limit"
-    )
+        now = cell.to_json()["evaluation"]
+        if (was.pop("limit", None) or None) != (now.pop("limit", None) or None):
+            limits.append((cell.cell_id, was_limit(record), cell.evaluation.limit))
+        # a key an older record lacks is not a difference: it predates the setting
+        if fields := [k for k in now if k in was and was[k] != now[k]]:
+            other.setdefault(cell.cell_id, fields)
+    how = f"harness evaluate {start.results_dir} --suite {suite}"
+    notes = []
+    if limits:
+        cid, was, now = limits[0]
+        notes.append(
+            f"note: {len(limits)} done cells (e.g. {cid}) were scored on {_scored_on(was)}, "
+            f"this suite asks for {_scored_on(now)}; left as they are (never pooled with the "
+            f"others): {how} re-scores them at the suite's limit"
+        )
+    if other:
+        cid, fields = next(iter(other.items()))
+        notes.append(
+            f"note: {len(other)} done cells (e.g. {cid}) were evaluated with other settings "
+            f"than this suite's (evaluation: {', '.join(fields)}); left as they are: {how} "
+            "re-evaluates them from their saved weights (no retraining)"
+        )
+    return notes
+
+
+def was_limit(record: dict) -> int | None:
+    """The ``evaluation.limit`` a record was scored with (None: the whole test set)."""
+    return (record.get("evaluation") or {}).get("limit") or None
 
 
 def render_result(result: RunResult, every: bool = False) -> int:

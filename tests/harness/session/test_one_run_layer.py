@@ -195,3 +195,29 @@ def test_a_run_that_leaves_cells_to_another_live_run_exits_1_and_says_so_last(
     assert complete.exit_code == 0 and complete.leased == []
     assert render_result(complete) == 0
     assert "not done here" not in capsys.readouterr().out
+
+
+def test_done_cells_evaluated_otherwise_than_the_suite_now_asks_get_a_note(tiny_finished):
+    """A suite that gained an OOD set said "0 to run" and nothing else: the done cells keep
+    their records (the evaluation is not part of a cell's id), and the note says which
+    settings differ and the command that brings them to the suite's."""
+    from harness.cli.run import evaluation_notes
+    from harness.config.parse import load_suite
+    from harness.session.result import RunStart
+
+    suite, results = tiny_finished
+
+    def notes(*overrides: str) -> list[str]:
+        cells = load_suite(suite, list(overrides)).cells()
+        return evaluation_notes(RunStart("tiny", results, cells, [], "x"), "tiny.yaml")
+
+    assert notes() == []
+    (ood,) = notes("evaluation.ood=[digits_heldout, sklearn_photos]")
+    assert ood.startswith("note: 2 done cells (e.g. ")
+    assert ood.endswith(
+        "were evaluated with other settings than this suite's (evaluation: ood); left as they "
+        f"are: harness evaluate {results} --suite tiny.yaml re-evaluates them from their saved "
+        "weights (no retraining)"
+    )
+    (limit,) = notes("evaluation.limit=50")
+    assert "were scored on the whole test set, this suite asks for evaluation.limit=50" in limit
