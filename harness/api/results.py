@@ -42,10 +42,25 @@ def load_results(
             ``"raw"`` otherwise): select with ``df[df.calibration == "raw"]``, or group by
             ``["method", "calibration"]``.
 
+    Warns:
+        UserWarning: records that could not be read (left out; ``harness report`` names them).
+
     Raises:
         FileNotFoundError: the folder does not exist.
     """
-    cells = _scan(path).tidy(calibrated=calibrated)
+    scanned = _scan(path)
+    if invalid := [p for p in scanned.problems if p.status == "invalid"]:
+        # `harness report` names them and exits 1; a DataFrame would just be short of rows
+        import warnings
+
+        first = invalid[0]
+        warnings.warn(
+            f"{path}: {len(invalid)} record(s) could not be read and are left out (e.g. "
+            f"{first.cell_id}: {first.reason}); `harness status {path}` lists them",
+            UserWarning,
+            stacklevel=2,
+        )
+    cells = scanned.tidy(calibrated=calibrated)
     if with_records:
         by_id = {(r.get("suite"), r.get("cell_id")): r for r in load_records(path)}
         cells["record"] = [by_id.get(k) for k in zip(cells["suite"], cells["cell_id"])]

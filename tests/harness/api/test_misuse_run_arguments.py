@@ -112,3 +112,16 @@ def test_debug_is_taken_before_or_after_the_command(argv):
 
     assert build_parser().parse_args(argv).debug is True
     assert getattr(build_parser().parse_args(["validate", "x.yaml"]), "debug", False) is False
+
+
+def test_load_results_warns_about_records_it_leaves_out(tiny_finished, tmp_path):
+    """`harness report` names an unreadable record and exits 1; the DataFrame was silently a row
+    short."""
+    from tests.misuse import copy_results
+
+    results = copy_results(tiny_finished[1], tmp_path / "r")
+    first = sorted(results.glob("*/record.json"))[0]
+    first.write_text(first.read_text()[:100])  # cut mid-way
+    with pytest.warns(UserWarning, match=r"1 record\(s\) could not be read and are left out"):
+        df = h.load_results(results)
+    assert first.parent.name not in set(df["cell_id"]) and len(df) == 1  # of the 2 cells
