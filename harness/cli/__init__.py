@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM turned into one by the executors
         print(
             "\ninterrupted: finished cells are kept; re-run the same command to resume",
             file=sys.stderr,
         )
-        return 130
+        return 128 + getattr(exc, "signum", 2)  # 130 for SIGINT, 143 for SIGTERM, as shells do
     except OSError as exc:  # the file system refused: one line naming the path
         if debug_wanted(args):
             raise

@@ -10,18 +10,27 @@ killed worker is replaced and its cell retried once.
   executor starts a new worker on the same devices and retries the cell once, from its last
   checkpoint; a cell that kills its worker :data:`KILLS_ALLOWED` times is failed with a record
   naming the signal, never retried a third time, and the grid goes on.
+- **A worker that re-ran the script**: workers are started with the spawn method, which imports
+  the main script again in each; a script that calls ``harness.api.run`` at import (not under
+  ``if __name__ == "__main__":``) would start the run again inside every worker. The worker
+  notices while it is being started (:func:`refuse_run_in_starting_worker`) and exits with
+  :data:`MAIN_REIMPORTED_EXIT`; the executor stops at the first such exit with one line saying so
+  (:class:`MainReimported`), records nothing and retries nothing: it is not the cell's fault.
 
 The executors report through :class:`MachineFaults`, whose lines the CLI prints after the run.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import signal
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.executors.base import RunOutcome
+from harness.executors.devices import ExecutorError
 from harness.storage.space import OUT_OF_SPACE, OutOfSpace, is_out_of_space_error
 
 #: Worker deaths a cell may cause before it is failed instead of retried.
@@ -30,6 +39,33 @@ KILLS_ALLOWED = 2
 #: ``error.type`` of the failures the machine caused (a full file system, memory that ran out,
 #: a killed worker): their message is the whole story, ``harness status`` shows no traceback.
 MACHINE_FAULTS = frozenset({OUT_OF_SPACE, "OutOfMemoryError", "WorkerKilled"})
+
+#: The exit status of a worker that was asked to run a suite while it was still being started
+#: (EX_CONFIG of sysexits.h: the program is set up wrongly), told apart from a kill by it.
+MAIN_REIMPORTED_EXIT = 78
+
+
+def refuse_run_in_starting_worker() -> None:
+    """Exit with :data:`MAIN_REIMPORTED_EXIT` in a process that multiprocessing is still
+    starting (its ``_inheriting``: the spawn method is importing the parent's main script again):
+    the run was called at the script's import, and would otherwise train cells here, or fail
+    later with multiprocessing's bootstrapping error. Quietly: the parent says why, once."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise SystemExit(MAIN_REIMPORTED_EXIT)
+
+
+class MainReimported(ExecutorError):
+    """The workers exited while starting because the main script starts the run at import."""
+
+    def __init__(self) -> None:
+        main = sys.modules.get("__main__")
+        where = getattr(main, "__file__", None) or getattr(main, "__name__", "__main__")
+        super().__init__(
+            f"{where} calls harness.api.run when it is imported, and every worker process "
+            "imports it again (workers are started with the spawn method), so the workers "
+            'exited before running any cell: put the call under `if __name__ == "__main__":` '
+            "and run the script again (no cell was run or recorded)"
+        )
 
 
 def signal_name(exitcode: int | None) -> str:

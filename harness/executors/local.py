@@ -37,7 +37,14 @@ from harness.executors.devices import (
     is_sticky_cuda_error,
     worker_slots,
 )
-from harness.executors.faults import MachineFaults, outcome_after, raised_failure
+from harness.executors.faults import (
+    MAIN_REIMPORTED_EXIT,
+    MachineFaults,
+    MainReimported,
+    outcome_after,
+    raised_failure,
+    refuse_run_in_starting_worker,
+)
 from harness.executors.live import CellLines
 from harness.storage.space import OutOfSpace
 from harness.storage.tracker_options import TrackerOptions
@@ -55,15 +62,18 @@ def run_inprocess(
     """Run cells one after another in this process, with a progress bar over cells and the
     running cell's line beneath it (:mod:`harness.executors.live`, drawn from a thread); after
     an out-of-space failure none starts (``faults`` says so: :class:`MachineFaults`). Every
-    cell logs to ``trackers``."""
+    cell logs to ``trackers``. SIGTERM stops the running cell as Ctrl-C does."""
     from tqdm.auto import tqdm
+
+    from harness.executors.interrupt import sigterm_interrupts
 
     records: list[dict[str, Any]] = []
     faults = faults if faults is not None else MachineFaults()
     bar = tqdm(cells, desc="cells", unit="cell", disable=not progress)
     lines = CellLines.open(results_dir, progress)
     running: list[Cell] = []
-    with lines.following(lambda: list(running)) if lines else contextlib.nullcontext():
+    following = lines.following(lambda: list(running)) if lines else contextlib.nullcontext()
+    with sigterm_interrupts(), following:
         for i, cell in enumerate(bar):
             bar.set_postfix_str(cell.label)
             running[:] = [cell]
@@ -129,20 +139,22 @@ def _run_cell_json(
     ``trackers`` (pickled with the call: the worker reads no environment for them)."""
     import torch
 
-    from harness.executors.interrupt import check_not_stopping
+    from harness.executors.interrupt import running_cell
     from harness.executors.ranks import run_one
 
-    check_not_stopping()  # after Ctrl-C no new cell starts, even one already queued to us
-    torch.set_num_threads(threads)  # workers share the cores: no oversubscription
-    record = run_one(
-        Cell.from_json(cell_json, validated=True),
-        Path(results_dir),
-        Path(data_root) if data_root else None,
-        force=force,
-        progress=False,
-        shared_device=shared_device,
-        trackers=trackers,
-    )
+    # After Ctrl-C or SIGTERM no new cell starts, even one already queued to us; if the parent
+    # dies, the cell stops as on Ctrl-C and this worker exits.
+    with running_cell():
+        torch.set_num_threads(threads)  # workers share the cores: no oversubscription
+        record = run_one(
+            Cell.from_json(cell_json, validated=True),
+            Path(results_dir),
+            Path(data_root) if data_root else None,
+            force=force,
+            progress=False,
+            shared_device=shared_device,
+            trackers=trackers,
+        )
     return {**record, "worker": worker_info(record)}
 
 
@@ -258,7 +270,7 @@ def _run_on_slots(
     waits."""
     # Length: submitting, replacing a worker, a kill's retry and Ctrl-C all act on the same
     # pools, their processes, the queue and the running table; split, each part takes them all.
-    from harness.executors.interrupt import deferred_sigint, stop_pool
+    from harness.executors.interrupt import deferred_stop, kill_pool, stop_pool
 
     ctx = mp.get_context("spawn")  # fork after torch initialisation is unsafe
 
@@ -295,6 +307,8 @@ def _run_on_slots(
         """The worker running ``cell`` died: a new one, and the cell again or its failure."""
         proc = workers[i]
         pid, code = (proc.pid, dead_worker_exit_code(proc)) if proc is not None else (None, None)
+        if code == MAIN_REIMPORTED_EXIT:  # not the cell's fault: every worker would do the same
+            raise MainReimported
         replace(i)
         if faults.worker_killed(cell.cell_id, cell.label, pid, code):
             queue.append(cell)  # next to start, on whichever worker is free first
@@ -304,15 +318,16 @@ def _run_on_slots(
         line = faults.kill_failure(cell.cell_id, cell.label, code)
         return record_killed_cell(cell, Path(common[0]), line)
 
-    # Ctrl-C sets `interrupted`; it is acted on between waits, never inside the pool's locks.
-    with deferred_sigint() as interrupted:
+    # Ctrl-C and SIGTERM set `interrupted`; it is acted on between waits, never inside the
+    # pool's locks.
+    with deferred_stop() as interrupted:
         try:
             for i in range(len(pools)):
                 submit(i)
             while running:
                 done, _ = wait(running, timeout=WAIT_POLL_S, return_when=FIRST_COMPLETED)
                 if interrupted.is_set():
-                    raise KeyboardInterrupt
+                    raise interrupted.interruption()
                 for fut in done:
                     i, cell = running.pop(fut)
                     if lines is not None:
@@ -337,6 +352,9 @@ def _run_on_slots(
         except KeyboardInterrupt:
             stop_pool(pools)  # running cells stop at a safe point, queued ones never start
             raise
+        except MainReimported:
+            kill_pool(pools)  # the other workers are dying the same way, none holds a cell
+            raise
     for pool in pools:
         pool.shutdown()
     return records
@@ -359,6 +377,7 @@ class InProcessExecutor:
     def run(
         self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
     ) -> RunOutcome:
+        refuse_run_in_starting_worker()  # a script's run at import, re-run by a spawned worker
         if self.options.threads:
             import torch
 
@@ -425,6 +444,7 @@ class LocalWorkersExecutor:
     def run(
         self, cells: list[Cell], results_dir: Path, data_root: Path | None, force: bool
     ) -> RunOutcome:
+        refuse_run_in_starting_worker()  # a script's run at import, re-run by a spawned worker
         workers, threads, devices = self._shape(len(cells))
         faults = MachineFaults()
         records = run_local(

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -116,10 +117,17 @@ def test_two_concurrent_runs_train_each_cell_once(tmp_path, reference):
         _wait_for(folder / cells[1] / "checkpoint.pt", start("b"), "B's first epoch of cell 1")
         flags["a"].unlink()  # A finishes cell 0, skips cell 1 (B holds it), trains 2 and 3
         out_a, err_a = procs["a"].communicate(timeout=600)
-        assert procs["a"].returncode == 0, err_a[-2000:]
+        # A returns while B still holds cell 1: the grid is not complete, so status 1 and a
+        # last line naming B; B returns after A finished cell 0, which it had skipped: 0.
+        assert procs["a"].returncode == 1, err_a[-2000:]
+        assert out_a.splitlines()[-1].startswith(
+            f"not done here: 1 cell(s) held by another live run ({socket.gethostname()}:"
+            f"{procs['b'].pid})"
+        ), out_a[-2000:]
         flags["b"].unlink()  # B finishes cell 1 and finds 2 and 3 done
         out_b, err_b = procs["b"].communicate(timeout=600)
         assert procs["b"].returncode == 0, err_b[-2000:]
+        assert "not done here" not in out_b
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -142,7 +150,7 @@ def test_two_concurrent_runs_train_each_cell_once(tmp_path, reference):
     assert [x.split(":")[0] for x in skipped["a"]] == [f"skipped {cells[1]}"], out_a
     assert skipped["a"][0].endswith(f":{pid['b']}"), out_a
     assert [x.split(":")[0] for x in skipped["b"]] == [f"skipped {cells[0]}"], out_b
-    assert skipped["b"][0].endswith(f":{pid['a']}"), out_b
+    assert skipped["b"][0].endswith(f": done by {socket.gethostname()}:{pid['a']}"), out_b
     assert {c: r["metrics"] for c, r in recs.items()} == reference
     assert not list(folder.glob("*/lease.json"))
 
@@ -428,10 +436,10 @@ def test_commands_reading_a_results_folder_fail_clearly(tmp_path):
 def test_the_parent_defers_ctrl_c_to_a_safe_point():
     """While the local executor waits on its pools, SIGINT only sets a flag (the loop raises
     KeyboardInterrupt between waits, holding no pool lock); the handler before is restored."""
-    from harness.executors.interrupt import deferred_sigint
+    from harness.executors.interrupt import deferred_stop
 
     before = signal.getsignal(signal.SIGINT)
-    with deferred_sigint() as interrupted:
+    with deferred_stop() as interrupted:
         assert not interrupted.is_set()
         os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt here otherwise
         deadline = time.monotonic() + 5
@@ -439,6 +447,6 @@ def test_the_parent_defers_ctrl_c_to_a_safe_point():
             time.sleep(0.01)
         assert interrupted.is_set()
     assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt, match="stop"), deferred_sigint():
+    with pytest.raises(KeyboardInterrupt, match="stop"), deferred_stop():
         raise KeyboardInterrupt("stop")  # still propagates, and the handler comes back
     assert signal.getsignal(signal.SIGINT) is before
