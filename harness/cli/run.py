@@ -134,8 +134,9 @@ def render_result(result: RunResult, every: bool = False) -> int:
     if not result.finished:  # handed to a scheduler: `harness status` follows it
         return result.exit_code
     print(f"finished in {result.seconds:.1f} s")
-    for skipped in result.leased:
-        print(f"skipped {skipped.cell_id}: {skipped.reason}")
+    for skipped in result.skipped:  # the cells another run held when this one reached them
+        if skipped.kind == "leased" or skipped.reason.startswith("done by "):
+            print(f"skipped {skipped.cell_id}: {skipped.reason}")
     status = max(result.exit_code, summary_or_full_disk(result.results_dir))
     if result.leased:  # the last line names what is left undone, as for failed cells
         owners = sorted({s.reason.removeprefix("leased by ") for s in result.leased})

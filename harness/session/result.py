@@ -63,9 +63,10 @@ class SkippedCell:
 
     Attributes:
         cell_id, label: the cell.
-        kind: ``done`` (a finished record was there; ``force`` redoes it) or ``leased``
-            (another live process holds it).
-        reason: the line that says so (``done``, ``leased by host:pid``).
+        kind: ``done`` (a finished record was there, or another live process that held the
+            cell finished it before this run returned; ``force`` redoes it) or ``leased``
+            (another live process still holds it).
+        reason: the line that says so (``done``, ``done by host:pid``, ``leased by host:pid``).
     """
 
     cell_id: str

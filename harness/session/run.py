@@ -101,10 +101,7 @@ def _check_executor(options: RunOptions) -> None:
         from harness.engine.environment import visible_gpus
         from harness.executors.devices import choose_gpus
 
-        try:  # before anything runs, whatever the number of pending cells
-            choose_gpus(options.executor_options.gpus, visible_gpus)
-        except ExecutorError as exc:
-            raise SuiteError([f"harness run: {exc}"]) from None
+        choose_gpus(options.executor_options.gpus, visible_gpus)  # before anything runs
 
 
 def _preflight(loaded: Any, source: str, options: RunOptions, results: Path, here: bool) -> Any:
@@ -123,6 +120,14 @@ def _preflight(loaded: Any, source: str, options: RunOptions, results: Path, her
     # Where the trackers log, as this process sees it ($MLFLOW_TRACKING_URI, $WANDB_PROJECT…),
     # fixed now and handed to every cell's process with the executor's options.
     return dataclasses.replace(options.executor_options, trackers=trackers.resolved())
+
+
+def _done_since(cell_dir: Path) -> bool:
+    """Whether a cell another process held when this run reached it has a done record now."""
+    from harness.contract import usable_record
+
+    rec = usable_record(cell_dir)
+    return rec is not None and rec.get("status") == "done"
 
 
 def _executor_name(options: RunOptions) -> str:
@@ -150,8 +155,12 @@ def _result(start: RunStart, outcome: Any, seconds: float) -> RunResult:
         if status == "done":
             done.append(cid)
         elif status == "leased":
-            reason = f"leased by {describe(rec['lease'])}"
-            skipped.append(SkippedCell(cid, labels.get(cid, cid), "leased", reason))
+            owner = describe(rec["lease"])
+            if _done_since(start.results_dir / cid):  # the other run finished it meanwhile
+                skipped.append(SkippedCell(cid, labels.get(cid, cid), "done", f"done by {owner}"))
+            else:
+                reason = f"leased by {owner}"
+                skipped.append(SkippedCell(cid, labels.get(cid, cid), "leased", reason))
         elif status == "failed":
             failed.append(CellFailure.of(rec, labels.get(cid, cid)))
     return RunResult(

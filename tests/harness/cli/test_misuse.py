@@ -332,7 +332,7 @@ def test_gpus_that_are_not_there_are_refused_whatever_the_number_of_cells(
     results = tmp_path / "r"
     argv = ["run", str(suite), "--only", "method=single,seed=0", "--gpus", "0", *executor]
     assert main([*argv, "--results", str(results)]) == 2
-    assert capsys.readouterr().err == "harness run: --gpus 0: no such GPU; visible GPUs: none\n"
+    assert capsys.readouterr().err == "error: --gpus 0: no such GPU; visible GPUs: none\n"
     assert not results.exists()
 
 
