@@ -104,6 +104,19 @@ def _settings(spec: Any, entry: MethodEntry, where: str, errors: list[str]) -> t
         return ()
 
 
+def _grid_list_problems(datasets: Any, grid_m: Any, seeds: Any) -> list[str]:
+    """Seeds out of range, and a value listed twice in the grid's lists."""
+    errors = []
+    ints = [s for s in seeds if isinstance(s, int)] if isinstance(seeds, tuple) else []
+    if out := [s for s in ints if not 0 <= s <= MAX_SEED]:
+        # what every generator a cell seeds accepts (numpy's legacy seeding stops at 2³² − 1);
+        # a larger one failed inside the first cell with "Overflow when unpacking long long"
+        errors.append(f"grid.seeds: {out[0]} is out of range: seeds are 0 … {MAX_SEED}")
+    for key, values in (("datasets", datasets), ("M", grid_m), ("seeds", seeds)):
+        errors += _repeated(values, f"grid.{key}")
+    return errors
+
+
 def _repeated(values: Any, where: str) -> list[str]:
     """A value listed twice in a grid list: the grid would hold its cells once while the run's
     count (``× 2 seeds``) and the reader's assumption say twice; almost always a typo."""
@@ -270,13 +283,7 @@ def parse_suite(
     listed, left_out = expand_all(_as_list(grid_raw.get("methods", [])), backbones, grid_m)
     methods = _parse_methods(listed, errors)
     seeds = coerce(_as_list(grid_raw.get("seeds", [0])), tuple[int, ...], "grid.seeds", errors)
-    ints = [s for s in seeds if isinstance(s, int)] if isinstance(seeds, tuple) else []
-    if out := [s for s in ints if not 0 <= s <= MAX_SEED]:
-        # what every generator a cell seeds accepts (numpy's legacy seeding stops at 2³² − 1);
-        # a larger one failed inside the first cell with "Overflow when unpacking long long"
-        errors.append(f"grid.seeds: {out[0]} is out of range: seeds are 0 … {MAX_SEED}")
-    for key, values in (("datasets", datasets), ("M", grid_m), ("seeds", seeds)):
-        errors += _repeated(values, f"grid.{key}")
+    errors += _grid_list_problems(datasets, grid_m, seeds)
 
     _check_entries(methods, backbones, grid_m, errors)
     if not errors:  # problems only sizing the model shows (Packed's alpha: auto)
