@@ -137,10 +137,10 @@ def test_a_forced_redo_interrupted_before_its_record_puts_the_earlier_run_back(
     def interrupted(*args, **kwargs):
         (folder / "final.pt").write_bytes(b"the redo's weights")
         (folder / "checkpoint.pt").write_bytes(b"the redo's checkpoint")
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt("the redo stopped")
 
     monkeypatch.setattr(runner, "_train_and_record", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="the redo stopped"):
         run_cell(cell, tmp_path, force=True, progress=False)
     assert {n: (folder / n).read_bytes() for n in before} == before
     assert not (folder / "checkpoint.pt").exists() and not list(folder.glob("*.replaced-*"))
