@@ -9,6 +9,7 @@ the model alone.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +123,8 @@ def _repeated(values: Any, where: str) -> list[str]:
     count (``× 2 seeds``) and the reader's assumption say twice; almost always a typo."""
     if not isinstance(values, list | tuple):
         return []
-    seen: set[Any] = set()
-    twice = [v for v in values if isinstance(v, str | int) and (v in seen or seen.add(v))]
-    return [f"{where}: {v!r} is listed more than once" for v in dict.fromkeys(twice)]
+    counts = Counter(v for v in values if isinstance(v, str | int))
+    return [f"{where}: {v!r} is listed more than once" for v, n in counts.items() if n > 1]
 
 
 def _check_hparams(spec, hp: dict[str, Any], where: str, errors: list[str]) -> dict[str, Any]:
