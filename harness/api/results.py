@@ -345,6 +345,11 @@ def compare(
         .merge(per_seed[1], how="inner", left_index=True, right_index=True, suffixes=("_a", "_b"))
         .reset_index()
     )
+    if both.empty:  # an empty frame without columns read as "no difference"
+        raise HarnessError([
+            f"{path_a} and {path_b} share no configuration and seed (a configuration is dataset, "
+            "backbone, method, M, hparams and variant; a recipe override makes a variant)"
+        ])  # fmt: skip
     rows = []
     for config, group in both.groupby(list(CONFIG_KEYS), dropna=False, sort=True):
         for metric in metrics:

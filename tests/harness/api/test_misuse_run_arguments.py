@@ -125,3 +125,15 @@ def test_load_results_warns_about_records_it_leaves_out(tiny_finished, tmp_path)
     with pytest.warns(UserWarning, match=r"1 record\(s\) could not be read and are left out"):
         df = h.load_results(results)
     assert first.parent.name not in set(df["cell_id"]) and len(df) == 1  # of the 2 cells
+
+
+def test_compare_of_folders_that_share_no_configuration_says_so(tiny_finished, tmp_path):
+    """It returned an empty frame without columns, which reads as "no difference"."""
+    from tests.misuse import copy_results
+
+    other = copy_results(tiny_finished[1], tmp_path / "r")
+    for path in other.glob("*/record.json"):
+        path.write_text(path.read_text().replace('"seed": 0', '"seed": 7'))
+    assert sorted(h.load_results(other)["seed"]) == [7, 7]  # readable, another seed
+    with pytest.raises(h.HarnessError, match=r"share no configuration and seed"):
+        h.compare(tiny_finished[1], other)
